@@ -1,0 +1,278 @@
+"""Pure-Python reference twin of the native commitlog scanner.
+
+Same interface and results as ``store_reader._native`` (selected with ``STORE_READER_PURE=1``); it
+is the oracle of the differential and property tests, written for clarity, not speed. Every step
+cites ``recovery.md`` §3 (``CommitLog#checkMessageAndReturnSize``).
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Any
+
+from . import recordformat as rf
+
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_I8 = struct.Struct(">b")
+_I64 = struct.Struct(">q")
+_MAGIC_V1_BYTES = struct.pack(">i", rf.MAGIC_V1)
+_MAGIC_V2_BYTES = struct.pack(">i", rf.MAGIC_V2)
+
+
+class _OutOfBounds(Exception):
+    pass
+
+
+def java_string_hash(s: str) -> int:
+    """Java ``String.hashCode`` over UTF-16 code units, as a signed i32."""
+    h = 0
+    data = s.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def java_parse_int(s: str) -> int | None:
+    """``Integer.parseInt`` for ASCII input: optional sign, digits, i32 range; None if it throws."""
+    body = s[1:] if s[:1] in ("+", "-") else s
+    if not body or not all("0" <= c <= "9" for c in body):
+        return None
+    v = int(s)
+    return v if -(1 << 31) <= v < (1 << 31) else None
+
+
+def java_parse_long(s: str) -> int | None:
+    body = s[1:] if s[:1] in ("+", "-") else s
+    if not body or not all("0" <= c <= "9" for c in body):
+        return None
+    v = int(s)
+    return v if -(1 << 63) <= v < (1 << 63) else None
+
+
+def parse_properties(s: str) -> dict[str, str]:
+    """``MessageDecoder#string2messageProperties`` (F§3.7)."""
+    out: dict[str, str] = {}
+    for seg in s.split(rf.PROPERTY_SEPARATOR):
+        if len(seg) >= 3:
+            i = seg.find(rf.NAME_VALUE_SEPARATOR)
+            if 0 < i < len(seg) - 1:
+                out[seg[:i]] = seg[i + 1:]
+    return out
+
+
+def format_host(addr: bytes, port: int) -> str:
+    """``ip:port``; IPv6 in Java's uncompressed lowercase form inside brackets."""
+    if len(addr) == 4:
+        return f"{addr[0]}.{addr[1]}.{addr[2]}.{addr[3]}:{port}"
+    groups = ":".join(f"{(addr[i] << 8) | addr[i + 1]:x}" for i in range(0, 16, 2))
+    return f"[{groups}]:{port}"
+
+
+def _crc(data: bytes) -> int:
+    return zlib.crc32(data) & 0x7FFFFFFF
+
+
+def _record_crc_value(digits: str) -> int | None:
+    """``__CRC32#`` value: 10 digits, least significant first (F§3.8)."""
+    if len(digits) != 10 or not digits.isdigit():
+        return None
+    return int(digits[::-1])
+
+
+def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: bool = False
+                 ) -> tuple[int, int, int | None, dict | None]:
+    """Validate the record at ``pos``; returns (outcome, check code, declared size, fields)."""
+    remaining = end - pos
+    if remaining <= 4:                                   # step 1 (5.x; 4.9.7 underflows)
+        return rf.INVALID, rf.CHECK_CODE["out_of_bounds"], None, None
+    total_size = _I32.unpack_from(buf, pos)[0]
+    if opts.broker_5x and remaining - 4 < total_size - 4:   # step 2 [5.x]
+        return rf.INVALID, rf.CHECK_CODE["total_size"], total_size, None
+    if remaining < 8:
+        return rf.INVALID, rf.CHECK_CODE["out_of_bounds"], total_size, None
+    magic = _I32.unpack_from(buf, pos + 4)[0]          # step 3
+    if magic == rf.BLANK_MAGIC:
+        return rf.END_OF_FILE, 0, total_size, None
+    if magic == rf.MAGIC_V1:
+        version = 1
+    elif magic == rf.MAGIC_V2 and opts.broker_5x:
+        version = 2
+    else:
+        return rf.INVALID, rf.CHECK_CODE["bad_magic"], total_size, None
+
+    def take(p: int, n: int) -> int:
+        if p + n > end:
+            raise _OutOfBounds
+        return p + n
+
+    try:
+        p = take(pos, rf.HEAD.size)                     # step 4: fixed fields
+        (_, _, body_crc, queue_id, flag, queue_offset, stored_phy, sys_flag,
+         born_ts) = rf.HEAD.unpack_from(buf, pos)
+        born_len = 20 if sys_flag & rf.BORNHOST_V6_FLAG else 8
+        born_host = bytes(buf[p:take(p, born_len)])
+        p += born_len
+        store_ts = _I64.unpack_from(buf, take(p, 8) - 8)[0]
+        p += 8
+        store_len = 20 if sys_flag & rf.STOREHOSTADDRESS_V6_FLAG else 8
+        store_host = bytes(buf[p:take(p, store_len)])
+        p += store_len
+        reconsume, prepared_tx, body_len = rf.MID.unpack_from(buf, take(p, rf.MID.size) - rf.MID.size)
+        p += rf.MID.size
+        body = b""
+        body_crc_ok: bool | None = None
+        if body_len > 0:                                # step 5
+            body = bytes(buf[p:take(p, body_len)])
+            p += body_len
+            if opts.crc_computed:
+                body_crc_ok = _crc(body) == body_crc
+            if opts.check_crc and not opts.force_verify_prop_crc and not body_crc_ok:
+                return rf.INVALID, rf.CHECK_CODE["body_crc"], total_size, None
+        elif opts.crc_computed:
+            body_crc_ok = body_crc == 0
+        if version == 1:                                # step 6
+            topic_len = _I8.unpack_from(buf, take(p, 1) - 1)[0]
+            p += 1
+        else:
+            topic_len = _I16.unpack_from(buf, take(p, 2) - 2)[0]
+            p += 2
+        if topic_len < 0:
+            return rf.INVALID, rf.CHECK_CODE["topic_length"], total_size, None
+        topic = bytes(buf[p:take(p, topic_len)]).decode("utf-8", "replace")
+        p += topic_len
+        props_len = _I16.unpack_from(buf, take(p, 2) - 2)[0]   # step 7
+        p += 2
+        props: dict[str, str] | None = None
+        tags_code = 0
+        if props_len > 0:
+            props = parse_properties(bytes(buf[p:take(p, props_len)]).decode("utf-8", "replace"))
+            p += props_len
+            if opts.check_dup_info:
+                dup = props.get(rf.PROPERTY_DUP_INFO)
+                if dup is None or len(dup.split("_")) != 2:
+                    return rf.INVALID, rf.CHECK_CODE["dup_info"], total_size, None
+            tags = props.get(rf.PROPERTY_TAGS)
+            if tags:
+                tags_code = java_string_hash(tags)
+            delay = props.get(rf.PROPERTY_DELAY)
+            if topic == rf.SCHEDULE_TOPIC and delay is not None:
+                level = java_parse_int(delay)
+                if level is None:
+                    return rf.INVALID, rf.CHECK_CODE["delay_property"], total_size, None
+                level = min(level, len(opts.delay_levels_ms))
+                if level > 0:
+                    tags_code = store_ts + opts.delay_levels_ms[level - 1]
+        record_crc_ok: bool | None = None
+        crc_prop = props.get(rf.PROPERTY_CRC32) if props else None
+        if opts.crc_computed and crc_prop is not None and total_size >= rf.CRC32_RESERVED_LEN:
+            want = _record_crc_value(crc_prop)
+            if pos + total_size - rf.CRC32_RESERVED_LEN <= end:
+                record_crc_ok = want is not None and want == _crc(
+                    bytes(buf[pos:pos + total_size - rf.CRC32_RESERVED_LEN]))
+        if opts.check_crc and opts.force_verify_prop_crc and not record_crc_ok:   # step 8
+            return rf.INVALID, rf.CHECK_CODE["record_crc"], total_size, None
+        if rf.cal_msg_length(version, sys_flag, body_len, topic_len, props_len) != total_size:
+            return rf.LENGTH_MISMATCH, rf.CHECK_CODE["length_mismatch"], total_size, None  # step 9
+        if opts.broker_5x and props and rf.PROPERTY_INNER_NUM in props \
+                and rf.PROPERTY_INNER_BASE in props:    # step 10
+            num = java_parse_int(props[rf.PROPERTY_INNER_NUM])
+            if num is None or not -32768 <= num <= 32767 \
+                    or java_parse_long(props[rf.PROPERTY_INNER_BASE]) is None:
+                return rf.INVALID, rf.CHECK_CODE["inner_batch"], total_size, None
+    except _OutOfBounds:
+        return rf.INVALID, rf.CHECK_CODE["out_of_bounds"], total_size, None
+
+    keys = props.get(rf.PROPERTY_KEYS) if props else None
+    real_qid = props.get(rf.PROPERTY_REAL_QID) if props else None
+    delay_s = props.get(rf.PROPERTY_DELAY) if props else None
+    store_addr, store_port = store_host[:-4], _I32.unpack(store_host[-4:])[0]
+    fields = {
+        "total_size": total_size,
+        "version": version,
+        "body_crc": body_crc,
+        "queue_id": queue_id,
+        "flag": flag,
+        "queue_offset": queue_offset,
+        "stored_phy_offset": stored_phy,
+        "sys_flag": sys_flag,
+        "born_timestamp": born_ts,
+        "born_host": format_host(born_host[:-4], _I32.unpack(born_host[-4:])[0]),
+        "store_timestamp": store_ts,
+        "store_host": format_host(store_addr, store_port),
+        "reconsume_times": reconsume,
+        "prepared_transaction_offset": prepared_tx,
+        "body_length": body_len,
+        "topic": topic,
+        "properties": props,
+        "tags": props.get(rf.PROPERTY_TAGS) if props else None,
+        "keys": keys,
+        "key_list": [k for k in keys.split(" ") if k] if keys else [],
+        "uniq_key": props.get(rf.PROPERTY_UNIQ_KEY) if props else None,
+        "real_topic": props.get(rf.PROPERTY_REAL_TOPIC) if props else None,
+        "real_queue_id": java_parse_int(real_qid) if real_qid is not None else None,
+        "delay_level": java_parse_int(delay_s) if delay_s is not None else None,
+        "transaction_prepared": bool(props) and props.get(rf.PROPERTY_TRAN_MSG) == "true",
+        "tags_code": tags_code,
+        "msg_id": (store_host + struct.pack(">q", stored_phy)).hex().upper(),
+        "body_crc_ok": body_crc_ok,
+        "record_crc_ok": record_crc_ok,
+    }
+    if want_body:
+        fields["body"] = body
+    return rf.VALID, 0, total_size, fields
+
+
+def scan(buf: Any, file_start: int, pos: int, end: int, max_records: int, opts: rf.ScanOptions,
+         columns: tuple[str, ...]) -> tuple[dict[str, list], int, int, tuple | None, tuple]:
+    """Decode up to ``max_records`` VALID records from ``pos``.
+
+    Returns ``(columns, count, next_pos, stop, stats)``: ``stop`` is None when ``max_records`` were
+    read, else ``(outcome, check, declared_size)`` of the record at ``next_pos`` that ended the run;
+    ``stats`` is ``(first_store_ts, last_store_ts, last_record_pos, crc_failures)`` of this run.
+    """
+    out: dict[str, list] = {c: [] for c in columns}
+    want_body = "body" in columns
+    n = 0
+    first_ts = last_ts = last_pos = None
+    crc_failures = 0
+    stop = None
+    while n < max_records:
+        outcome, check, declared, fields = check_record(buf, pos, end, opts, want_body)
+        if outcome != rf.VALID:
+            stop = (outcome, check, declared)
+            break
+        assert fields is not None
+        fields["phy_offset"] = file_start + pos
+        for c in columns:
+            out[c].append(fields[c])
+        if first_ts is None:
+            first_ts = fields["store_timestamp"]
+        last_ts, last_pos = fields["store_timestamp"], pos
+        crc_failures += fields["body_crc_ok"] is False or fields["record_crc_ok"] is False
+        n += 1
+        pos += fields["total_size"]
+    return out, n, pos, stop, (first_ts, last_ts, last_pos, crc_failures)
+
+
+def is_zero(buf: Any, start: int, end: int) -> bool:
+    """True when every byte in ``[start, end)`` is zero."""
+    return not any(bytes(buf[start:end]))
+
+
+def resync(buf: Any, file_start: int, start: int, end: int, opts: rf.ScanOptions) -> int:
+    """First position ``>= start`` holding a VALID record whose PHYSICALOFFSET equals its position
+    (the resync anchor of spec E#3), or -1."""
+    data = bytes(buf[:end])
+    magics = [_MAGIC_V1_BYTES] + ([_MAGIC_V2_BYTES] if opts.broker_5x else [])
+    search = start + 4
+    while True:
+        hits = [h for h in (data.find(m, search) for m in magics) if h >= 0]
+        if not hits:
+            return -1
+        q = min(hits) - 4
+        search = q + 5
+        if q + rf.PHYSICALOFFSET_POS + 8 <= end and \
+                _I64.unpack_from(data, q + rf.PHYSICALOFFSET_POS)[0] == file_start + q:
+            if check_record(data, q, end, opts)[0] == rf.VALID:
+                return q

@@ -1,0 +1,153 @@
+"""Broker settings that decide how store files are laid out and how the broker recovers them.
+
+Read from a RocketMQ ``broker.conf`` (Java properties form); every setting the file omits takes the
+broker's default (``MessageStoreConfig`` / ``BrokerConfig``, spec ``store-format.md`` §2, §7, §3.9 and
+``recovery.md`` preamble).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+
+from .exceptions import ConfigError
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+CQ_STORE_UNIT_SIZE = 20
+
+_DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """The subset of broker settings this tool needs, with the broker's defaults."""
+
+    mappedFileSizeCommitLog: int = 1024 * 1024 * 1024
+    mappedFileSizeConsumeQueue: int = 300_000 * CQ_STORE_UNIT_SIZE
+    mappedFileSizeConsumeQueueExt: int = 48 * 1024 * 1024
+    maxHashSlotNum: int = 5_000_000
+    maxIndexNum: int = 5_000_000 * 4
+    messageIndexEnable: bool = True
+    messageIndexSafe: bool = False
+    checkCRCOnRecover: bool = True
+    forceVerifyPropCRC: bool = False
+    enabledAppendPropCRC: bool = False
+    duplicationEnable: bool = False
+    enableConsumeQueueExt: bool = False
+    enableMultiDispatch: bool = False
+    enableLmq: bool = False
+    autoMessageVersionOnTopicLen: bool = True
+    recheckReputOffsetFromCq: bool = False
+    offsetCheckInSlave: bool = False
+    flushDiskType: str = "ASYNC_FLUSH"
+    brokerRole: str = "ASYNC_MASTER"
+    storeType: str = "default"
+    messageDelayLevel: str = DEFAULT_DELAY_LEVELS
+    storePathRootDir: str | None = None
+    storePathCommitLog: str | None = None
+    source: str | None = field(default=None, compare=False)
+    """Path of the broker.conf the values came from (None = all defaults)."""
+
+    # -- derived values -------------------------------------------------------------------------
+
+    @property
+    def cq_file_size(self) -> int:
+        """``getMappedFileSizeConsumeQueue`` rounds the configured value up to a multiple of 20."""
+        size = self.mappedFileSizeConsumeQueue
+        return -(-size // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+
+    @property
+    def index_file_size(self) -> int:
+        return 40 + self.maxHashSlotNum * 4 + self.maxIndexNum * 20
+
+    @property
+    def delay_levels_ms(self) -> list[int]:
+        """Delay in ms of level 1..N (``parseDelayLevel``); index 0 is level 1."""
+        out = []
+        for token in self.messageDelayLevel.split(" "):
+            if not token:
+                continue
+            unit = token[-1]
+            if unit not in _DELAY_UNITS_MS or not token[:-1].isdigit():
+                raise ConfigError(f"messageDelayLevel token {token!r} is not <number><s|m|h|d>",
+                                  self.source)
+            out.append(int(token[:-1]) * _DELAY_UNITS_MS[unit])
+        return out
+
+    @property
+    def is_slave(self) -> bool:
+        return self.brokerRole.upper() == "SLAVE"
+
+    def replace(self, **changes: object) -> "BrokerConfig":
+        return dataclasses.replace(self, **changes)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "source"}
+
+
+def _convert(name: str, raw: str, path: str) -> object:
+    kind = _FIELDS[name].type
+    if kind == "bool":
+        low = raw.strip().lower()
+        if low not in ("true", "false"):
+            raise ConfigError(f"{name}={raw!r} is not true/false", path)
+        return low == "true"
+    if kind == "int":
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{name}={raw!r} is not an integer", path) from None
+    return raw.strip()
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text (``key=value`` / ``key: value``, ``#``/``!`` comments)."""
+    out: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip()
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while line.endswith("\\") and i < len(lines):  # continuation line
+            line = line[:-1] + lines[i].lstrip()
+            i += 1
+        m = re.match(r"((?:[^=:\s\\]|\\.)+)\s*[=:\s]\s*(.*)$", line)
+        if m:
+            out[m.group(1).replace("\\", "")] = m.group(2).rstrip()
+        else:
+            out[line.strip()] = ""
+    return out
+
+
+def load_broker_config(path: str | os.PathLike[str] | None = None, **overrides: object) -> BrokerConfig:
+    """Read a ``broker.conf``; unknown keys are ignored (they do not affect the store).
+
+    Parameters
+    ----------
+    path
+        The broker.conf file, or None for the broker's defaults.
+    overrides
+        Explicit values that win over the file (used by tests and the CLI).
+    """
+    values: dict[str, object] = {}
+    source = None
+    if path is not None:
+        source = os.fspath(path)
+        try:
+            with open(source, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise ConfigError(f"cannot read broker config: {exc.strerror}", source) from None
+        for key, raw in parse_properties(text).items():
+            if key in _FIELDS:
+                values[key] = _convert(key, raw, source)
+    values.update(overrides)
+    cfg = BrokerConfig(**values, source=source)  # type: ignore[arg-type]
+    for name in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum"):
+        if getattr(cfg, name) <= 0:
+            raise ConfigError(f"{name} must be positive, got {getattr(cfg, name)}", source)
+    cfg.delay_levels_ms  # validate early
+    return cfg

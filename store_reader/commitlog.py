@@ -1,0 +1,296 @@
+"""Commitlog segments -> Arrow record batches and per-segment scan summaries.
+
+One segment (commitlog file) is the unit of work: a record never spans two files (spec F§3.10).
+The scan walks the segment exactly as the broker's recovery does (R§3, R§4.2) and reports where and
+why its valid prefix ends; with ``include_lost`` it also resyncs past a bad record (E#3) and yields
+the intact records the broker would discard, flagged ``valid_prefix = false``.
+
+Memory is bounded by ``batch_size`` records: the segment is mmapped read-only and only the requested
+columns are materialised (bodies only when ``body`` is selected).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+
+from schemas import MESSAGE, SEGMENT
+
+from . import recordformat as rf
+from .exceptions import UnreadableFileError
+
+DEFAULT_BATCH_SIZE = 16384
+
+# Columns the scanners materialise (everything but the driver's own ``valid_prefix``).
+SCANNED_COLUMNS = tuple(n for n in MESSAGE.names if n != "valid_prefix")
+
+
+def _use_pure() -> bool:
+    return os.environ.get("STORE_READER_PURE", "") not in ("", "0")
+
+
+def scanner_impl() -> Any:
+    """The native scanner, or the pure-Python twin when ``STORE_READER_PURE=1``."""
+    if _use_pure():
+        from . import _pyscan
+        return _pyscan
+    from . import _native  # built by the package build; no silent fallback to the slow twin
+    return _native
+
+
+def _native_opts(opts: rf.ScanOptions) -> tuple:
+    return (opts.check_crc, opts.compute_crc, opts.force_verify_prop_crc, opts.check_dup_info,
+            opts.broker_5x, struct.pack(f"<{len(opts.delay_levels_ms)}q", *opts.delay_levels_ms))
+
+
+def _column_array(name: str, data: Any, n: int) -> pa.Array:
+    """One column from a scanner: Python values (twin) or Arrow buffers (native)."""
+    f = MESSAGE.field(name).to_arrow()
+    if isinstance(data, list):
+        return pa.array(data, type=f.type)
+    t = f.type
+    if pa.types.is_list(t):
+        validity, offsets, child_offsets, child_data = data
+        child = pa.Array.from_buffers(t.value_type, offsets_last(offsets, n),
+                                      [None, pa.py_buffer(child_offsets), pa.py_buffer(child_data)])
+        return pa.ListArray.from_buffers(t, n, [_buf(validity), pa.py_buffer(offsets)],
+                                         children=[child])
+    if pa.types.is_map(t):
+        validity, offsets, k_off, k_data, v_off, v_data = data
+        pairs = offsets_last(offsets, n)
+        keys = pa.Array.from_buffers(pa.string(), pairs, [None, pa.py_buffer(k_off), pa.py_buffer(k_data)])
+        items = pa.Array.from_buffers(pa.string(), pairs, [None, pa.py_buffer(v_off), pa.py_buffer(v_data)])
+        entries = pa.StructArray.from_arrays([keys, items], fields=[t.key_field, t.item_field])
+        return pa.Array.from_buffers(t, n, [_buf(validity), pa.py_buffer(offsets)], children=[entries])
+    return pa.Array.from_buffers(t, n, [_buf(b) for b in data])
+
+
+def offsets_last(offsets: bytes, n: int) -> int:
+    return struct.unpack_from("<i", offsets, 4 * n)[0]
+
+
+def _buf(b: bytes | None) -> pa.Buffer | None:
+    return None if b is None else pa.py_buffer(b)
+
+
+def _batch(schema: pa.Schema, cols: dict[str, Any], n: int, valid_prefix: bool) -> pa.RecordBatch:
+    arrays = []
+    for f in schema:
+        if f.name == "valid_prefix":
+            arrays.append(pa.array([valid_prefix] * n, type=pa.bool_()))
+        else:
+            arrays.append(_column_array(f.name, cols[f.name], n))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+@dataclass
+class SegmentSummary:
+    """Where and why a segment's valid prefix ended (one row of ``schemas.SEGMENT``)."""
+
+    segment: str
+    path: str
+    file_start: int
+    file_size: int
+    valid_bytes: int = 0
+    records: int = 0
+    first_store_timestamp: int | None = None
+    last_store_timestamp: int | None = None
+    last_record_position: int | None = None
+    end_reason: str = "file_end"
+    end_check: str | None = None
+    end_declared_size: int | None = None
+    blank_declared_size: int | None = None
+    nonzero_after_marker: bool | None = None
+    first_magic: int | None = None
+    first_sys_flag: int | None = None
+    first_store_timestamp_raw: int | None = None
+    first_stored_phy_offset: int | None = None
+    first_record_valid: bool = False
+    resync_position: int | None = None
+    records_after_cut: int = 0
+    crc_failures: int = 0
+    lost_ranges: list[tuple[int, int]] = field(default_factory=list)
+    """[start, end) positions of intact record runs found after the cut (not a table column)."""
+
+    @property
+    def trailing_bytes(self) -> int:
+        return self.file_size - self.valid_bytes
+
+    @property
+    def end_phy_offset(self) -> int:
+        return self.file_start + self.valid_bytes
+
+    def as_row(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in SEGMENT.names}
+
+
+class _Mapped:
+    """Read-only mmap of a file (an empty file maps to ``b''``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self._fh = open(path, "rb")
+        except OSError as exc:
+            raise UnreadableFileError(f"cannot open commitlog segment: {exc.strerror}", path) from None
+        try:
+            self.size = os.fstat(self._fh.fileno()).st_size
+            self.buf: Any = (mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
+                             if self.size else b"")
+        except (OSError, ValueError) as exc:
+            self._fh.close()
+            raise UnreadableFileError(f"cannot map commitlog segment: {exc}", path) from None
+
+    def close(self) -> None:
+        if isinstance(self.buf, mmap.mmap):
+            self.buf.close()
+        self._fh.close()
+
+
+def _first_record_fields(buf: Any, size: int, s: SegmentSummary) -> None:
+    """Raw header fields of the record at position 0, read by position whatever they hold: the
+    abnormal start-file choice looks only at these (R§4.1)."""
+    if size >= 8:
+        s.first_magic = struct.unpack_from(">i", buf, 4)[0]
+    if size >= rf.SYSFLAG_POS + 4:
+        s.first_stored_phy_offset = struct.unpack_from(">q", buf, rf.PHYSICALOFFSET_POS)[0]
+        s.first_sys_flag = struct.unpack_from(">i", buf, rf.SYSFLAG_POS)[0]
+        ts_pos = 68 if s.first_sys_flag & rf.BORNHOST_V6_FLAG else 56
+        if size >= ts_pos + 8:
+            s.first_store_timestamp_raw = struct.unpack_from(">q", buf, ts_pos)[0]
+
+
+class SegmentScan:
+    """Iterate the record batches of one commitlog segment; ``summary`` is complete afterwards.
+
+    Parameters
+    ----------
+    path
+        The segment file (its name is its 20-digit start offset unless ``file_start`` is given).
+    opts
+        Validation settings (``ScanOptions.for_broker``).
+    columns
+        Message columns to materialise (``schemas.MESSAGE`` names); None = all but ``body``.
+    batch_size
+        Records per batch: bounds memory.
+    include_lost
+        Also yield intact records found after the cut (resync, spec E#3).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], opts: rf.ScanOptions,
+                 columns: Sequence[str] | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
+                 include_lost: bool = False, file_start: int | None = None) -> None:
+        self.path = os.fspath(path)
+        name = os.path.basename(self.path)
+        self.file_start = int(name) if file_start is None else file_start
+        self.opts = opts
+        if columns is None:
+            columns = [c for c in MESSAGE.names if c != "body"]
+        self.schema = MESSAGE.arrow(columns)
+        self.columns = tuple(c for c in self.schema.names if c != "valid_prefix")
+        self.batch_size = batch_size
+        self.include_lost = include_lost
+        self.summary = SegmentSummary(segment=name, path=self.path, file_start=self.file_start,
+                                      file_size=0)
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        impl = scanner_impl()
+        native = impl.__name__.endswith("_native")
+        opts = _native_opts(self.opts) if native else self.opts
+        m = _Mapped(self.path)
+        try:
+            yield from self._walk(impl, opts, m.buf, m.size)
+        finally:
+            m.close()
+
+    def _run(self, impl: Any, opts: Any, buf: Any, pos: int, end: int, in_prefix: bool
+             ) -> Iterator[pa.RecordBatch | tuple]:
+        """Scan VALID records from ``pos``; yields batches, then the final (pos, stop) tuple."""
+        s = self.summary
+        while True:
+            cols, n, pos_next, stop, (first_ts, last_ts, last_pos, crc_failures) = impl.scan(
+                buf, self.file_start, pos, end, self.batch_size, opts, self.columns)
+            s.crc_failures += crc_failures
+            if in_prefix and n:
+                if s.first_store_timestamp is None:
+                    s.first_store_timestamp = first_ts
+                s.last_store_timestamp, s.last_record_position = last_ts, last_pos
+                s.records += n
+            elif n:
+                s.records_after_cut += n
+                s.lost_ranges.append((pos, pos_next))
+            if n and len(self.schema) and (in_prefix or self.include_lost):
+                yield _batch(self.schema, cols, n, in_prefix)
+            pos = pos_next
+            if stop is not None:
+                yield (pos, stop)
+                return
+
+    def _walk(self, impl: Any, opts: Any, buf: Any, size: int) -> Iterator[pa.RecordBatch]:
+        s = self.summary
+        s.file_size = size
+        _first_record_fields(buf, size, s)
+        # 1. the valid prefix, exactly as the broker's recovery walks it
+        pos, stop = 0, None
+        for item in self._run(impl, opts, buf, 0, size, True):
+            if isinstance(item, tuple):
+                pos, stop = item
+            else:
+                yield item
+        s.first_record_valid = s.records > 0
+        s.valid_bytes = pos
+        outcome, check, declared = stop
+        # 2. classify how it ended: marker, clean zero padding, torn tail or corruption
+        if outcome == rf.END_OF_FILE:
+            s.end_reason = "eof_marker"
+            s.blank_declared_size = declared
+            s.nonzero_after_marker = not impl.is_zero(buf, min(pos + 8, size), size)
+            return
+        s.end_declared_size = declared
+        if pos >= size:
+            s.end_reason = "file_end"
+            return
+        if impl.is_zero(buf, pos, size):
+            s.end_reason = "zero_padding"
+            return
+        s.end_check = rf.CHECKS[check]
+        q = impl.resync(buf, self.file_start, pos + 1, size, opts)
+        if q < 0:
+            s.end_reason = "torn_tail"
+            return
+        s.end_reason = "corrupt"
+        s.resync_position = q
+        # 3. intact records behind the bad one (lost by the broker's recovery)
+        while q >= 0:
+            for item in self._run(impl, opts, buf, q, size, False):
+                if isinstance(item, tuple):
+                    pos, (outcome, _, _) = item
+                else:
+                    yield item
+            if outcome == rf.END_OF_FILE or pos >= size or impl.is_zero(buf, pos, size):
+                return
+            q = impl.resync(buf, self.file_start, pos + 1, size, opts)
+
+
+def scan_segment(path: str | os.PathLike[str], opts: rf.ScanOptions, **kwargs: Any
+                 ) -> tuple[pa.Table, SegmentSummary]:
+    """Scan a whole segment into one table (convenience for small files and tests)."""
+    scan = SegmentScan(path, opts, **kwargs)
+    batches = list(scan)
+    return pa.Table.from_batches(batches, schema=scan.schema), scan.summary
+
+
+def summarize_segment(path: str | os.PathLike[str], opts: rf.ScanOptions) -> SegmentSummary:
+    """The segment summary alone (no columns materialised)."""
+    scan = SegmentScan(path, opts, columns=[])
+    for _ in scan:
+        pass
+    return scan.summary
+
+
+def summaries_table(summaries: Sequence[SegmentSummary]) -> pa.Table:
+    return pa.Table.from_pylist([s.as_row() for s in summaries], schema=SEGMENT.arrow())

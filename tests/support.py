@@ -1,0 +1,86 @@
+"""Access to the real-broker fixture stores in ``../shared/fixtures`` (read-only).
+
+Archives are extracted once per test run into a temporary directory; nothing is ever written under
+``../shared``. Every helper here is plain Python so test modules can parametrize at collection time.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("ROCKETMQ_SHARED", ROOT.parent / "shared"))
+FIXTURES = SHARED / "fixtures"
+VERSIONS = ("rocketmq-4.9.7", "rocketmq-5.3.3")
+
+_EXTRACT_ROOT = Path(tempfile.mkdtemp(prefix="rmq-fixtures-"))
+
+
+def scenarios(version: str | None = None) -> list[tuple[str, str]]:
+    """Every (version, scenario) pair shipped in ../shared/fixtures."""
+    out = []
+    for v in VERSIONS if version is None else (version,):
+        vdir = FIXTURES / v
+        if vdir.is_dir():
+            out += [(v, s.name) for s in sorted(vdir.iterdir()) if (s / "expected.json").is_file()]
+    return out
+
+
+def case_id(case: tuple[str, str]) -> str:
+    return f"{case[0].split('-')[1]}/{case[1]}"
+
+
+def fixture_dir(version: str, scenario: str) -> Path:
+    return FIXTURES / version / scenario
+
+
+@functools.lru_cache(maxsize=None)
+def expected(version: str, scenario: str) -> dict:
+    with open(fixture_dir(version, scenario) / "expected.json", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def broker_conf(version: str, scenario: str) -> Path:
+    return fixture_dir(version, scenario) / "broker.conf"
+
+
+@functools.lru_cache(maxsize=None)
+def _extract(version: str, scenario: str, which: str) -> Path:
+    archive = fixture_dir(version, scenario) / f"{which}.tar.gz"
+    dest = _EXTRACT_ROOT / version / scenario / which
+    dest.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+    (top,) = [p for p in dest.iterdir()]
+    return top
+
+
+def input_store(version: str, scenario: str) -> Path:
+    """The damaged store exactly as handed to the broker (shared extraction: treat as read-only)."""
+    return _extract(version, scenario, "input")
+
+
+def expected_store(version: str, scenario: str) -> Path:
+    """The store after the real broker's recovery and clean shutdown."""
+    return _extract(version, scenario, "expected-store")
+
+
+def tree_digest(root: Path) -> str:
+    """Checksum of every file's relative path, size and bytes under ``root`` (and empty dirs)."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(root)):
+        dirnames.sort()
+        rel = os.path.relpath(dirpath, root)
+        h.update(f"D {rel}\n".encode())
+        for name in sorted(filenames):
+            p = os.path.join(dirpath, name)
+            h.update(f"F {rel}/{name} {os.path.getsize(p)}\n".encode())
+            with open(p, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+    return h.hexdigest()
