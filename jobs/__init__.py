@@ -1,0 +1,1 @@
+"""Spark entry points (spark-submit) and the thin Spark transforms they share."""

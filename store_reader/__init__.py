@@ -1,0 +1,13 @@
+"""Spark-free library that knows the bytes of a RocketMQ broker store.
+
+Entry point: ``open_store(path, broker_config)``; see README for the API. Never imports pyspark
+(except ``datasource``).
+"""
+from .brokerconf import BrokerConfig, load_broker_config
+from .commitlog import SegmentScan, SegmentSummary, scan_segment
+from .exceptions import StoreReaderError
+from .recordformat import ScanOptions
+from .store import Store, open_store
+
+__all__ = ["BrokerConfig", "load_broker_config", "SegmentScan", "SegmentSummary", "scan_segment",
+           "StoreReaderError", "ScanOptions", "Store", "open_store"]

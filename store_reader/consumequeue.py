@@ -1,0 +1,458 @@
+"""Consume queue files: list, decode, classify, read as a table, and write broker-identical files.
+
+Spec ``store-format.md`` §4 (entry layout, pre-blank filler), §2 (mapped-file naming, sizes, load
+rules), §1 (directory tree, RocksDB detection); ``recovery.md`` §2 (validity test) and §5.3 (how the
+broker writes entries, pre-blank fill of a queue's first file).
+
+Everything on the hot path (decoding a whole file, encoding a whole file) is one NumPy operation over a
+big-endian structured view; nothing loops per entry.
+"""
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from schemas import CONSUME_QUEUE_ENTRY
+
+from .exceptions import (
+    CorruptEntryError,
+    FileSizeError,
+    StrayFileError,
+    UnreadableFileError,
+    UnsupportedStoreError,
+)
+
+__all__ = [
+    "CQ_STORE_UNIT_SIZE",
+    "CQ_ENTRY",
+    "CQ_ENTRY_DTYPE",
+    "PRE_BLANK_SIZE",
+    "ENTRY_INVALID",
+    "ENTRY_VALID",
+    "ENTRY_PRE_BLANK",
+    "CQFile",
+    "QueueRef",
+    "CQEntries",
+    "file_name",
+    "parse_file_name",
+    "list_queue_files",
+    "file_start_offsets",
+    "find_gaps",
+    "decode_entries",
+    "encode_entries",
+    "read_queue_file",
+    "classify_entries",
+    "valid_mask",
+    "valid_prefix_length",
+    "read_queue",
+    "list_queues",
+    "write_queue",
+]
+
+# -- layout (store-format §4) -------------------------------------------------------------------
+# One CQ entry, big-endian:
+#   offset 0  i64  phy offset of the record in the commitlog
+#   offset 8  i32  record size (TOTALSIZE)
+#   offset 12 i64  tags code (§3.9) or a CQ-ext address (§5)
+_CQ_FIELDS = (("phy_offset", "q"), ("size", "i"), ("tags_code", "q"))
+CQ_ENTRY = struct.Struct(">" + "".join(code for _, code in _CQ_FIELDS))
+_CQ_OFFSETS = [struct.calcsize(">" + "".join(code for _, code in _CQ_FIELDS[:i]))
+               for i in range(len(_CQ_FIELDS))]
+CQ_STORE_UNIT_SIZE = CQ_ENTRY.size  # 20 (ConsumeQueue.CQ_STORE_UNIT_SIZE)
+CQ_ENTRY_DTYPE = np.dtype({
+    "names": [name for name, _ in _CQ_FIELDS],
+    "formats": [">" + np.dtype(code).str[1:] for _, code in _CQ_FIELDS],
+    "offsets": _CQ_OFFSETS,
+    "itemsize": CQ_STORE_UNIT_SIZE,
+})
+assert CQ_STORE_UNIT_SIZE == 20 and _CQ_OFFSETS == [0, 8, 12]
+
+# ConsumeQueue#fillPreBlank writes (phy 0, size Integer.MAX_VALUE, tags 0) into every slot before the
+# first real entry of a queue's first file.
+PRE_BLANK_SIZE = 0x7FFFFFFF
+
+# classify_entries() codes
+ENTRY_INVALID = 0    # not (phy >= 0 and size > 0): recovery stops at the first one
+ENTRY_VALID = 1      # an ordinary entry
+ENTRY_PRE_BLANK = 2  # pre-blank filler; "valid" by the broker's own test
+
+_FILE_NAME = re.compile(r"[0-9]{20}")
+# Java Integer.parseInt syntax (ASCII digits only, optional sign); Python's int() is more lenient.
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+
+
+# -- naming and listing (store-format §2) ------------------------------------------------------
+
+@dataclass(frozen=True)
+class CQFile:
+    """One consume queue file on disk.
+
+    Attributes
+    ----------
+    path
+        Full path.
+    name
+        File name: the 20-digit logic offset of its first byte.
+    start
+        That logic offset (``Long.parseLong(name)``).
+    size
+        Length on disk in bytes.
+    """
+
+    path: str
+    name: str
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    """A queue directory ``consumequeue/<topic>/<queueId>/`` as the broker would load it."""
+
+    topic: str
+    queue_id: int
+    path: str
+
+
+class CQEntries(NamedTuple):
+    """Decoded entries of one buffer, as native-endian NumPy arrays of equal length."""
+
+    phy_offset: np.ndarray  # int64
+    size: np.ndarray        # int32
+    tags_code: np.ndarray   # int64
+
+
+def file_name(logic_offset: int) -> str:
+    """``UtilAll#offset2FileName``: the offset in decimal, zero-padded to 20 digits."""
+    if logic_offset < 0:
+        raise ValueError(f"a mapped file cannot start at negative offset {logic_offset}")
+    return f"{logic_offset:020d}"
+
+
+def parse_file_name(path: str | os.PathLike[str]) -> int:
+    """Start offset encoded in a mapped file's name; :class:`StrayFileError` if it is not 20 digits."""
+    name = os.path.basename(os.fspath(path))
+    if not _FILE_NAME.fullmatch(name):
+        raise StrayFileError(f"file name {name!r} is not a 20-digit offset; the broker cannot load it",
+                             path)
+    return int(name)
+
+
+def list_queue_files(queue_dir: str | os.PathLike[str], cq_file_size: int, *,
+                     rocketmq5: bool = False) -> list[CQFile]:
+    """The files of one queue directory, sorted by name, checked the way ``MappedFileQueue#doLoad`` does.
+
+    Parameters
+    ----------
+    queue_dir
+        ``consumequeue/<topic>/<queueId>``. A missing directory is a queue with no files.
+    cq_file_size
+        ``BrokerConfig.cq_file_size`` (already rounded up to a multiple of 20).
+    rocketmq5
+        Apply the 5.x leniency of ``doLoad``: sub-directories are skipped and a zero-length file that
+        sorts last is ignored (the 5.x broker deletes it; this reader never deletes anything).
+
+    Returns
+    -------
+    list of CQFile
+        Sorted by name (= by start offset, thanks to the padding). Gaps between files are not an
+        error (the broker only logs them); see :func:`find_gaps`.
+
+    Raises
+    ------
+    StrayFileError
+        A name that is not 20 digits, or (4.9.7) a sub-directory.
+    FileSizeError
+        A file whose length is not ``cq_file_size``: the broker refuses to start.
+    UnreadableFileError
+        The directory cannot be listed.
+    """
+    queue_dir = os.fspath(queue_dir)
+    try:
+        entries = sorted(os.scandir(queue_dir), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot list queue directory: {exc.strerror}", queue_dir) from None
+    files: list[CQFile] = []
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=True):
+            if rocketmq5:
+                continue
+            raise StrayFileError("directory inside a consume queue directory (4.9.7 cannot load it)",
+                                 entry.path)
+        start = parse_file_name(entry.path)
+        try:
+            size = entry.stat(follow_symlinks=True).st_size
+        except OSError as exc:
+            raise UnreadableFileError(f"cannot stat: {exc.strerror}", entry.path) from None
+        files.append(CQFile(entry.path, entry.name, start, size))
+    for i, f in enumerate(files):
+        if f.size == cq_file_size:
+            continue
+        if rocketmq5 and f.size == 0 and i == len(files) - 1:
+            files.pop()  # 5.x deletes a zero-length last file at load and carries on
+            break
+        raise FileSizeError(f"length {f.size} != configured consume queue file size {cq_file_size} "
+                            "(the broker refuses to load the store)", f.path)
+    return files
+
+
+def file_start_offsets(files: Sequence[CQFile]) -> np.ndarray:
+    """Logic start offset of every file (int64), in list order."""
+    return np.fromiter((f.start for f in files), dtype=np.int64, count=len(files))
+
+
+def find_gaps(files: Sequence[CQFile], file_size: int) -> list[tuple[CQFile, CQFile]]:
+    """Adjacent pairs whose starts differ by something other than ``file_size``.
+
+    ``MappedFileQueue#checkSelf`` only logs these (``[BUG]The mappedFile queue's data is damaged``);
+    reporting them is the auditor's business.
+    """
+    starts = file_start_offsets(files)
+    bad = np.nonzero(np.diff(starts) != file_size)[0]
+    return [(files[i], files[i + 1]) for i in bad.tolist()]
+
+
+# -- decoding ---------------------------------------------------------------------------------
+
+def decode_entries(data: bytes | bytearray | memoryview | np.ndarray, *,
+                   path: str | os.PathLike[str] | None = None) -> CQEntries:
+    """Decode a whole buffer of consecutive 20-byte entries at once.
+
+    Parameters
+    ----------
+    data
+        Bytes starting at an entry boundary (normally a whole CQ file).
+    path
+        File the bytes came from, for error messages.
+
+    Raises
+    ------
+    CorruptEntryError
+        The length is not a multiple of 20; the position of the partial entry is reported.
+    """
+    raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8)
+    whole, rest = divmod(len(raw), CQ_STORE_UNIT_SIZE)
+    if rest:
+        raise CorruptEntryError(f"{rest} trailing bytes do not form a {CQ_STORE_UNIT_SIZE}-byte entry",
+                                path, whole * CQ_STORE_UNIT_SIZE)
+    view = raw.view(CQ_ENTRY_DTYPE)
+    return CQEntries(view["phy_offset"].astype(np.int64),
+                     view["size"].astype(np.int32),
+                     view["tags_code"].astype(np.int64))
+
+
+def encode_entries(phy_offset: np.ndarray | Sequence[int], size: np.ndarray | Sequence[int],
+                   tags_code: np.ndarray | Sequence[int]) -> bytes:
+    """The 20-byte big-endian form of the given entries, concatenated (inverse of decode_entries)."""
+    return _structured(phy_offset, size, tags_code).tobytes()
+
+
+def _structured(phy_offset, size, tags_code) -> np.ndarray:
+    phy = np.asarray(phy_offset, dtype=np.int64)
+    sz = np.asarray(size)
+    tags = np.asarray(tags_code, dtype=np.int64)
+    if not (phy.shape == sz.shape == tags.shape) or phy.ndim != 1:
+        raise ValueError(f"phy/size/tags must be 1-d of one length, got {phy.shape} {sz.shape} {tags.shape}")
+    if sz.size and (sz.min() < -(1 << 31) or sz.max() > (1 << 31) - 1):
+        raise ValueError("size does not fit the i32 field of a consume queue entry")
+    out = np.empty(len(phy), dtype=CQ_ENTRY_DTYPE)
+    out["phy_offset"] = phy
+    out["size"] = sz.astype(np.int32)
+    out["tags_code"] = tags
+    return out
+
+
+def read_queue_file(path: str | os.PathLike[str]) -> CQEntries:
+    """Read and decode one CQ file (every slot, whatever it holds)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot read consume queue file: {exc.strerror}", path) from None
+    return decode_entries(data, path=path)
+
+
+def valid_mask(phy_offset: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """The broker's validity test (``ConsumeQueue#recover``): ``phy >= 0 and size > 0``."""
+    return (np.asarray(phy_offset) >= 0) & (np.asarray(size) > 0)
+
+
+def classify_entries(phy_offset: np.ndarray, size: np.ndarray, tags_code: np.ndarray) -> np.ndarray:
+    """Kind of every entry: :data:`ENTRY_VALID`, :data:`ENTRY_PRE_BLANK` or :data:`ENTRY_INVALID` (int8).
+
+    A pre-blank filler ``(0, 0x7FFFFFFF, 0)`` passes the broker's validity test; it gets its own code
+    so callers can tell fillers from real entries.
+    """
+    phy = np.asarray(phy_offset)
+    sz = np.asarray(size)
+    tags = np.asarray(tags_code)
+    kind = np.where(valid_mask(phy, sz), ENTRY_VALID, ENTRY_INVALID).astype(np.int8)
+    kind[(phy == 0) & (sz == PRE_BLANK_SIZE) & (tags == 0)] = ENTRY_PRE_BLANK
+    return kind
+
+
+def valid_prefix_length(phy_offset: np.ndarray, size: np.ndarray) -> int:
+    """Number of leading valid entries (where ``ConsumeQueue#recover`` stops in a file)."""
+    bad = np.flatnonzero(~valid_mask(phy_offset, size))
+    return int(bad[0]) if bad.size else len(np.asarray(phy_offset))
+
+
+def read_queue(queue_dir: str | os.PathLike[str], topic: str, queue_id: int, cq_file_size: int, *,
+               files: Sequence[CQFile] | None = None, rocketmq5: bool = False) -> pa.Table:
+    """Every slot of every file of one queue as a ``CONSUME_QUEUE_ENTRY`` table.
+
+    Raw: invalid and pre-blank slots are included, nothing is cut at the recovered end (use
+    :func:`classify_entries` / :func:`valid_prefix_length`, or the recovery module, for that).
+    ``queue_offset`` is the logic offset / 20 (``file.start + position``).
+
+    Parameters
+    ----------
+    queue_dir, topic, queue_id
+        The queue's directory and the names it is reported under.
+    cq_file_size
+        Configured file size (``BrokerConfig.cq_file_size``).
+    files
+        Already listed files (skips :func:`list_queue_files`).
+    rocketmq5
+        See :func:`list_queue_files`.
+    """
+    if files is None:
+        files = list_queue_files(queue_dir, cq_file_size, rocketmq5=rocketmq5)
+    schema = CONSUME_QUEUE_ENTRY.arrow()
+    if not files:
+        return schema.empty_table()
+    batches = []
+    for f in files:
+        e = read_queue_file(f.path)
+        n = len(e.phy_offset)
+        position = np.arange(n, dtype=np.int64) * CQ_STORE_UNIT_SIZE
+        batches.append(pa.record_batch([
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(queue_id, pa.int32()), n),
+            pa.array((f.start + position) // CQ_STORE_UNIT_SIZE, pa.int64()),
+            pa.array(e.phy_offset, pa.int64()),
+            pa.array(e.size, pa.int32()),
+            pa.array(e.tags_code, pa.int64()),
+            pa.repeat(pa.scalar(f.name, pa.string()), n),
+            pa.array(position.astype(np.int32), pa.int32()),
+        ], schema=schema))
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def list_queues(store_root: str | os.PathLike[str], *,
+                consumequeue_dir: str | os.PathLike[str] | None = None) -> list[QueueRef]:
+    """Every queue directory the broker would load, sorted by (topic, queue id).
+
+    ``consumequeue/<topic>/<queueId>/``: topic directories are taken verbatim; a queue directory whose
+    name is not a Java int is skipped, as ``DefaultMessageStore#loadConsumeQueue`` (4.9.7) /
+    ``ConsumeQueueStore#loadConsumeQueues`` (5.x) skip it. Plain files at either level are ignored.
+
+    Raises
+    ------
+    UnsupportedStoreError
+        ``consumequeue/`` holds a RocksDB database (``CURRENT`` or ``*.sst``; 5.x ``storeType=defaultRocksDB``).
+    UnreadableFileError
+        A directory cannot be listed.
+    """
+    cq_dir = os.fspath(consumequeue_dir) if consumequeue_dir is not None else \
+        os.path.join(os.fspath(store_root), "consumequeue")
+    try:
+        topics = list(os.scandir(cq_dir))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot list consume queue root: {exc.strerror}", cq_dir) from None
+    for entry in topics:
+        if entry.is_file() and (entry.name == "CURRENT" or entry.name.endswith(".sst")):
+            raise UnsupportedStoreError("consume queues are stored in RocksDB (storeType=defaultRocksDB); "
+                                        "only file consume queues are supported", entry.path)
+    out: list[QueueRef] = []
+    for t in topics:
+        if not t.is_dir():
+            continue
+        try:
+            queues = list(os.scandir(t.path))
+        except OSError as exc:
+            raise UnreadableFileError(f"cannot list topic directory: {exc.strerror}", t.path) from None
+        for q in queues:
+            if not q.is_dir() or not _JAVA_INT.fullmatch(q.name):
+                continue
+            qid = int(q.name)
+            if not -(1 << 31) <= qid < (1 << 31):
+                continue  # Integer.parseInt overflows -> NumberFormatException -> skipped
+            out.append(QueueRef(t.name, qid, q.path))
+    out.sort(key=lambda r: (r.topic, r.queue_id, r.path))
+    return out
+
+
+# -- writing (recovery.md §5.3) ---------------------------------------------------------------
+
+def write_queue(directory: str | os.PathLike[str], phy_offset: np.ndarray | Sequence[int],
+                size: np.ndarray | Sequence[int], tags_code: np.ndarray | Sequence[int],
+                first_queue_offset: int, cq_file_size: int, *, overwrite: bool = False) -> list[str]:
+    """Write the CQ files of one queue exactly as the broker's ``putMessagePositionInfo`` leaves them.
+
+    Entry ``i`` goes to queue offset ``first_queue_offset + i``. Files are ``cq_file_size`` bytes,
+    zero-filled past the last entry, named by their logic start offset (20 digits); a file is only
+    created when an entry falls into it. When the queue starts at a non-zero offset, the slots of the
+    first file before it hold pre-blank fillers (``ConsumeQueue#fillPreBlank``), as the broker writes
+    them when it creates the first file of a queue that has none.
+
+    Parameters
+    ----------
+    directory
+        Target queue directory (created if missing). Only this directory is written; atomic
+        placement (temp dir + rename) is the caller's job.
+    phy_offset, size, tags_code
+        Entry values, one per consecutive queue offset.
+    first_queue_offset
+        Queue offset of the first entry (``minOffset``).
+    cq_file_size
+        ``BrokerConfig.cq_file_size`` (a multiple of 20).
+    overwrite
+        Replace files that already exist (otherwise :class:`FileExistsError`).
+
+    Returns
+    -------
+    list of str
+        Paths written, in offset order. Empty when there are no entries (the broker has no file then).
+    """
+    if cq_file_size <= 0 or cq_file_size % CQ_STORE_UNIT_SIZE:
+        raise ValueError(f"cq_file_size {cq_file_size} is not a positive multiple of {CQ_STORE_UNIT_SIZE}")
+    if first_queue_offset < 0:
+        raise ValueError(f"first_queue_offset {first_queue_offset} is negative")
+    entries = _structured(phy_offset, size, tags_code)
+    if len(entries) == 0:
+        return []
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+
+    start = first_queue_offset * CQ_STORE_UNIT_SIZE           # logic offset of the first entry
+    end = start + len(entries) * CQ_STORE_UNIT_SIZE           # exclusive
+    first_file = start - start % cq_file_size
+    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    pre_blank = np.zeros(1, dtype=CQ_ENTRY_DTYPE)
+    pre_blank["size"] = PRE_BLANK_SIZE
+
+    written = []
+    for file_start in range(first_file, end, cq_file_size):
+        slots = np.zeros(per_file, dtype=CQ_ENTRY_DTYPE)
+        lo = max(start, file_start)                           # logic range of entries in this file
+        hi = min(end, file_start + cq_file_size)
+        if file_start == first_file and start > file_start:
+            slots[: (start - file_start) // CQ_STORE_UNIT_SIZE] = pre_blank[0]
+        slots[(lo - file_start) // CQ_STORE_UNIT_SIZE:(hi - file_start) // CQ_STORE_UNIT_SIZE] = \
+            entries[(lo - start) // CQ_STORE_UNIT_SIZE:(hi - start) // CQ_STORE_UNIT_SIZE]
+        path = os.path.join(directory, file_name(file_start))
+        with open(path, "wb" if overwrite else "xb") as fh:
+            fh.write(slots.tobytes())
+        written.append(path)
+    return written

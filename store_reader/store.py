@@ -1,0 +1,259 @@
+"""Discover a RocketMQ store root and open its files read-only (spec ``store-format.md`` §1, §2).
+
+``open_store`` never writes anything: a store may belong to a live broker. Problems that make the
+broker refuse to load the store (a file of the wrong size, a stray name in a mapped-file directory)
+are collected in ``Store.load_problems`` so the recovery can report "the broker would not start";
+``strict=True`` raises the first one instead.
+"""
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+
+from .brokerconf import BrokerConfig, load_broker_config
+from .commitlog import SegmentScan, SegmentSummary, summaries_table, summarize_segment
+from .exceptions import (FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
+                         UnreadableFileError, UnsupportedStoreError)
+from .recordformat import MAGIC_V2, ScanOptions
+
+MAPPED_FILE_NAME = re.compile(r"^\d{20}$")
+
+
+@dataclass(frozen=True)
+class MappedFile:
+    """One file of a mapped-file sequence (commitlog, consume queue): name = start offset."""
+
+    path: str
+    name: str
+    start: int
+    size: int
+
+
+@dataclass
+class Store:
+    """A store root with its layout discovered (see ``open_store``)."""
+
+    root: Path
+    config: BrokerConfig
+    commitlog_dirs: list[Path]
+    commitlog_files: list[MappedFile]
+    abort_exists: bool
+    lock_exists: bool
+    load_problems: list[StoreReaderError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    # -- paths --------------------------------------------------------------------------------
+    @property
+    def consume_queue_dir(self) -> Path:
+        return self.root / "consumequeue"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "config"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "lock"
+
+    @property
+    def loadable(self) -> bool:
+        """False when the broker's ``load()`` would fail on these files."""
+        return not self.load_problems
+
+    # -- commitlog ------------------------------------------------------------------------------
+    def scan_options(self, broker_5x: bool | None = None, compute_crc: bool = True) -> ScanOptions:
+        if broker_5x is None:
+            broker_5x = self.looks_5x()
+        return ScanOptions.for_broker(self.config, broker_5x, compute_crc=compute_crc)
+
+    def scan_commitlog(self, columns: Sequence[str] | None = None, opts: ScanOptions | None = None,
+                       include_lost: bool = False, batch_size: int | None = None
+                       ) -> Iterator[pa.RecordBatch]:
+        """Record batches of every segment in commitlog order (see ``commitlog.SegmentScan``)."""
+        opts = opts or self.scan_options()
+        kwargs = {} if batch_size is None else {"batch_size": batch_size}
+        for f in self.commitlog_files:
+            yield from SegmentScan(f.path, opts, columns=columns, include_lost=include_lost, **kwargs)
+
+    def segment_summaries(self, opts: ScanOptions | None = None) -> pa.Table:
+        """One row per commitlog file (``schemas.SEGMENT``)."""
+        opts = opts or self.scan_options()
+        return summaries_table(self.summaries(opts))
+
+    def summaries(self, opts: ScanOptions | None = None) -> list[SegmentSummary]:
+        opts = opts or self.scan_options()
+        return [summarize_segment(f.path, opts) for f in self.commitlog_files]
+
+    # -- version hints (R§1, F§12) -----------------------------------------------------------------
+    def looks_5x(self) -> bool:
+        """Best guess of the writing broker's generation from what the files show.
+
+        5.x leaves ``abort.bak`` behind (OBSERVATIONS 15), fills checkpoint bytes 24..39, keeps the
+        trailing ``\\x02`` of a record's properties and may write V2 records; 4.9.7 does none of these.
+        """
+        return self.version_hints().get("broker_5x", False)
+
+    def version_hints(self) -> dict[str, bool]:
+        hints: dict[str, bool] = {}
+        if (self.root / "abort.bak").exists():
+            hints["broker_5x"] = True
+            hints["abort.bak"] = True
+        try:
+            with open(self.checkpoint_path, "rb") as fh:
+                head = fh.read(40)
+            if len(head) == 40 and any(head[24:40]):
+                hints["broker_5x"] = True
+                hints["checkpoint_5_longs"] = True
+        except OSError:
+            pass
+        first = self._first_record_tail()
+        if first is not None:
+            magic, last_byte = first
+            if magic == MAGIC_V2:
+                hints["broker_5x"] = hints["v2_record"] = True
+            elif last_byte is not None:
+                hints.setdefault("broker_5x", last_byte == 0x02)
+                hints["properties_trailing_separator"] = last_byte == 0x02
+        return hints
+
+    def _first_record_tail(self) -> tuple[int, int | None] | None:
+        """(magic, last byte of the properties) of the first record of the first segment."""
+        for f in self.commitlog_files:
+            try:
+                with open(f.path, "rb") as fh:
+                    head = fh.read(8)
+                    if len(head) < 8:
+                        continue
+                    size, magic = struct.unpack(">ii", head)
+                    if size <= 8 or size > f.size:
+                        return None
+                    fh.seek(size - 3)
+                    tail = fh.read(3)
+            except OSError:
+                return None
+            props_len = struct.unpack(">h", tail[:2])[0]
+            return magic, (tail[2] if props_len != 0 else None)
+        return None
+
+
+def list_mapped_files(directory: Path, expected_size: int, what: str, size_key: str,
+                      problems: list[StoreReaderError], notes: list[str],
+                      allow_empty_last: bool = True) -> list[MappedFile]:
+    """A mapped-file directory as the broker's ``MappedFileQueue#load`` sees it (F§2)."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot list {what} directory: {exc.strerror}", directory) from None
+    files: list[MappedFile] = []
+    for e in entries:
+        if e.is_dir():
+            notes.append(f"{e.path}: sub-directory in the {what} directory ignored")
+            continue
+        if not MAPPED_FILE_NAME.match(e.name):
+            problems.append(StrayFileError(
+                f"stray file in the {what} directory: the broker parses every name as a 20-digit "
+                f"start offset (Long.parseLong) and would fail to load", e.path))
+            continue
+        try:
+            size = e.stat().st_size
+        except OSError as exc:
+            raise UnreadableFileError(f"cannot stat: {exc.strerror}", e.path) from None
+        files.append(MappedFile(path=e.path, name=e.name, start=int(e.name), size=size))
+    if files and allow_empty_last and files[-1].size == 0:
+        notes.append(f"{files[-1].path}: zero-length last file (5.x deletes it at load)")
+    for i, f in enumerate(files):
+        if f.size != expected_size and not (allow_empty_last and f.size == 0 and i == len(files) - 1):
+            problems.append(FileSizeError(
+                f"{what} file is {f.size} bytes but {size_key} is {expected_size}: the broker "
+                f"refuses to load it", f.path))
+    for a, b in zip(files, files[1:]):
+        if b.start - a.start != expected_size:
+            notes.append(f"{b.path}: gap or overlap after {a.name} (start offsets differ by "
+                         f"{b.start - a.start}, file size {expected_size}); the broker only logs it")
+    return files
+
+
+def _commitlog_dirs(root: Path, config: BrokerConfig) -> list[Path]:
+    if config.storePathCommitLog:
+        dirs = [Path(p.strip()) for p in config.storePathCommitLog.split(",") if p.strip()]
+        dirs = [d if d.is_absolute() else root / d for d in dirs]
+        if all(d.is_dir() for d in dirs):
+            return dirs
+    return [root / "commitlog"]
+
+
+def open_store(path: str | os.PathLike[str], broker_config: BrokerConfig | str | os.PathLike[str] | None = None,
+               strict: bool = False) -> Store:
+    """Discover the store at ``path`` without writing anything.
+
+    Parameters
+    ----------
+    path
+        The store root (``storePathRootDir``): holds ``commitlog/``, ``consumequeue/``, ``index/``,
+        ``checkpoint``, ``config/``.
+    broker_config
+        A ``BrokerConfig``, a ``broker.conf`` path, or None for ``<root>/broker.conf`` if present,
+        else the broker's defaults.
+    strict
+        Raise the first load problem instead of collecting it in ``Store.load_problems``.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise NotAStoreError("store directory does not exist", root)
+    if not root.is_dir():
+        raise NotAStoreError("store path is not a directory", root)
+    if not isinstance(broker_config, BrokerConfig):
+        if broker_config is None and (root / "broker.conf").is_file():
+            broker_config = root / "broker.conf"
+        broker_config = load_broker_config(broker_config)
+    config = broker_config
+    markers = ("commitlog", "consumequeue", "index", "checkpoint", "config")
+    dirs = _commitlog_dirs(root, config)
+    if not any((root / m).exists() for m in markers) and not any(d.is_dir() for d in dirs):
+        raise NotAStoreError("not a RocketMQ store root: none of commitlog/, consumequeue/, index/, "
+                             "checkpoint, config/ is there", root)
+    cq = root / "consumequeue"
+    if (cq / "CURRENT").exists() or (cq.is_dir() and any(p.suffix == ".sst" for p in cq.iterdir())):
+        raise UnsupportedStoreError("consumequeue/ holds a RocksDB database (storeType=defaultRocksDB);"
+                                    " only file consume queues are supported", cq)
+    problems: list[StoreReaderError] = []
+    notes: list[str] = []
+    files: list[MappedFile] = []
+    for d in dirs:
+        files += list_mapped_files(d, config.mappedFileSizeCommitLog, "commitlog",
+                                   "mappedFileSizeCommitLog", problems, notes)
+    files.sort(key=lambda f: f.name)
+    for a, b in zip(files, files[1:]):
+        if a.name == b.name:
+            problems.append(StrayFileError(f"commitlog file name also present at {a.path}", b.path))
+    # A zero-length last file is skipped by 5.x and fails 4.9.7's load: keep it out of the scan.
+    if files and files[-1].size == 0:
+        files = files[:-1]
+    sized = [f for f in files if f.size]
+    if sized and all(f.size != config.mappedFileSizeCommitLog for f in sized):
+        raise FileSizeError(
+            f"every commitlog file is {sized[0].size} bytes but mappedFileSizeCommitLog is "
+            f"{config.mappedFileSizeCommitLog} ({config.source or 'broker default'}): pass the "
+            f"broker's broker.conf", sized[0].path)
+    store = Store(root=root, config=config, commitlog_dirs=dirs, commitlog_files=files,
+                  abort_exists=(root / "abort").is_file(), lock_exists=(root / "lock").is_file(),
+                  load_problems=problems, notes=notes)
+    if strict and problems:
+        raise problems[0]
+    return store
