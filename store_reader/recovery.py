@@ -1,0 +1,430 @@
+"""The broker's recovery, predicted: what a RocketMQ broker would do if restarted on this store.
+
+Pure functions over what the scanners report (per-segment summaries, decoded records), the consume
+queue files, the checkpoint and the ``abort`` flag, following ``recovery.md`` step by step, bugs and
+losses included. Nothing here "fixes" anything: the repaired store is built elsewhere; this module
+says what the broker itself would end up with, so the audit can report the difference.
+
+Versions: ``"4.9"`` (rocketmq-all-4.9.7) and ``"5.x"`` (5.3.3 semantics).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from . import recordformat as rf
+from .brokerconf import BrokerConfig
+from .checkpoint import read_checkpoint
+from .commitlog import SegmentSummary
+from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, list_queue_files,
+                           list_queues, read_queue_file)
+from .exceptions import StoreReaderError
+from .store import Store
+
+V49, V5X = "4.9", "5.x"
+_CQ_TYPES = (rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_COMMIT_TYPE)
+
+
+# -- a consume queue as the broker holds it in memory ------------------------------------------------
+
+@dataclass
+class _CQFile:
+    start: int               # logic offset of the file's first byte
+    slots: np.ndarray        # CQ_ENTRY_DTYPE, one per slot of the file
+    wrote: int               # write position in bytes
+
+
+@dataclass
+class ConsumeQueueState:
+    """One queue through the broker's recovery (``ConsumeQueue``); offsets in bytes unless named."""
+
+    topic: str
+    queue_id: int
+    file_size: int
+    files: list[_CQFile] = field(default_factory=list)
+    min_logic_offset: int = 0
+    max_physic_offset: int = -1
+    deleted_files: list[int] = field(default_factory=list)
+    skipped_repeats: int = 0           # "Build consume queue repeatedly"
+    order_warnings: int = 0            # "[BUG]logic queue order maybe wrong"
+
+    @property
+    def per_file(self) -> int:
+        return self.file_size // CQ_STORE_UNIT_SIZE
+
+    @property
+    def max_offset(self) -> int:
+        """``getMaxOffsetInQueue``: (last file start + write position) / 20."""
+        if not self.files:
+            return 0
+        last = self.files[-1]
+        return (last.start + last.wrote) // CQ_STORE_UNIT_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+    def entries(self) -> np.ndarray:
+        """Entries from min to max offset (what ``getIndexBuffer`` serves), queue offset order."""
+        out = [f.slots[: f.wrote // CQ_STORE_UNIT_SIZE] for f in self.files]
+        allv = np.concatenate(out) if out else np.zeros(0, CQ_ENTRY_DTYPE)
+        first = self.files[0].start // CQ_STORE_UNIT_SIZE if self.files else 0
+        return allv[max(0, self.min_offset - first):]
+
+    # R§2 ConsumeQueue#recover
+    def recover(self) -> None:
+        if not self.files:
+            return
+        index = max(0, len(self.files) - 3)
+        process = self.files[index].start
+        for f in self.files[index:]:
+            valid = (f.slots["phy_offset"] >= 0) & (f.slots["size"] > 0)
+            bad = np.flatnonzero(~valid)
+            n = int(bad[0]) if bad.size else len(valid)
+            if n:
+                last = f.slots[n - 1]
+                self.max_physic_offset = int(last["phy_offset"]) + int(last["size"])
+            process = f.start + n * CQ_STORE_UNIT_SIZE
+            if n < len(valid):
+                break
+        self._truncate_dirty_files(process)
+
+    # R§5.1 MappedFileQueue#truncateDirtyFiles
+    def _truncate_dirty_files(self, offset: int) -> None:
+        kept = []
+        for f in self.files:
+            if f.start + self.file_size > offset:
+                if offset >= f.start:
+                    f.wrote = offset % self.file_size
+                    kept.append(f)
+                else:
+                    self.deleted_files.append(f.start)
+            else:
+                kept.append(f)
+        self.files = kept
+
+    # R§5.2 ConsumeQueue#truncateDirtyLogicFiles
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        self.max_physic_offset = phy_offset
+        while self.files:
+            f = self.files[-1]
+            f.wrote = 0
+            for i in range(self.per_file):
+                e = f.slots[i]
+                phy, size = int(e["phy_offset"]), int(e["size"])
+                if i == 0:
+                    if phy >= phy_offset:      # entry 0 is not validity-checked (E#22)
+                        self.deleted_files.append(f.start)
+                        self.files.pop()
+                        break
+                    f.wrote = CQ_STORE_UNIT_SIZE
+                    self.max_physic_offset = phy + size
+                    continue
+                if phy >= 0 and size > 0:
+                    if phy >= phy_offset:
+                        return
+                    f.wrote = (i + 1) * CQ_STORE_UNIT_SIZE
+                    self.max_physic_offset = phy + size
+                    if f.wrote == self.file_size:
+                        return
+                else:
+                    return
+            else:
+                return
+
+    # R§5.3 ConsumeQueue#putMessagePositionInfo
+    def put(self, phy: int, size: int, tags_code: int, cq_offset: int) -> None:
+        if phy + size <= self.max_physic_offset:
+            self.skipped_repeats += 1
+            return
+        expect = cq_offset * CQ_STORE_UNIT_SIZE
+        first_create = False
+        if not self.files:
+            self.files.append(_CQFile(expect - expect % self.file_size,
+                                      np.zeros(self.per_file, CQ_ENTRY_DTYPE), 0))
+            first_create = True
+        elif self.files[-1].wrote >= self.file_size:
+            self.files.append(_CQFile(self.files[-1].start + self.file_size,
+                                      np.zeros(self.per_file, CQ_ENTRY_DTYPE), 0))
+        f = self.files[-1]
+        if first_create and cq_offset != 0 and f.wrote == 0:
+            self.min_logic_offset = expect
+            n = (expect % self.file_size) // CQ_STORE_UNIT_SIZE
+            f.slots[:n] = np.array([(0, PRE_BLANK_SIZE, 0)], CQ_ENTRY_DTYPE)   # fillPreBlank
+            f.wrote = n * CQ_STORE_UNIT_SIZE
+        if cq_offset != 0:
+            current = f.start + f.wrote
+            if expect < current:
+                self.skipped_repeats += 1
+                return
+            if expect != current:
+                self.order_warnings += 1
+        self.max_physic_offset = phy + size
+        f.slots[f.wrote // CQ_STORE_UNIT_SIZE] = (phy, size, tags_code)
+        f.wrote += CQ_STORE_UNIT_SIZE
+
+    # R§7.2 ConsumeQueue#correctMinOffset
+    def correct_min_offset(self, min_phy: int, version: str) -> None:
+        if not self.files:
+            return
+        first = self.files[0]
+        readable = first.wrote // CQ_STORE_UNIT_SIZE
+        if version == V49:
+            phys = first.slots["phy_offset"][:readable]
+            hit = np.flatnonzero(phys >= min_phy)
+            if hit.size:
+                self.min_logic_offset = first.start + int(hit[0]) * CQ_STORE_UNIT_SIZE
+            return
+        max_logic = self.files[-1].start + self.files[-1].wrote
+        if self.min_logic_offset >= max_logic:
+            return
+        last = self.files[-1]
+        if last.wrote and int(last.slots[last.wrote // CQ_STORE_UNIT_SIZE - 1]["phy_offset"]) < min_phy:
+            self.min_logic_offset = last.start + last.wrote
+            return
+        start = self.min_logic_offset - first.start
+        intact = start >= 0
+        start = max(start, 0)
+        phys = first.slots["phy_offset"][:readable]
+        i0 = start // CQ_STORE_UNIT_SIZE
+        if intact and i0 < readable and phys[i0] >= min_phy:
+            return
+        hit = np.flatnonzero(phys[i0:] >= min_phy)     # the binary search finds the first such entry
+        if hit.size:
+            self.min_logic_offset = first.start + (i0 + int(hit[0])) * CQ_STORE_UNIT_SIZE
+
+
+def load_consume_queues(store: Store, broker_5x: bool) -> tuple[dict[tuple[str, int], ConsumeQueueState],
+                                                                list[StoreReaderError]]:
+    """Every queue as ``load()`` maps it; files of the wrong size are load failures (OBSERVATIONS 9)."""
+    size = store.config.cq_file_size
+    queues: dict[tuple[str, int], ConsumeQueueState] = {}
+    problems: list[StoreReaderError] = []
+    for ref in list_queues(store.root):
+        q = ConsumeQueueState(ref.topic, ref.queue_id, size)
+        try:
+            files = list_queue_files(ref.path, size, rocketmq5=broker_5x)
+        except StoreReaderError as exc:
+            problems.append(exc)
+            continue
+        for f in files:
+            if f.size == 0:
+                continue
+            e = read_queue_file(f.path)
+            slots = np.zeros(q.per_file, CQ_ENTRY_DTYPE)
+            slots["phy_offset"], slots["size"], slots["tags_code"] = e.phy_offset, e.size, e.tags_code
+            q.files.append(_CQFile(f.start, slots, size))
+        if q.files:
+            q.min_logic_offset = q.files[0].start
+        queues[(ref.topic, ref.queue_id)] = q
+    return queues, problems
+
+
+# -- the commitlog side -------------------------------------------------------------------------------
+
+@dataclass
+class CommitLogFileState:
+    name: str
+    start: int
+    size: int
+    wrote: int
+
+
+@dataclass
+class Prediction:
+    """What the broker would do if restarted on the store now (fields in the broker's terms)."""
+
+    broker_version: str
+    load_result: bool
+    load_problems: list[str] = field(default_factory=list)
+    recovery_path: str = "normal"
+    start_file: str | None = None
+    max_phy_offset: int = 0
+    min_phy_offset: int = -1
+    commitlog_files: list[CommitLogFileState] = field(default_factory=list)
+    deleted_commitlog_files: list[str] = field(default_factory=list)
+    max_phy_offset_of_consume_queue: int = -1
+    confirm_offset: int | None = None
+    reput_from_offset: int | None = None
+    consume_queues: dict[tuple[str, int], ConsumeQueueState] = field(default_factory=dict)
+    cq_truncated: bool = False
+
+    def topic_queue_table(self) -> dict[str, int]:
+        return {f"{t}-{q}": s.max_offset for (t, q), s in self.consume_queues.items()}
+
+
+def _start_file_abnormal(summaries: Sequence[SegmentSummary], version: str, config: BrokerConfig,
+                         min_ts: int, min_ts_index: int) -> int:
+    """R§4.1 abnormal (4.9.7 / 5.3.3): newest file whose first record's header passes
+    ``isMappedFileMatchedRecover``; only magic, STORETIMESTAMP != 0 and the checkpoint bound count."""
+    magics = (rf.MAGIC_V1, rf.MAGIC_V2) if version == V5X else (rf.MAGIC_V1,)
+    bound = min_ts_index if config.messageIndexEnable and config.messageIndexSafe else min_ts
+    for i in range(len(summaries) - 1, -1, -1):
+        s = summaries[i]
+        ts = s.first_store_timestamp_raw
+        if s.first_magic in magics and ts and ts <= bound:
+            return i
+    return 0
+
+
+def _start_file_normal(summaries: Sequence[SegmentSummary], version: str, cq_max: int) -> int:
+    if version == V49:                                  # the third-last file
+        return max(0, len(summaries) - 3)
+    index = len(summaries) - 1                          # 5.3.3: file holding the CQ max
+    while index > 0 and summaries[index].file_start > cq_max:
+        index -= 1
+    return index
+
+
+def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config: BrokerConfig,
+                      abnormal: bool, checkpoint_min_ts: int, checkpoint_min_ts_index: int,
+                      cq_max: int) -> tuple[int, int, list[CommitLogFileState], list[str]]:
+    """R§4: (start index, recovered end, files after truncation, deleted file names)."""
+    if not summaries:
+        return 0, 0, [], []
+    if abnormal:
+        start = _start_file_abnormal(summaries, version, config, checkpoint_min_ts,
+                                     checkpoint_min_ts_index)
+    else:
+        start = _start_file_normal(summaries, version, cq_max)
+    end = summaries[start].file_start
+    for i in range(start, len(summaries)):           # R§4.2: a blank marker moves on to the next file
+        s = summaries[i]
+        end = s.file_start + s.valid_bytes
+        if s.end_reason != "eof_marker":
+            break
+    files, deleted = [], []
+    for s in summaries:                               # R§5.1 truncateDirtyFiles(end)
+        if s.file_start + s.file_size > end:
+            if end >= s.file_start:
+                files.append(CommitLogFileState(s.segment, s.file_start, s.file_size, end - s.file_start))
+            else:
+                deleted.append(s.segment)
+        else:
+            files.append(CommitLogFileState(s.segment, s.file_start, s.file_size, s.file_size))
+    return start, end, files, deleted
+
+
+def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], version: str,
+                     from_index: int, begin: int, end: int, min_stored_phy: int | None,
+                     queues: dict[tuple[str, int], ConsumeQueueState], opts: rf.ScanOptions) -> int:
+    """Feed VALID records in ``[begin, end)`` of files ``from_index..`` to the CQ builder in
+    commitlog order (R§4.4, R§6; ``DefaultMessageStore#doDispatch``). With ``min_stored_phy``, only
+    records whose stored PHYSICALOFFSET is greater are dispatched (5.x normal recovery, E#20).
+    Returns the number of records dispatched."""
+    from .commitlog import SegmentScan
+
+    cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
+            "sys_flag", "tags_code"]
+    n = 0
+    for s in summaries[from_index:]:
+        if s.file_start + s.file_size <= begin or s.file_start >= end:
+            continue
+        for batch in SegmentScan(s.path, opts, columns=cols):
+            d = batch.to_pydict()
+            for i in range(batch.num_rows):
+                pos = d["phy_offset"][i]
+                if pos < begin or pos >= end:
+                    continue
+                stored = d["stored_phy_offset"][i]
+                if min_stored_phy is not None and stored <= min_stored_phy:
+                    continue
+                n += 1
+                if d["sys_flag"][i] & rf.TRANSACTION_MASK not in _CQ_TYPES:
+                    continue
+                key = (d["topic"][i], d["queue_id"][i])
+                q = queues.get(key)
+                if q is None:
+                    q = queues[key] = ConsumeQueueState(key[0], key[1], store.config.cq_file_size)
+                q.put(stored, d["total_size"][i], d["tags_code"][i], d["queue_offset"][i])
+    return n
+
+
+def predict(store: Store, broker_version: str | None = None,
+            summaries: Sequence[SegmentSummary] | None = None) -> Prediction:
+    """The broker's recovery on ``store`` (R§1 phases 2-11) for ``broker_version``.
+
+    Parameters
+    ----------
+    store
+        An opened store.
+    broker_version
+        ``"4.9"`` or ``"5.x"``; None = from the store's version hints.
+    summaries
+        Segment summaries scanned with the broker's options (computed here when None).
+    """
+    version = broker_version or (V5X if store.looks_5x() else V49)
+    broker_5x = version == V5X
+    opts = store.scan_options(broker_5x=broker_5x)
+    pred = Prediction(broker_version=version, load_result=store.loadable,
+                      load_problems=[str(p) for p in store.load_problems])
+    queues, cq_problems = load_consume_queues(store, broker_5x)
+    if not broker_5x and store.notes and any("zero-length last file" in n for n in store.notes):
+        pred.load_problems.append("zero-length last commitlog file: 4.9.7's load() fails on it")
+    pred.load_problems += [str(p) for p in cq_problems]
+    if not broker_5x:
+        # 4.9.7's ScheduleMessageService#load (correctDelayOffset) looks up the schedule queue of
+        # every delay level, which creates the empty ones (OBSERVATIONS 15).
+        for level in range(1, len(store.config.delay_levels_ms) + 1):
+            key = (rf.SCHEDULE_TOPIC, level - 1)
+            queues.setdefault(key, ConsumeQueueState(*key, store.config.cq_file_size))
+    pred.load_result = not pred.load_problems
+    if not pred.load_result:
+        return pred
+    pred.recovery_path = "abnormal" if store.abort_exists else "normal"
+    if summaries is None:
+        summaries = store.summaries(opts)
+    ckpt = read_checkpoint(store.checkpoint_path)
+    # 1. consume queues recover on their own, before the commitlog is looked at (R§2)
+    for q in queues.values():
+        q.recover()
+    cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
+    pred.max_phy_offset_of_consume_queue = cq_max
+    # 2. start file and scan (R§4.1, R§4.2)
+    abnormal = store.abort_exists
+    start, end, files, deleted = predict_commitlog(
+        summaries, version, store.config, abnormal, ckpt.min_timestamp, ckpt.min_timestamp_index, cq_max)
+    pred.start_file = summaries[start].segment if summaries else None
+    pred.max_phy_offset, pred.commitlog_files, pred.deleted_commitlog_files = end, files, deleted
+    if not summaries:           # R§4.6: every consume queue is destroyed (the queues stay, empty)
+        for q in queues.values():
+            q.deleted_files += [f.start for f in q.files]
+            q.files, q.min_logic_offset, q.max_physic_offset = [], 0, -1
+        pred.consume_queues = queues
+        pred.min_phy_offset = -1
+        pred.reput_from_offset = 0
+        return pred
+    pred.min_phy_offset = files[0].start if files else -1
+    # 3. dispatch during the scan (R§4.4)
+    if abnormal:
+        dispatch_records(store, summaries, version, start, summaries[start].file_start, end, None,
+                         queues, opts)
+    elif broker_5x:
+        dispatch_records(store, summaries, version, start, summaries[start].file_start, end, cq_max,
+                         queues, opts)
+    if broker_5x and summaries:
+        pred.confirm_offset = end
+    # 4. consume queue entries beyond the recovered end (R§4.5, R§5.2)
+    if cq_max >= end:
+        pred.cq_truncated = True
+        for q in queues.values():
+            q.truncate_dirty_logic_files(end)
+    # 5. start(): the reput catches up (R§6)
+    if broker_5x:
+        pred.reput_from_offset = end
+    else:
+        reput = max(pred.min_phy_offset, max((q.max_physic_offset for q in queues.values()), default=-1))
+        reput = max(reput, 0)
+        pred.reput_from_offset = reput
+        first = next(i for i, s in enumerate(summaries) if s.file_start + s.file_size > reput) \
+            if reput < end else len(summaries)
+        dispatch_records(store, summaries, version, first, reput, end, None, queues, opts)
+    # 6. queue tables and min offsets (R§7)
+    for q in queues.values():
+        q.correct_min_offset(pred.min_phy_offset, version)
+    pred.consume_queues = queues
+    return pred

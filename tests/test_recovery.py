@@ -1,0 +1,57 @@
+"""The broker's predicted recovery (store_reader.recovery) against the real broker's own answers."""
+from __future__ import annotations
+
+import pytest
+
+import support
+from store_reader import open_store
+from store_reader.recovery import predict
+
+pytestmark = pytest.mark.reader
+
+CASES = support.scenarios()
+
+
+def _predict(case):
+    version, scenario = case
+    store = open_store(support.input_store(*case), support.broker_conf(*case))
+    return predict(store, "5.x" if version.endswith("5.3.3") else "4.9")
+
+
+@pytest.mark.parametrize("case", CASES, ids=support.case_id)
+def test_load_result_and_path(case):
+    exp = support.expected(*case)
+    pred = _predict(case)
+    assert pred.load_result == exp["afterLoad"]["loadResult"], pred.load_problems
+    if pred.load_result:
+        assert pred.recovery_path == exp["recoveryPath"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if support.expected(*c)["afterLoad"]["loadResult"]],
+                         ids=support.case_id)
+def test_commitlog_truncation_point(case):
+    exp = support.expected(*case)["afterRecovery"]
+    pred = _predict(case)
+    assert pred.max_phy_offset == exp["maxPhyOffset"]
+    assert pred.min_phy_offset == exp["minPhyOffset"]
+    assert [(f.name, f.wrote) for f in pred.commitlog_files] == \
+        [(f["name"], f["wrotePosition"]) for f in exp["commitLog"]["files"]]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if support.expected(*c)["afterLoad"]["loadResult"]],
+                         ids=support.case_id)
+def test_consume_queues_after_recovery(case):
+    exp = support.expected(*case)["afterRecovery"]
+    pred = _predict(case)
+    assert pred.topic_queue_table() == exp["topicQueueTable"]
+    got = {}
+    for (topic, qid), q in pred.consume_queues.items():
+        e = q.entries()
+        got.setdefault(topic, {})[str(qid)] = {
+            "minOffset": q.min_offset, "maxOffset": q.max_offset,
+            "entries": [[q.min_offset + i, int(x["phy_offset"]), int(x["size"]), int(x["tags_code"])]
+                        for i, x in enumerate(e)],
+        }
+    want = {t: {qid: {k: v[k] for k in ("minOffset", "maxOffset", "entries")} for qid, v in qs.items()}
+            for t, qs in exp["consumeQueues"].items()}
+    assert got == want
