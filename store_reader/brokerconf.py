@@ -40,6 +40,7 @@ class BrokerConfig:
     autoMessageVersionOnTopicLen: bool = True
     recheckReputOffsetFromCq: bool = False
     offsetCheckInSlave: bool = False
+    maxMsgsNumBatch: int = 64
     flushDiskType: str = "ASYNC_FLUSH"
     brokerRole: str = "ASYNC_MASTER"
     storeType: str = "default"

@@ -358,7 +358,8 @@ def list_queues(store_root: str | os.PathLike[str], *,
     Raises
     ------
     UnsupportedStoreError
-        ``consumequeue/`` holds a RocksDB database (``CURRENT`` or ``*.sst``; 5.x ``storeType=defaultRocksDB``).
+        ``consumequeue/`` holds a RocksDB database (``CURRENT`` or ``*.sst``; 5.x
+        ``storeType=defaultRocksDB``).
     UnreadableFileError
         A directory cannot be listed.
     """

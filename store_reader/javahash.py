@@ -176,8 +176,27 @@ def _hash_chunk_numpy(arr: pa.StringArray) -> np.ndarray:
     if non_ascii_bytes.any():
         bad = np.unique(owner[non_ascii_bytes])
         for i in bad.tolist():  # only the non-ASCII strings; rare in practice
-            out[i] = java_string_hash(arr[i].as_py())
+            out[i] = java_string_hash(arr[i].as_py() or "")
     return out
+
+
+# Bytes hashed per NumPy pass: the pass needs ~20 bytes of temporaries per data byte.
+_BLOCK_BYTES = 1 << 22
+
+
+def _hash_numpy(arr: pa.StringArray) -> np.ndarray:
+    """:func:`_hash_chunk_numpy` over slices of at most ~``_BLOCK_BYTES`` of string data each."""
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=n + 1, offset=arr.offset * 4)
+    rel = offsets.astype(np.int64) - int(offsets[0])
+    if rel[-1] <= _BLOCK_BYTES:
+        return _hash_chunk_numpy(arr)
+    cuts = np.unique(np.concatenate((
+        [0], np.searchsorted(rel, np.arange(_BLOCK_BYTES, rel[-1], _BLOCK_BYTES), side="right"), [n])))
+    return np.concatenate([_hash_chunk_numpy(arr.slice(a, b - a))
+                           for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()) if b > a])
 
 
 def _hashes(keys: pa.Array | pa.ChunkedArray | Sequence[str], mode: int) -> np.ndarray:
@@ -189,15 +208,18 @@ def _hashes(keys: pa.Array | pa.ChunkedArray | Sequence[str], mode: int) -> np.n
             bufs = arr.buffers()
             data = bufs[2] if bufs[2] is not None else pa.py_buffer(b"")
             raw = native(bufs[1], data, len(arr), arr.offset, mode)
-            # the native side returns little-endian int32 per string
-            parts.append(np.frombuffer(raw, dtype="<i4").astype(np.int32))
-            continue
-        h = _hash_chunk_numpy(arr)
-        if mode == _MODE_INDEX:
-            # abs() in int64 so MIN_VALUE does not wrap, then the broker's MIN_VALUE -> 0 rule
-            wide = np.abs(h.astype(np.int64))
-            wide[h == INT32_MIN] = 0
-            h = wide.astype(np.int32)
+            # the native side returns one native-endian int32 per string (little-endian on x86/arm)
+            h = np.frombuffer(raw, dtype=np.int32).copy()
+        else:
+            h = _hash_numpy(arr)
+            if mode == _MODE_INDEX:
+                # abs() in int64 so MIN_VALUE does not wrap, then the broker's MIN_VALUE -> 0 rule
+                wide = np.abs(h.astype(np.int64))
+                wide[h == INT32_MIN] = 0
+                h = wide.astype(np.int32)
+        if arr.null_count:
+            # a null slot may still span bytes in the data buffer; it hashes as ""
+            h[~arr.is_valid().to_numpy(zero_copy_only=False)] = 0
         parts.append(h)
     if not parts:
         return np.zeros(0, dtype=np.int32)

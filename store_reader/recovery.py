@@ -10,7 +10,7 @@ Versions: ``"4.9"`` (rocketmq-all-4.9.7) and ``"5.x"`` (5.3.3 semantics).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -18,11 +18,14 @@ import pyarrow as pa
 
 from . import recordformat as rf
 from .brokerconf import BrokerConfig
-from .checkpoint import read_checkpoint
+from .checkpoint import Checkpoint, read_checkpoint
 from .commitlog import SegmentSummary
 from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, list_queue_files,
                            list_queues, read_queue_file)
 from .exceptions import StoreReaderError
+from .indexfile import (IndexFile, IndexHeader, build_index_files, list_index_files, query_key_hash,
+                        read_header)
+from .javahash import index_key, index_key_hash, index_key_hashes
 from .store import Store
 
 V49, V5X = "4.9", "5.x"
@@ -252,6 +255,8 @@ class Prediction:
     reput_from_offset: int | None = None
     consume_queues: dict[tuple[str, int], ConsumeQueueState] = field(default_factory=dict)
     cq_truncated: bool = False
+    index_files: list["PredictedIndexFile"] = field(default_factory=list)
+    checkpoint: Checkpoint | None = None
 
     def topic_queue_table(self) -> dict[str, int]:
         return {f"{t}-{q}": s.max_offset for (t, q), s in self.consume_queues.items()}
@@ -309,18 +314,30 @@ def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config:
     return start, end, files, deleted
 
 
-def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], version: str,
-                     from_index: int, begin: int, end: int, min_stored_phy: int | None,
-                     queues: dict[tuple[str, int], ConsumeQueueState], opts: rf.ScanOptions) -> int:
+@dataclass
+class Dispatched:
+    """Records handed to ``doDispatch``, in order: what the index builder and checkpoint need."""
+
+    stored_phy: list[int] = field(default_factory=list)
+    store_timestamp: list[int] = field(default_factory=list)
+    topic: list[str] = field(default_factory=list)
+    keys: list[list[str]] = field(default_factory=list)      # UNIQ_KEY first, then KEYS tokens
+    sys_flag: list[int] = field(default_factory=list)
+    last_cq_store_timestamp: int | None = None
+
+
+def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_index: int, begin: int,
+                     end: int, min_stored_phy: int | None,
+                     queues: dict[tuple[str, int], ConsumeQueueState], opts: rf.ScanOptions,
+                     out: Dispatched) -> None:
     """Feed VALID records in ``[begin, end)`` of files ``from_index..`` to the CQ builder in
-    commitlog order (R§4.4, R§6; ``DefaultMessageStore#doDispatch``). With ``min_stored_phy``, only
-    records whose stored PHYSICALOFFSET is greater are dispatched (5.x normal recovery, E#20).
-    Returns the number of records dispatched."""
+    commitlog order and remember them for the index builder (R§4.4, R§6;
+    ``DefaultMessageStore#doDispatch``). With ``min_stored_phy``, only records whose stored
+    PHYSICALOFFSET is greater are dispatched (5.x normal recovery, E#20)."""
     from .commitlog import SegmentScan
 
     cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
-            "sys_flag", "tags_code"]
-    n = 0
+            "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list"]
     for s in summaries[from_index:]:
         if s.file_start + s.file_size <= begin or s.file_start >= end:
             continue
@@ -333,15 +350,20 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], version:
                 stored = d["stored_phy_offset"][i]
                 if min_stored_phy is not None and stored <= min_stored_phy:
                     continue
-                n += 1
+                uniq = d["uniq_key"][i]
+                out.stored_phy.append(stored)
+                out.store_timestamp.append(d["store_timestamp"][i])
+                out.topic.append(d["topic"][i])
+                out.keys.append(([uniq] if uniq is not None else []) + d["key_list"][i])
+                out.sys_flag.append(d["sys_flag"][i])
                 if d["sys_flag"][i] & rf.TRANSACTION_MASK not in _CQ_TYPES:
                     continue
+                out.last_cq_store_timestamp = d["store_timestamp"][i]
                 key = (d["topic"][i], d["queue_id"][i])
                 q = queues.get(key)
                 if q is None:
                     q = queues[key] = ConsumeQueueState(key[0], key[1], store.config.cq_file_size)
                 q.put(stored, d["total_size"][i], d["tags_code"][i], d["queue_offset"][i])
-    return n
 
 
 def predict(store: Store, broker_version: str | None = None,
@@ -397,15 +419,18 @@ def predict(store: Store, broker_version: str | None = None,
         pred.consume_queues = queues
         pred.min_phy_offset = -1
         pred.reput_from_offset = 0
+        pred.index_files, _ = predict_index(store, abnormal, ckpt.index_msg_timestamp, Dispatched())
+        pred.checkpoint = ckpt
         return pred
     pred.min_phy_offset = files[0].start if files else -1
     # 3. dispatch during the scan (R§4.4)
+    dispatched = Dispatched()
     if abnormal:
-        dispatch_records(store, summaries, version, start, summaries[start].file_start, end, None,
-                         queues, opts)
+        dispatch_records(store, summaries, start, summaries[start].file_start, end, None, queues,
+                         opts, dispatched)
     elif broker_5x:
-        dispatch_records(store, summaries, version, start, summaries[start].file_start, end, cq_max,
-                         queues, opts)
+        dispatch_records(store, summaries, start, summaries[start].file_start, end, cq_max, queues,
+                         opts, dispatched)
     if broker_5x and summaries:
         pred.confirm_offset = end
     # 4. consume queue entries beyond the recovered end (R§4.5, R§5.2)
@@ -422,9 +447,103 @@ def predict(store: Store, broker_version: str | None = None,
         pred.reput_from_offset = reput
         first = next(i for i, s in enumerate(summaries) if s.file_start + s.file_size > reput) \
             if reput < end else len(summaries)
-        dispatch_records(store, summaries, version, first, reput, end, None, queues, opts)
+        dispatch_records(store, summaries, first, reput, end, None, queues, opts, dispatched)
     # 6. queue tables and min offsets (R§7)
     for q in queues.values():
         q.correct_min_offset(pred.min_phy_offset, version)
     pred.consume_queues = queues
+    # 7. index files: dropped at load after a crash, then fed by the same dispatch (R§8)
+    pred.index_files, index_msg_ts = predict_index(store, abnormal, ckpt.index_msg_timestamp, dispatched)
+    # 8. the checkpoint the broker holds afterwards
+    pred.checkpoint = replace(
+        ckpt,
+        logics_msg_timestamp=(dispatched.last_cq_store_timestamp
+                              if dispatched.last_cq_store_timestamp is not None
+                              else ckpt.logics_msg_timestamp),
+        index_msg_timestamp=index_msg_ts)
     return pred
+
+
+@dataclass
+class PredictedIndexFile:
+    """An index file after recovery: kept as it was, continued, or created by the re-dispatch."""
+
+    name: str | None                  # None for a file the broker would create (named by its clock)
+    header: IndexHeader
+    data: np.ndarray | None = None    # file bytes when built here; None = unchanged on disk
+    path: str | None = None
+
+    def view(self, config: BrokerConfig) -> IndexFile:
+        if self.data is not None:
+            return IndexFile.from_buffer(self.data, config.maxHashSlotNum, config.maxIndexNum,
+                                         name=self.name or "<new>")
+        return IndexFile(self.path, config.maxHashSlotNum, config.maxIndexNum)
+
+
+def predict_index(store: Store, abnormal: bool, index_msg_timestamp: int, dispatched: Dispatched
+                  ) -> tuple[list[PredictedIndexFile], int]:
+    """R§8 and F§7.4: (index files after recovery, checkpoint indexMsgTimestamp)."""
+    cfg = store.config
+    files = []
+    for ref in list_index_files(store.index_dir, cfg.index_file_size, strict=False):
+        header = read_header(ref.path)
+        if abnormal and header.end_timestamp > index_msg_timestamp:
+            continue                                  # IndexService#load(lastExitOK=false)
+        files.append(PredictedIndexFile(ref.name, header, path=ref.path))
+    if not cfg.messageIndexEnable or not dispatched.stored_phy:
+        return files, index_msg_timestamp
+    last = files[-1] if files else None
+    full = last is not None and last.header.loaded_index_count >= cfg.maxIndexNum
+    base = None
+    if last is None:
+        start_header = IndexHeader().successor()        # a fresh first file: indexCount 1
+    elif full:
+        start_header = last.header.successor()
+    else:
+        start_header = last.header
+        with open(last.path, "rb") as fh:
+            base = fh.read()
+    # IndexService#buildIndex: skip a record below the current file's endPhyOffset, and ROLLBACK ones
+    end_phy = start_header.end_phy_offset
+    keys, phys, stamps = [], [], []
+    for phy, ts, topic, rec_keys, flag in zip(dispatched.stored_phy, dispatched.store_timestamp,
+                                              dispatched.topic, dispatched.keys, dispatched.sys_flag):
+        if phy < end_phy or flag & rf.TRANSACTION_MASK == rf.TRANSACTION_ROLLBACK_TYPE or not rec_keys:
+            continue
+        keys += [index_key(topic, k) for k in rec_keys]
+        phys += [phy] * len(rec_keys)
+        stamps += [ts] * len(rec_keys)
+        end_phy = phy
+    if not keys:
+        return files, index_msg_timestamp
+    built = build_index_files(index_key_hashes(keys), np.array(phys, np.int64), np.array(stamps, np.int64),
+                              hash_slot_num=cfg.maxHashSlotNum, index_num=cfg.maxIndexNum,
+                              start_header=start_header if base is None else None, base=base)
+    if base is not None:
+        files.pop()
+    for b in built:
+        if b.continued:
+            files.append(PredictedIndexFile(last.name, b.header, data=b.data, path=last.path))
+        else:
+            # the file before a new one was full: IndexService#flush moves indexMsgTimestamp
+            if files:
+                index_msg_timestamp = files[-1].header.end_timestamp
+            files.append(PredictedIndexFile(None, b.header, data=b.data))
+    return files, index_msg_timestamp
+
+
+def query_index(pred: Prediction, config: BrokerConfig, topic: str, key: str,
+                max_num: int | None = None) -> list[int]:
+    """``IndexService#queryOffset`` on the predicted index files (hash candidates, newest first)."""
+    views = [f.view(config) for f in pred.index_files]
+    return query_key_hash(views, index_key_hash(index_key(topic, key)),
+                          hash_slot_num=config.maxHashSlotNum, index_num=config.maxIndexNum,
+                          max_num=max_num or config.maxMsgsNumBatch)
+
+
+def query_message(pred: Prediction, config: BrokerConfig, topic: str, key: str,
+                  max_num: int | None = None) -> list[int]:
+    """``DefaultMessageStore#queryMessage``: the candidates sorted, keeping those that resolve to
+    bytes of the recovered commitlog (dangling entries are dropped silently, OBSERVATIONS 7, 10)."""
+    lo, hi = pred.min_phy_offset, pred.max_phy_offset
+    return [p for p in sorted(query_index(pred, config, topic, key, max_num)) if lo <= p < hi]

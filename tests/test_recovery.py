@@ -55,3 +55,32 @@ def test_consume_queues_after_recovery(case):
     want = {t: {qid: {k: v[k] for k in ("minOffset", "maxOffset", "entries")} for qid, v in qs.items()}
             for t, qs in exp["consumeQueues"].items()}
     assert got == want
+
+
+HEADER_KEYS = {"beginTimestamp": "begin_timestamp", "endTimestamp": "end_timestamp",
+               "beginPhyOffset": "begin_phy_offset", "endPhyOffset": "end_phy_offset",
+               "hashSlotCount": "hash_slot_count", "indexCount": "index_count"}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if support.expected(*c)["afterLoad"]["loadResult"]],
+                         ids=support.case_id)
+def test_index_files_and_queries(case):
+    exp = support.expected(*case)["afterRecovery"]
+    pred = _predict(case)
+    got = [{k: getattr(f.header, v) for k, v in HEADER_KEYS.items()} for f in pred.index_files]
+    assert got == [{k: f[k] for k in HEADER_KEYS} for f in exp["indexFiles"]]
+    from store_reader.recovery import query_message
+    cfg = open_store(support.input_store(*case), support.broker_conf(*case)).config
+    # the fixtures' broker ran with maxMsgsNumBatch=100000 (fixtures/README.md), so every hit is returned
+    for q in exp["index"]["queries"]:
+        assert query_message(pred, cfg, q["topic"], q["key"], max_num=100000) == \
+            q["queryMessagePhyOffsets"], q
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if support.expected(*c)["afterLoad"]["loadResult"]],
+                         ids=support.case_id)
+def test_checkpoint_after_recovery(case):
+    exp = support.expected(*case)["afterRecovery"]["checkpoint"]
+    ck = _predict(case).checkpoint
+    assert (ck.physic_msg_timestamp, ck.logics_msg_timestamp, ck.index_msg_timestamp) == \
+        (exp["physicMsgTimestamp"], exp["logicsMsgTimestamp"], exp["indexMsgTimestamp"])

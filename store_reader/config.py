@@ -1,0 +1,399 @@
+"""Broker config JSON files (``<root>/config/*.json``): a fastjson-tolerant parser and typed readers.
+
+Spec ``store-format.md`` §10 (shapes, persistence and fallback), ``edge-cases.md`` E#36,
+``recovery.md`` §9 (what consumer offsets mean).
+
+fastjson 1.x writes map keys that are integers **without quotes** (``{0:250,1:248}``) and indents with
+tabs, so the files are not strict JSON. :func:`parse_fastjson` accepts that, plus what fastjson's
+default parser features tolerate on reading (unquoted field names, single-quoted strings, stray
+commas). It is a small tokenizer + recursive-descent parser; nothing is ``eval``'d.
+
+Every typed reader applies the broker's ``ConfigManager#load`` order: ``<f>``; if missing, empty or
+undecodable, ``<f>.bak``; a missing/empty ``.bak`` is an empty table; an undecodable ``.bak`` makes the
+broker fail to start (:class:`ConfigError` here). A ``<f>.tmp`` left by a 4.9.7 crash mid-persist is
+never read by the broker; it is reported.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, TypeVar
+
+import pyarrow as pa
+
+from .exceptions import ConfigError
+
+__all__ = [
+    "CONSUMER_OFFSET_SCHEMA",
+    "ConfigLoad",
+    "parse_fastjson",
+    "load_config",
+    "read_consumer_offsets",
+    "read_lmq_consumer_offsets",
+    "read_delay_offsets",
+    "read_topics",
+    "read_subscription_groups",
+]
+
+T = TypeVar("T")
+
+CONSUMER_OFFSET_SCHEMA = pa.schema([
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("group", pa.string(), nullable=True),   # null when the key has no '@'
+    pa.field("queue_id", pa.int32(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),  # NEXT queue offset to consume (R§9.1)
+    pa.field("lmq", pa.bool_(), nullable=False),     # row comes from lmqOffsetTable
+])
+
+# -- parser -------------------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"""
+    (?P<ws>[ \t\r\n\f\v\ufeff]+)
+  | (?P<dq>"(?:[^"\\]|\\.)*")
+  | (?P<sq>'(?:[^'\\]|\\.)*')
+  | (?P<num>-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)
+  | (?P<word>[A-Za-z_$][A-Za-z0-9_$]*)
+  | (?P<punct>[{}\[\]:,])
+""", re.VERBOSE | re.DOTALL)
+
+_LITERALS = {"true": True, "false": False, "null": None}
+
+
+class _ParseError(Exception):
+    def __init__(self, message: str, char_pos: int) -> None:
+        super().__init__(message)
+        self.char_pos = char_pos
+
+
+def _tokenize(text: str) -> list[tuple[str, str, int]]:
+    tokens = []
+    pos = 0
+    for m in _TOKEN.finditer(text):
+        if m.start() != pos:
+            raise _ParseError(f"unexpected character {text[pos]!r}", pos)
+        pos = m.end()
+        kind = m.lastgroup
+        if kind != "ws":
+            tokens.append((kind, m.group(), m.start()))  # type: ignore[arg-type]
+    if pos != len(text):
+        what = "unterminated string" if text[pos] in "\"'" else f"unexpected character {text[pos]!r}"
+        raise _ParseError(what, pos)
+    return tokens
+
+
+def _string(kind: str, tok: str, pos: int) -> str:
+    if kind == "sq":
+        # re-quote as a JSON string: \' -> ', bare " -> \", other escapes unchanged
+        inner = re.sub(r"""\\(.)|\"""", lambda m: '\\"' if m.group(0) == '"'
+                       else ("'" if m.group(1) == "'" else m.group(0)), tok[1:-1], flags=re.DOTALL)
+        tok = '"' + inner + '"'
+    if "\\" not in tok:
+        return tok[1:-1]
+    try:
+        return json.loads(tok, strict=False)
+    except json.JSONDecodeError as exc:
+        raise _ParseError(f"bad escape in string: {exc.msg}", pos + exc.pos) from None
+
+
+def _number(tok: str) -> int | float:
+    return int(tok) if re.fullmatch(r"-?[0-9]+", tok) else float(tok)
+
+
+class _Parser:
+    def __init__(self, tokens: list[tuple[str, str, int]], end: int) -> None:
+        self.tokens = tokens
+        self.i = 0
+        self.end = end
+
+    def peek(self) -> tuple[str, str, int]:
+        return self.tokens[self.i] if self.i < len(self.tokens) else ("eof", "", self.end)
+
+    def take(self) -> tuple[str, str, int]:
+        tok = self.peek()
+        self.i += 1
+        return tok
+
+    def value(self) -> Any:
+        kind, tok, pos = self.take()
+        if kind == "punct" and tok == "{":
+            return self.obj()
+        if kind == "punct" and tok == "[":
+            return self.arr()
+        if kind in ("dq", "sq"):
+            return _string(kind, tok, pos)
+        if kind == "num":
+            return _number(tok)
+        if kind == "word" and tok in _LITERALS:
+            return _LITERALS[tok]
+        raise _ParseError(f"expected a value, found {tok or 'end of text'!r}", pos)
+
+    def skip_commas(self) -> None:
+        # fastjson's AllowArbitraryCommas (a default feature) tolerates ",," and trailing commas
+        while self.peek()[:2] == ("punct", ","):
+            self.i += 1
+
+    def obj(self) -> dict:
+        out: dict = {}
+        while True:
+            self.skip_commas()
+            kind, tok, pos = self.take()
+            if (kind, tok) == ("punct", "}"):
+                return out
+            if kind in ("dq", "sq"):
+                key: Any = _string(kind, tok, pos)
+            elif kind == "num":
+                key = _number(tok)  # fastjson writes integer map keys unquoted
+            elif kind == "word":
+                key = tok           # unquoted field name (AllowUnQuotedFieldNames)
+            else:
+                raise _ParseError(f"expected a key or '}}', found {tok or 'end of text'!r}", pos)
+            kind, tok, pos = self.take()
+            if (kind, tok) != ("punct", ":"):
+                raise _ParseError(f"expected ':' after key {key!r}, found {tok or 'end of text'!r}", pos)
+            out[key] = self.value()  # a repeated key overwrites, as Java's map put does
+            kind, tok, pos = self.peek()
+            if (kind, tok) not in (("punct", ","), ("punct", "}")):
+                raise _ParseError(f"expected ',' or '}}', found {tok or 'end of text'!r}", pos)
+
+    def arr(self) -> list:
+        out: list = []
+        while True:
+            self.skip_commas()
+            if self.peek()[:2] == ("punct", "]"):
+                self.i += 1
+                return out
+            out.append(self.value())
+            kind, tok, pos = self.peek()
+            if (kind, tok) not in (("punct", ","), ("punct", "]")):
+                raise _ParseError(f"expected ',' or ']', found {tok or 'end of text'!r}", pos)
+
+
+def parse_fastjson(text: str, *, path: str | os.PathLike[str] | None = None) -> Any:
+    """Parse JSON as fastjson 1.x writes and reads it.
+
+    Accepts standard JSON plus unquoted integer map keys (returned as ``int`` keys), unquoted field
+    names, single-quoted strings, repeated/trailing commas and tabs. Blank text or ``null`` gives None
+    (fastjson returns null there, and the broker then keeps an empty table).
+
+    Raises
+    ------
+    ConfigError
+        Not decodable; the error names ``path`` and the **byte** position (UTF-8) of the problem.
+    """
+    try:
+        tokens = _tokenize(text)
+        if not tokens:
+            return None
+        p = _Parser(tokens, len(text))
+        value = p.value()
+        kind, tok, pos = p.peek()
+        if kind != "eof":
+            raise _ParseError(f"text continues after the JSON value: {tok!r}", pos)
+        return value
+    except _ParseError as exc:
+        raise ConfigError(f"not decodable as fastjson: {exc}", path,
+                          len(text[:exc.char_pos].encode("utf-8", "surrogatepass"))) from None
+    except RecursionError:
+        raise ConfigError("not decodable as fastjson: nesting too deep", path) from None
+
+
+# -- fallback loading (ConfigManager#load) -----------------------------------------------------
+
+@dataclass(frozen=True)
+class ConfigLoad(Generic[T]):
+    """What loading one config file gave, and from which generation.
+
+    Attributes
+    ----------
+    path
+        ``<f>`` (the file the broker loads first).
+    value
+        The decoded content (empty table/dict when neither generation had data).
+    generation
+        ``"current"`` (``<f>``), ``"bak"`` (``<f>.bak``) or ``"empty"`` (neither had content).
+    used_path
+        The file the value came from, None for ``"empty"``.
+    skipped_reason
+        Why ``<f>`` was not used (missing, empty, or the decode error), None when it was.
+    tmp_path
+        A leftover ``<f>.tmp`` (4.9.7 crash during persist), never read by the broker; None if absent.
+    """
+
+    path: str
+    value: T
+    generation: str
+    used_path: str | None
+    skipped_reason: str | None
+    tmp_path: str | None
+
+
+def _read_text(path: str) -> str | None:
+    """``MixAll#file2String``: None when missing; bytes decoded as UTF-8, malformed -> U+FFFD."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, not a config file", path) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file: {exc.strerror}", path) from None
+
+
+def load_config(path: str | os.PathLike[str], decode: Callable[[Any, str], T],
+                empty: Callable[[], T]) -> ConfigLoad[T]:
+    """Load ``path`` with the broker's fallback order.
+
+    Parameters
+    ----------
+    path
+        ``<f>``.
+    decode
+        Turns the parsed document (never None) into the typed value; raises :class:`ConfigError` for a
+        shape fastjson would reject (then the next generation is tried).
+    empty
+        Factory for the empty value.
+
+    Raises
+    ------
+    ConfigError
+        ``<f>.bak`` is needed and cannot be read or decoded (the broker refuses to start).
+    """
+    path = os.fspath(path)
+    tmp = path + ".tmp"
+    tmp_path = tmp if os.path.lexists(tmp) else None
+
+    def attempt(p: str, text: str) -> T:
+        doc = parse_fastjson(text, path=p)
+        return empty() if doc is None else decode(doc, p)
+
+    reason: str | None
+    try:
+        text = _read_text(path)
+    except ConfigError as exc:
+        text, reason = None, exc.reason
+    else:
+        reason = "missing" if text is None else ("empty" if text == "" else None)
+    if text:
+        try:
+            return ConfigLoad(path, attempt(path, text), "current", path, None, tmp_path)
+        except ConfigError as exc:
+            reason = str(exc)
+    bak = path + ".bak"
+    bak_text = _read_text(bak)  # unreadable .bak: ConfigError (the broker's loadBak returns false)
+    if not bak_text:
+        return ConfigLoad(path, empty(), "empty", None, reason, tmp_path)
+    return ConfigLoad(path, attempt(bak, bak_text), "bak", bak, reason, tmp_path)
+
+
+# -- typed readers ------------------------------------------------------------------------------
+
+def _java_int(v: Any, what: str, p: str, bits: int = 32) -> int:
+    """A value fastjson would convert to Integer/Long (ints, integral numbers, numeric strings)."""
+    if isinstance(v, bool):
+        raise ConfigError(f"{what}: {v!r} is not a number", p)
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", v):
+        v = int(v)
+    if not isinstance(v, int) or not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
+        raise ConfigError(f"{what}: {v!r} is not a {bits}-bit integer", p)
+    return v
+
+
+def _mapping(doc: Any, key: str, p: str, *, required: bool = False) -> dict:
+    if not isinstance(doc, dict):
+        raise ConfigError(f"top level is {type(doc).__name__}, expected an object", p)
+    v = doc.get(key)
+    if v is None:
+        if required:
+            raise ConfigError(f"no {key!r} object", p)
+        return {}
+    if not isinstance(v, dict):
+        raise ConfigError(f"{key!r} is {type(v).__name__}, expected an object", p)
+    return v
+
+
+def _split_topic_group(key: Any) -> tuple[str, str | None]:
+    key = str(key)
+    topic, sep, group = key.partition("@")
+    return (topic, group) if sep else (key, None)
+
+
+def _offset_rows(doc: Any, p: str, *, lmq: bool) -> pa.Table:
+    rows: list[tuple[str, str | None, int, int, bool]] = []
+    for tg, queues in _mapping(doc, "offsetTable", p).items():
+        if queues is None:
+            continue
+        if not isinstance(queues, dict):
+            raise ConfigError(f"offsetTable[{tg!r}] is {type(queues).__name__}, expected an object", p)
+        topic, group = _split_topic_group(tg)
+        for qid, off in queues.items():
+            rows.append((topic, group, _java_int(qid, f"queue id of {tg!r}", p),
+                         _java_int(off, f"offset of {tg!r} queue {qid}", p, 64), False))
+    if lmq:
+        # lmqOffsetTable: "<lmqTopic>@<lmqGroup>" -> offset; LMQ queues are always queue 0
+        for tg, off in _mapping(doc, "lmqOffsetTable", p).items():
+            topic, group = _split_topic_group(tg)
+            rows.append((topic, group, 0, _java_int(off, f"lmq offset of {tg!r}", p, 64), True))
+    rows.sort(key=lambda r: (r[0], r[1] or "", r[2], r[4]))
+    cols = list(zip(*rows)) if rows else [[], [], [], [], []]
+    return pa.table([pa.array(c, type=f.type) for c, f in zip(cols, CONSUMER_OFFSET_SCHEMA)],
+                    schema=CONSUMER_OFFSET_SCHEMA)
+
+
+def _config_file(path: str | os.PathLike[str], default_name: str) -> str:
+    """``path`` itself, or ``<root>/config/<default_name>`` when ``path`` is a store root directory."""
+    path = os.fspath(path)
+    return os.path.join(path, "config", default_name) if os.path.isdir(path) else path
+
+
+def read_consumer_offsets(path: str | os.PathLike[str]) -> ConfigLoad[pa.Table]:
+    """``consumerOffset.json`` -> table (topic, group, queue_id, offset, lmq=False), sorted.
+
+    ``offsetTable`` keys ``<topic>@<group>`` are split on the first ``@`` (names cannot contain one);
+    a key without ``@`` keeps the whole key as topic and a null group. Other top-level fields
+    (``dataVersion``, 5.x getter-derived keys) are ignored.
+    """
+    return load_config(_config_file(path, "consumerOffset.json"),
+                       lambda doc, p: _offset_rows(doc, p, lmq=False),
+                       lambda: CONSUMER_OFFSET_SCHEMA.empty_table())
+
+
+def read_lmq_consumer_offsets(path: str | os.PathLike[str]) -> ConfigLoad[pa.Table]:
+    """``lmqConsumerOffset.json`` -> ``offsetTable`` rows plus ``lmqOffsetTable`` rows (queue 0, lmq=True)."""
+    return load_config(_config_file(path, "lmqConsumerOffset.json"),
+                       lambda doc, p: _offset_rows(doc, p, lmq=True),
+                       lambda: CONSUMER_OFFSET_SCHEMA.empty_table())
+
+
+def read_delay_offsets(path: str | os.PathLike[str]) -> ConfigLoad[dict[int, int]]:
+    """``delayOffset.json`` -> {delay level (1..18): next offset of SCHEDULE_TOPIC_XXXX queue level-1}."""
+    def decode(doc: Any, p: str) -> dict[int, int]:
+        return {_java_int(k, "delay level", p): _java_int(v, f"offset of level {k}", p, 64)
+                for k, v in _mapping(doc, "offsetTable", p).items()}
+    return load_config(_config_file(path, "delayOffset.json"), decode, dict)
+
+
+def _named_table(key: str) -> Callable[[Any, str], dict[str, dict]]:
+    def decode(doc: Any, p: str) -> dict[str, dict]:
+        out = {}
+        for name, conf in _mapping(doc, key, p).items():
+            if conf is not None and not isinstance(conf, dict):
+                raise ConfigError(f"{key}[{name!r}] is {type(conf).__name__}, expected an object", p)
+            out[str(name)] = conf or {}
+        return out
+    return decode
+
+
+def read_topics(path: str | os.PathLike[str]) -> ConfigLoad[dict[str, dict]]:
+    """``topics.json`` -> {topic: its TopicConfig fields as parsed (readQueueNums, perm, ...)}."""
+    return load_config(_config_file(path, "topics.json"), _named_table("topicConfigTable"), dict)
+
+
+def read_subscription_groups(path: str | os.PathLike[str]) -> ConfigLoad[dict[str, dict]]:
+    """``subscriptionGroup.json`` -> {group: its SubscriptionGroupConfig fields as parsed}."""
+    return load_config(_config_file(path, "subscriptionGroup.json"), _named_table("subscriptionGroupTable"),
+                       dict)
