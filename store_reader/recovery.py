@@ -380,6 +380,8 @@ def predict(store: Store, broker_version: str | None = None,
         Segment summaries scanned with the broker's options (computed here when None).
     """
     version = broker_version or (V5X if store.looks_5x() else V49)
+    if version not in (V49, V5X):
+        raise ValueError(f"broker_version must be {V49!r} or {V5X!r}, got {version!r}")
     broker_5x = version == V5X
     opts = store.scan_options(broker_5x=broker_5x)
     pred = Prediction(broker_version=version, load_result=store.loadable,
