@@ -25,7 +25,7 @@ from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, l
 from .exceptions import StoreReaderError
 from .indexfile import (IndexFile, IndexHeader, build_index_files, list_index_files, query_key_hash,
                         read_header)
-from .javahash import index_key, index_key_hash, index_key_hashes
+from .javahash import index_key, index_key_hash, index_key_hashes, tags_hash
 from .store import Store
 
 V49, V5X = "4.9", "5.x"
@@ -324,20 +324,25 @@ class Dispatched:
     keys: list[list[str]] = field(default_factory=list)      # UNIQ_KEY first, then KEYS tokens
     sys_flag: list[int] = field(default_factory=list)
     last_cq_store_timestamp: int | None = None
+    early_delivery: list[tuple[int, int]] = field(default_factory=list)
+    """(schedule queue id, phy) of delayed records given the TAGS hash as tags code (E#30b)."""
 
 
 def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_index: int, begin: int,
                      end: int, min_stored_phy: int | None,
                      queues: dict[tuple[str, int], ConsumeQueueState], opts: rf.ScanOptions,
-                     out: Dispatched) -> None:
+                     out: Dispatched, no_delay_levels: bool = False) -> None:
     """Feed VALID records in ``[begin, end)`` of files ``from_index..`` to the CQ builder in
     commitlog order and remember them for the index builder (R§4.4, R§6;
     ``DefaultMessageStore#doDispatch``). With ``min_stored_phy``, only records whose stored
-    PHYSICALOFFSET is greater are dispatched (5.x normal recovery, E#20)."""
+    PHYSICALOFFSET is greater are dispatched (5.x normal recovery, E#20). ``no_delay_levels``:
+    4.9.7 recovers before ``ScheduleMessageService#load``, so a schedule-topic record gets its
+    TAGS hash as tags code, not its deliver time (E#30b)."""
     from .commitlog import SegmentScan
 
     cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
-            "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list"]
+            "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list", "tags",
+            "delay_level"]
     for s in summaries[from_index:]:
         if s.file_start + s.file_size <= begin or s.file_start >= end:
             continue
@@ -360,10 +365,14 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
                     continue
                 out.last_cq_store_timestamp = d["store_timestamp"][i]
                 key = (d["topic"][i], d["queue_id"][i])
+                tags_code = d["tags_code"][i]
+                if no_delay_levels and key[0] == rf.SCHEDULE_TOPIC and d["delay_level"][i] is not None:
+                    tags_code = tags_hash(d["tags"][i])
+                    out.early_delivery.append((key[1], stored))
                 q = queues.get(key)
                 if q is None:
                     q = queues[key] = ConsumeQueueState(key[0], key[1], store.config.cq_file_size)
-                q.put(stored, d["total_size"][i], d["tags_code"][i], d["queue_offset"][i])
+                q.put(stored, d["total_size"][i], tags_code, d["queue_offset"][i])
 
 
 def predict(store: Store, broker_version: str | None = None,
@@ -429,7 +438,7 @@ def predict(store: Store, broker_version: str | None = None,
     dispatched = Dispatched()
     if abnormal:
         dispatch_records(store, summaries, start, summaries[start].file_start, end, None, queues,
-                         opts, dispatched)
+                         opts, dispatched, no_delay_levels=not broker_5x)
     elif broker_5x:
         dispatch_records(store, summaries, start, summaries[start].file_start, end, cq_max, queues,
                          opts, dispatched)
