@@ -2,6 +2,7 @@
 
     spark-submit jobs/recover.py --store DIR --out DIR [--broker-config FILE]
                                  [--broker-version 4.9|5.x] [--dry-run] [--overwrite]
+                                 [--apply --backup DIR]
     python -m jobs.recover ...            (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.recover --demo DIR     (a sample store with a simulated crash, made and recovered)
 
@@ -11,7 +12,8 @@ Passes (each a function the notebooks can call):
   3. decide on the driver what the broker would do (``store_reader.recovery.predict``);
   4. rebuild consume queues, one task per (topic, queue id), from every record below the cut;
   5. rebuild index files from the same records;
-  6. write the repaired store into a temporary directory and rename it into place.
+  6. write the repaired store into a temporary directory and rename it into place;
+     ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place.
 Exit codes: 0 done, 2 could not recover (bad input, store the broker would refuse, disk full).
 """
 from __future__ import annotations
@@ -122,6 +124,7 @@ class RunReport:
     summaries: list[SegmentSummary]
     passes: list[tuple[str, float, str]] = field(default_factory=list)
     written: bool = False
+    applied_backup: str | None = None
 
     def log_pass(self, name: str, started: float, detail: str) -> None:
         secs = time.monotonic() - started
@@ -233,6 +236,34 @@ def _place(tmp: Path, out: Path, overwrite: bool) -> None:
         os.rename(tmp, out)
 
 
+def apply_repaired(store_root: Path, repaired: Path, backup: Path) -> None:
+    """Swap the repaired store into the input's place, keeping the input complete at ``backup``.
+
+    Same filesystem: two renames (the input's bytes are never rewritten). Otherwise the input is
+    copied to ``backup`` and verified file by file before anything in its place changes.
+    """
+    if backup.exists():
+        raise StoreReaderError("backup directory exists; choose a new one", backup)
+    lock = lock_status(store_root)
+    if lock.locked:
+        raise StoreReaderError(f"a running broker holds the store's lock (pid {lock.pid})", lock.path)
+    try:
+        os.rename(store_root, backup)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        shutil.copytree(store_root, backup, symlinks=True)
+        if repair.tree_manifest(str(store_root)) != repair.tree_manifest(str(backup)):
+            shutil.rmtree(backup)
+            raise StoreReaderError("backup copy does not match the store; nothing changed", backup)
+        shutil.rmtree(store_root)
+    try:
+        os.rename(repaired, store_root)
+    except OSError:
+        os.rename(backup, store_root)       # put the input back where it was
+        raise
+
+
 def prediction_summary(pred: recovery.Prediction) -> dict:
     return {
         "brokerVersion": pred.broker_version,
@@ -262,8 +293,8 @@ def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
 
 
 def recover(spark, store_path: str, out: str | None, broker_config: str | None = None,
-            broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False
-            ) -> RunReport:
+            broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
+            backup: str | None = None) -> RunReport:
     """The whole run (passes 1-6); ``dry_run`` stops after the plan."""
     t = time.monotonic()
     store = open_store(store_path, broker_config)
@@ -287,10 +318,15 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     if not pred.load_result or dry_run or out is None:
         return report
     write_repaired_store(spark, store, report, Path(out), overwrite)
+    if backup is not None:
+        _check_paths(store.root, Path(backup))
+        apply_repaired(store.root, Path(out), Path(backup))
+        report.applied_backup = backup
     return report
 
 
-def print_report(report: RunReport, out=sys.stdout) -> None:
+def print_report(report: RunReport, out=None) -> None:
+    out = out or sys.stdout
     pred = report.prediction
     p = print
     p(f"run {report.run_id}: store {report.store} (broker {report.broker_version})", file=out)
@@ -310,7 +346,10 @@ def print_report(report: RunReport, out=sys.stdout) -> None:
               f"{s.records_after_cut} intact records behind it", file=out)
     p(f"  records lost       {lost} intact records behind a bad one", file=out)
     p(f"  consume queues     {len(pred.consume_queues)} after the broker's recovery", file=out)
-    if report.written:
+    if report.applied_backup:
+        p(f"  applied            repaired store now at {report.store}; input kept at "
+          f"{report.applied_backup}", file=out)
+    elif report.written:
         p(f"  repaired store     {report.out}", file=out)
     elif report.out:
         p("  dry run: nothing written", file=out)
@@ -325,12 +364,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="recovery semantics; default: detected from the store")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     ap.add_argument("--overwrite", action="store_true", help="replace an earlier repaired store")
+    ap.add_argument("--apply", action="store_true",
+                    help="swap the repaired store into the input's place (needs --backup)")
+    ap.add_argument("--backup", help="with --apply: where the input store is kept")
     ap.add_argument("--json", action="store_true", help="print the prediction as JSON")
     ap.add_argument("--demo", metavar="DIR",
                     help="make a sample store with a simulated crash in DIR and recover it")
     args = ap.parse_args(argv)
     if not args.demo and not args.store:
         ap.error("--store is required (or --demo DIR)")
+    if args.apply and not args.backup:
+        ap.error("--apply needs --backup DIR: the input store is only replaced once it is kept")
+    if args.apply and args.dry_run:
+        ap.error("--apply and --dry-run exclude each other")
+    if not args.dry_run and not args.demo and not args.out:
+        ap.error("--out is required unless --dry-run")
     return args
 
 
@@ -347,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = get_spark("rocketmq-recover")
     try:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
-                         args.dry_run, args.overwrite)
+                         args.dry_run, args.overwrite, args.backup if args.apply else None)
     except StoreReaderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
