@@ -1,0 +1,52 @@
+"""Typed stub of the native commitlog scanner (``store_reader/_native/scanner.c``).
+
+Same semantics as the pure-Python twin ``store_reader._pyscan``, except that ``opts`` is the tuple
+built by ``commitlog._native_opts`` and columns come back as Arrow buffers (little-endian ``bytes``
+for ``pa.Array.from_buffers``) instead of Python lists.
+"""
+from typing import Optional, Tuple, Union
+
+from typing_extensions import Buffer
+
+# (check_crc, compute_crc, force_verify_prop_crc, check_dup_info, broker_5x, delay levels 1..n as
+#  little-endian int64 bytes)
+NativeOpts = Tuple[bool, bool, bool, bool, bool, bytes]
+
+# fixed width: (validity | None, data); bool: (validity | None, bit-packed data);
+# string/binary: (validity | None, int32 offsets, data);
+# list<string>: (None, list offsets, child offsets, child data);
+# map<string,string>: (validity | None, map offsets, key offsets, key data, value offsets, value data)
+ColumnBuffers = Union[
+    Tuple[Optional[bytes], bytes],
+    Tuple[Optional[bytes], bytes, bytes],
+    Tuple[None, bytes, bytes, bytes],
+    Tuple[Optional[bytes], bytes, bytes, bytes, bytes, bytes],
+]
+
+# (outcome, check code, declared TOTALSIZE or None): recordformat.OUTCOMES / CHECKS indices
+Stop = Tuple[int, int, Optional[int]]
+# (first store timestamp, last store timestamp, position of the last record, CRC failures)
+Stats = Tuple[Optional[int], Optional[int], Optional[int], int]
+
+CHECKS: Tuple[str, ...]
+OUTCOMES: Tuple[str, ...]
+LAYOUT: dict[str, int]
+CRC32_IMPL: str
+
+def scan(buf: Buffer, file_start: int, pos: int, end: int, max_records: int, opts: NativeOpts,
+         columns: Tuple[str, ...]) -> Tuple[dict[str, ColumnBuffers], int, int, Optional[Stop], Stats]:
+    """Decode up to ``max_records`` VALID records of ``buf[pos:end]`` (recovery.md §3)."""
+
+def is_zero(buf: Buffer, start: int, end: int) -> bool:
+    """True when every byte of ``buf[start:end]`` is zero."""
+
+def resync(buf: Buffer, file_start: int, start: int, end: int, opts: NativeOpts) -> int:
+    """First position >= ``start`` of a VALID record whose PHYSICALOFFSET equals its phy offset,
+    or -1 (edge-cases E#3)."""
+
+def java_hashes(offsets: Buffer, data: Buffer, length: int, offset: int, mode: int) -> bytes:
+    """Native int32 per string of a StringArray: mode 0 ``String.hashCode``, mode 1 index keyHash."""
+
+def _crc32(data: Buffer) -> int:
+    """``UtilAll#crc32`` (CRC-32 & 0x7FFFFFFF) with the kernel the scanner uses (tests)."""
+
