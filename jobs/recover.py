@@ -36,6 +36,7 @@ import pyarrow as pa
 from schemas import MESSAGE
 from store_reader import open_store, recovery
 from store_reader.checkpoint import lock_status
+from store_reader.config import read_consumer_offsets
 from store_reader.commitlog import SegmentScan, SegmentSummary, summarize_segment
 from store_reader.exceptions import StoreReaderError
 from store_reader.indexfile import write_index_file
@@ -122,6 +123,7 @@ class RunReport:
     broker_version: str
     prediction: recovery.Prediction
     summaries: list[SegmentSummary]
+    offset_checks: list[recovery.OffsetCheck] = field(default_factory=list)
     passes: list[tuple[str, float, str]] = field(default_factory=list)
     written: bool = False
     applied_backup: str | None = None
@@ -313,6 +315,9 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     t = time.monotonic()
     pred, summaries = plan(spark, store, version)
     report = RunReport(run_id, str(store.root), out, version, pred, summaries)
+    if pred.load_result:
+        offsets = read_consumer_offsets(store.root).value
+        report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)
     report.log_pass("scan + plan", t, f"{pred.recovery_path} path, start {pred.start_file}, "
                     f"truncation point {pred.max_phy_offset}")
     if not pred.load_result or dry_run or out is None:
@@ -346,6 +351,12 @@ def print_report(report: RunReport, out=None) -> None:
               f"{s.records_after_cut} intact records behind it", file=out)
     p(f"  records lost       {lost} intact records behind a bad one", file=out)
     p(f"  consume queues     {len(pred.consume_queues)} after the broker's recovery", file=out)
+    moved = [c for c in report.offset_checks if c.status not in ("FOUND", "OFFSET_OVERFLOW_ONE")]
+    p(f"  consumer offsets   {len(report.offset_checks)} committed, {len(moved)} the broker would "
+      f"move at the next pull", file=out)
+    for c in moved[:10]:
+        p(f"    {c.group}@{c.topic}/{c.queue_id}: committed {c.committed_offset} -> {c.status}, "
+          f"next {c.next_begin_offset} (queue {c.min_offset}..{c.max_offset})", file=out)
     if report.applied_backup:
         p(f"  applied            repaired store now at {report.store}; input kept at "
           f"{report.applied_backup}", file=out)

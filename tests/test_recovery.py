@@ -84,3 +84,21 @@ def test_checkpoint_after_recovery(case):
     ck = _predict(case).checkpoint
     assert (ck.physic_msg_timestamp, ck.logics_msg_timestamp, ck.index_msg_timestamp) == \
         (exp["physicMsgTimestamp"], exp["logicsMsgTimestamp"], exp["indexMsgTimestamp"])
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if support.expected(*c)["afterLoad"]["loadResult"]],
+                         ids=support.case_id)
+def test_consumer_offset_checks(case):
+    from store_reader.config import read_consumer_offsets
+    from store_reader.recovery import consumer_offset_checks
+
+    exp = support.expected(*case)["afterRecovery"]["consumerOffsetChecks"]
+    store = open_store(support.input_store(*case), support.broker_conf(*case))
+    offsets = read_consumer_offsets(store.root).value
+    got = {(c.topic, c.group, c.queue_id): (c.committed_offset, c.status, c.next_begin_offset,
+                                             c.min_offset, c.max_offset)
+           for c in consumer_offset_checks(_predict(case), store.config, offsets)}
+    want = {(e["topic"], e["group"], e["queueId"]): (e["committedOffset"], e["getMessageStatus"],
+                                                      e["nextBeginOffset"], e["minOffset"], e["maxOffset"])
+            for e in exp}
+    assert got == want
