@@ -64,13 +64,13 @@ def surviving_records(spark, store: Store, end: int, broker_5x: bool):
     one Spark task per commitlog file. Records below the cut passed the broker's checks already,
     so this pass validates headers only (no CRC)."""
     files = [(f.path, f.start) for f in store.commitlog_files if f.start < end]
-    schema = MESSAGE.arrow(repair.DISPATCH_COLUMNS)
-    spark_schema = MESSAGE.spark(repair.DISPATCH_COLUMNS)
+    cols = repair.DISPATCH_COLUMNS + (["properties"] if store.config.enableMultiDispatch else [])
+    schema = MESSAGE.arrow(cols)
+    spark_schema = MESSAGE.spark(cols)
     if not files:
         return spark.createDataFrame([], spark_schema)
     opts = ScanOptions(check_crc=False, compute_crc=False, broker_5x=broker_5x,
                        delay_levels_ms=tuple(store.config.delay_levels_ms))
-    cols = repair.DISPATCH_COLUMNS
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
@@ -89,9 +89,12 @@ def surviving_records(spark, store: Store, end: int, broker_5x: bool):
 
 # -- pass 4: consume queues -----------------------------------------------------------------------------
 
-def rebuild_consume_queues(records_df, out_root: str, cq_file_size: int, input_root: str) -> pa.Table:
-    """Write every queue's CQ files under ``out_root/consumequeue``; one task per queue.
-    Returns one row per queue: topic, queue_id, min/max offset, entries, last store time."""
+def rebuild_consume_queues(records_df, out_root: str, config, broker_5x: bool, input_root: str
+                           ) -> pa.Table:
+    """Write every queue's CQ files under ``out_root/consumequeue``; one task per queue (LMQ
+    copies included when ``enableMultiDispatch``). Returns one row per queue: topic, queue_id,
+    min/max offset, entries, last store time."""
+    cq_file_size = config.cq_file_size
     result_schema = ("topic string, queue_id int, min_offset long, max_offset long, "
                      "entries long, last_store_timestamp long")
 
@@ -110,6 +113,12 @@ def rebuild_consume_queues(records_df, out_root: str, cq_file_size: int, input_r
 
     tran = F.col("sys_flag").bitwiseAND(0xC)
     dispatchable = records_df.where(tran.isin(0x0, 0x8))
+    if config.enableMultiDispatch:
+        arrow_schema = MESSAGE.arrow(dispatchable.columns)
+        copies = dispatchable.mapInArrow(
+            lambda batches: (repair.multi_dispatch_copies(b.cast(arrow_schema), config, broker_5x)
+                             for b in batches), dispatchable.schema)
+        dispatchable = dispatchable.unionByName(copies)
     return dispatchable.groupBy("topic", "queue_id").applyInArrow(build, result_schema).toArrow()
 
 
@@ -176,7 +185,7 @@ def write_repaired_store(spark, store: Store, report: RunReport, out: Path, over
         t = time.monotonic()
         (tmp / "consumequeue").mkdir()
         records = surviving_records(spark, store, end, version_5x).cache()
-        queues = rebuild_consume_queues(records, str(tmp), cfg.cq_file_size, str(store.root))
+        queues = rebuild_consume_queues(records, str(tmp), cfg, version_5x, str(store.root))
         report.log_pass("rebuild consume queues", t, f"{queues.num_rows} queues, "
                         f"{sum(queues['entries'].to_pylist())} entries")
         t = time.monotonic()

@@ -62,6 +62,8 @@ PROPERTY_DUP_INFO = "DUP_INFO"
 PROPERTY_INNER_NUM = "INNER_NUM"
 PROPERTY_INNER_BASE = "INNER_BASE"
 PROPERTY_CRC32 = "__CRC32#"
+PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
 CRC32_RESERVED_LEN = 20           # "__CRC32#" \x01 10 digits \x02 (F§3.8)
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
@@ -71,8 +73,12 @@ OUTCOMES = ("valid", "end_of_file", "invalid", "length_mismatch")
 
 CHECKS = (
     "",                   # 0: no failure
-    "out_of_bounds",      # a field read runs past the end of the segment
-    "total_size",         # 5.x: TOTALSIZE larger than the bytes left (R§3 step 2)
+    "out_of_bounds",      # a field read runs past the end of the segment, or a host, body, topic
+                          # or properties field is longer than TOTALSIZE (the broker copies each
+                          # into its byte[TOTALSIZE] and that throws)
+    "total_size",         # 5.x: TOTALSIZE larger than the bytes left (R§3 step 2, `TOTALSIZE - 4`
+                          # in int arithmetic), or [all] negative behind a message magic
+                          # (`new byte[TOTALSIZE]` throws)
     "bad_magic",          # neither a message magic nor the blank magic (or V2 on 4.9.7)
     "body_crc",           # BODYCRC mismatch with checkCRCOnRecover
     "topic_length",       # negative topic length (V1 topic of 128..255 bytes)

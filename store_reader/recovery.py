@@ -25,6 +25,7 @@ from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, l
 from .exceptions import StoreReaderError
 from .indexfile import (IndexFile, IndexHeader, build_index_files, list_index_files, query_key_hash,
                         read_header)
+from ._pyscan import java_parse_long
 from .javahash import index_key, index_key_hash, index_key_hashes, tags_hash
 from .store import Store
 
@@ -201,6 +202,42 @@ class ConsumeQueueState:
             self.min_logic_offset = first.start + (i0 + int(hit[0])) * CQ_STORE_UNIT_SIZE
 
 
+def multi_dispatch_targets(config: BrokerConfig, broker_5x: bool, topic: str, queue_id: int,
+                           properties: dict[str, str] | None) -> list[tuple[str, int, int]]:
+    """The LMQ / multi-dispatch copies of a record's CQ entry (R§5.3, E#33): (queue topic,
+    queue id, queue offset) from ``INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET``."""
+    if not config.enableMultiDispatch or not properties:
+        return []
+    names = properties.get(rf.PROPERTY_INNER_MULTI_DISPATCH, "")
+    offsets = properties.get(rf.PROPERTY_INNER_MULTI_QUEUE_OFFSET, "")
+    if not names.strip() or not offsets.strip():
+        return []
+    if broker_5x and (topic.startswith("%RETRY%") or topic.startswith("rmq_sys_")
+                      or topic == rf.SCHEDULE_TOPIC):
+        return []
+    queue_names, queue_offsets = _java_split(names, ","), _java_split(offsets, ",")
+    if len(queue_names) != len(queue_offsets):
+        return []
+    out = []
+    for name, off in zip(queue_names, queue_offsets):
+        if broker_5x and "/" in name:
+            continue
+        offset = java_parse_long(off)
+        if offset is None:      # Long.parseLong throws: the broker logs it and this copy is lost
+            continue
+        qid = 0 if config.enableLmq and name.startswith("%LMQ%") else queue_id
+        out.append((name, qid, offset))
+    return out
+
+
+def _java_split(s: str, sep: str) -> list[str]:
+    """``String.split`` with a literal separator: trailing empty strings are dropped."""
+    parts = s.split(sep)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
 def load_consume_queues(store: Store, broker_5x: bool) -> tuple[dict[tuple[str, int], ConsumeQueueState],
                                                                 list[StoreReaderError]]:
     """Every queue as ``load()`` maps it; files of the wrong size are load failures (OBSERVATIONS 9)."""
@@ -342,7 +379,7 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
 
     cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
             "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list", "tags",
-            "delay_level"]
+            "delay_level"] + (["properties"] if store.config.enableMultiDispatch else [])
     for s in summaries[from_index:]:
         if s.file_start + s.file_size <= begin or s.file_start >= end:
             continue
@@ -369,10 +406,16 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
                 if no_delay_levels and key[0] == rf.SCHEDULE_TOPIC and d["delay_level"][i] is not None:
                     tags_code = tags_hash(d["tags"][i])
                     out.early_delivery.append((key[1], stored))
-                q = queues.get(key)
-                if q is None:
-                    q = queues[key] = ConsumeQueueState(key[0], key[1], store.config.cq_file_size)
-                q.put(stored, d["total_size"][i], tags_code, d["queue_offset"][i])
+                targets = [(key, d["queue_offset"][i])]
+                if store.config.enableMultiDispatch:
+                    props = dict(d["properties"][i] or [])
+                    targets += [((t, qid), off) for t, qid, off in multi_dispatch_targets(
+                        store.config, opts.broker_5x, key[0], key[1], props)]
+                for target, cq_offset in targets:
+                    q = queues.get(target)
+                    if q is None:
+                        q = queues[target] = ConsumeQueueState(*target, store.config.cq_file_size)
+                    q.put(stored, d["total_size"][i], tags_code, cq_offset)
 
 
 def predict(store: Store, broker_version: str | None = None,

@@ -92,6 +92,19 @@ def dispatchable(records: pa.Table) -> pa.Table:
                                                     rf.TRANSACTION_COMMIT_TYPE], pa.int32())))
 
 
+def multi_dispatch_copies(batch: pa.RecordBatch, config: BrokerConfig, broker_5x: bool) -> pa.RecordBatch:
+    """The LMQ / multi-dispatch copies of dispatchable records (R§5.3, E#33): the same record with
+    topic, queue id and queue offset of each queue named in ``INNER_MULTI_DISPATCH``."""
+    from .recovery import multi_dispatch_targets
+
+    rows = []
+    for r in batch.to_pylist():
+        props = dict(r["properties"] or [])
+        for topic, qid, offset in multi_dispatch_targets(config, broker_5x, r["topic"], r["queue_id"], props):
+            rows.append({**r, "topic": topic, "queue_id": qid, "queue_offset": offset})
+    return pa.RecordBatch.from_pylist(rows, schema=batch.schema)
+
+
 @dataclass
 class IndexPuts:
     """Index puts in put order (F§7.4): keyHash, phy offset and store time of every key."""

@@ -1,0 +1,71 @@
+"""LMQ / multi-dispatch (R§5.3, E#33): predicted and rebuilt LMQ consume queues agree."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from jobs.recover import recover
+from store_reader import load_broker_config, open_store
+from store_reader.consumequeue import decode_entries
+from store_reader.recovery import predict
+from store_reader.synthetic import encode_message
+
+SEGMENT = 65536
+CONF = ("mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=600\nmaxHashSlotNum=100\n"
+        "maxIndexNum=400\nenableMultiDispatch=true\nenableLmq=true\n")
+
+
+def _lmq_store(root, broker_5x: bool):
+    """One commitlog file: five records of TopicL/1, each also dispatched to two LMQ queues
+    (the second starting at queue offset 5, so its first file begins with pre-blank fillers),
+    one with mismatched lists (no copies), and no consume queues yet (the reput builds them)."""
+    (root / "commitlog").mkdir(parents=True)
+    (root / "broker.conf").write_text(CONF)
+    buf = bytearray(SEGMENT)
+    pos = 0
+    for i in range(6):
+        multi = ("%LMQ%a,%LMQ%b", f"{i},{5 + i}") if i < 5 else ("%LMQ%a,%LMQ%b", "9")
+        rec = encode_message(topic="TopicL", queue_id=1, queue_offset=i, phy_offset=pos, body=b"x" * 10,
+                             properties={"KEYS": f"k{i}", "INNER_MULTI_DISPATCH": multi[0],
+                                         "INNER_MULTI_QUEUE_OFFSET": multi[1]},
+                             store_timestamp=1_700_000_000_000 + i, trailing_separator=broker_5x)
+        buf[pos:pos + len(rec)] = rec
+        pos += len(rec)
+    (root / "commitlog" / "00000000000000000000").write_bytes(bytes(buf))
+    return root
+
+
+def _entries(qdir):
+    out = []
+    for name in sorted(os.listdir(qdir)):
+        e = decode_entries((qdir / name).read_bytes())
+        out += [(p, s) for p, s in zip(e.phy_offset.tolist(), e.size.tolist()) if 0 < s < 0x7FFFFFFF]
+    return out
+
+
+@pytest.mark.parametrize("version", ["4.9", "5.x"])
+def test_lmq_queues_predicted(tmp_path, version):
+    root = _lmq_store(tmp_path / "store", version == "5.x")
+    pred = predict(open_store(root), version)
+    a, b = pred.consume_queues[("%LMQ%a", 0)], pred.consume_queues[("%LMQ%b", 0)]
+    main = pred.consume_queues[("TopicL", 1)]
+    assert (main.min_offset, main.max_offset) == (0, 6)
+    assert (a.min_offset, a.max_offset) == (0, 5)
+    assert b.min_offset == 5 if version == "5.x" else b.min_offset == 0   # 4.9.7 min lands on fillers
+    assert b.max_offset == 10
+    assert [int(x) for x in b.entries()["phy_offset"]][-5:] == [int(x) for x in a.entries()["phy_offset"]]
+
+
+@pytest.mark.spark
+def test_lmq_queues_rebuilt(spark, tmp_path):
+    root = _lmq_store(tmp_path / "store", True)
+    out = tmp_path / "out"
+    recover(spark, str(root), str(out), str(root / "broker.conf"), "5.x")
+    pred = predict(open_store(root), "5.x")
+    for topic, qid in [("%LMQ%a", 0), ("%LMQ%b", 0), ("TopicL", 1)]:
+        want = [(int(e["phy_offset"]), int(e["size"])) for e in pred.consume_queues[(topic, qid)].entries()
+                if e["size"] != 0x7FFFFFFF]
+        assert _entries(out / "consumequeue" / topic / str(qid)) == \
+            want, topic
+    assert load_broker_config(root / "broker.conf").enableLmq
