@@ -1,0 +1,52 @@
+"""Audit rows to Delta tables, keyed by ``run_id``: a re-run replaces its rows, never duplicates them.
+
+With delta-spark on the session's classpath (cluster, ``spark-conf/delta.conf``) Spark writes the
+table itself (``replaceWhere run_id = ...``). Without it, the embedded default on machines that
+cannot fetch the delta-spark jars, the rows (audit tables are small: findings are range-encoded) are
+collected as Arrow and delta-rs commits them in one transaction that deletes the run's old rows and
+adds the new ones (``predicate`` overwrite). Either way the result is a standard Delta table that
+Spark, delta-rs, DuckDB and Polars read.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
+                   storage_options: dict[str, str] | None = None) -> None:
+    """Replace the rows of ``run_id`` in the Delta table at ``table_uri`` by ``rows`` (created on
+    first use). ``rows`` must carry a ``run_id`` column equal to ``run_id`` everywhere."""
+    import pyarrow.compute as pc
+
+    if rows.num_rows and not pc.all(pc.equal(rows["run_id"], run_id)).as_py():
+        raise ValueError(f"rows of another run in a write for run {run_id}")
+    predicate = f"run_id = {_quote(run_id)}"
+    if spark is not None:
+        from jobs.sparkutil import has_delta
+
+        if has_delta(spark):
+            (spark.createDataFrame(rows).write.format("delta").mode("overwrite")
+             .option("replaceWhere", predicate).option("mergeSchema", "true").save(table_uri))
+            return
+    from deltalake import DeltaTable, write_deltalake
+
+    try:
+        DeltaTable(table_uri, storage_options=storage_options)
+        exists = True
+    except Exception:  # deltalake raises TableNotFoundError (a subclass varies by version)
+        exists = False
+    if exists:
+        write_deltalake(table_uri, rows, mode="overwrite", predicate=predicate,
+                        storage_options=storage_options)
+    else:
+        write_deltalake(table_uri, rows, mode="append", storage_options=storage_options)
+
+
+def read_table(table_uri: str, storage_options: dict[str, str] | None = None) -> pa.Table:
+    from deltalake import DeltaTable
+
+    return DeltaTable(table_uri, storage_options=storage_options).to_pyarrow_table()
