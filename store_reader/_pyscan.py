@@ -24,6 +24,28 @@ class _OutOfBounds(Exception):
     pass
 
 
+def java_int(v: int) -> int:
+    """``v`` wrapped to a Java ``int`` (32-bit two's complement), as Java int arithmetic does."""
+    return ((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def java_long(v: int) -> int:
+    """``v`` wrapped to a Java ``long`` (64-bit two's complement), as Java long arithmetic does."""
+    return ((v + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63)
+
+
+def java_split_count(s: str, sep: str) -> int:
+    """``len(s.split(sep))`` in Java for a one-character, non-regex ``sep`` (limit 0): an empty
+    leading part is kept, trailing empty parts are dropped ("a_b_" -> 2, "a_" -> 1, "_" -> 0,
+    "_a" -> 2), and a string without ``sep`` is one part (even "")."""
+    if sep not in s:
+        return 1
+    parts = s.split(sep)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return len(parts)
+
+
 def java_string_hash(s: str) -> int:
     """Java ``String.hashCode`` over UTF-16 code units, as a signed i32."""
     h = 0
@@ -73,11 +95,34 @@ def _crc(data: bytes) -> int:
     return zlib.crc32(data) & 0x7FFFFFFF
 
 
-def _record_crc_value(digits: str) -> int | None:
-    """``__CRC32#`` value: 10 digits, least significant first (F§3.8)."""
-    if len(digits) != 10 or not digits.isdigit():
-        return None
-    return int(digits[::-1])
+def record_crc_value(value: str) -> int:
+    """``expectedCRC`` of ``CommitLog#checkMessageAndReturnSize`` [5.x] for a ``__CRC32#`` value
+    (F§3.8; written by ``MessageDecoder#createCrc32``, least significant digit first).
+
+    The broker validates nothing: walking the UTF-16 code units from the last to the first it
+    computes ``expectedCRC = expectedCRC * 10 + (charAt(i) - '0')`` in ``int`` arithmetic, so any
+    length is accepted, a character that is not an ASCII digit counts as its code minus 48, and the
+    result wraps at 32 bits. The caller requires the result to be > 0.
+    """
+    units = value.encode("utf-16-be", "surrogatepass")
+    v = 0
+    for i in range(len(units) - 2, -1, -2):
+        v = java_int(v * 10 + (((units[i] << 8) | units[i + 1]) - ord("0")))
+    return v
+
+
+def record_crc_matches(buf: Any, cur: int, total_size: int, value: str) -> bool:
+    """The ``forceVerifyPropCRC`` test [5.x]: ``expectedCRC > 0`` and equal to the CRC of
+    ``[cur - TOTALSIZE, cur - 20)``, where ``cur`` is the read position after PROPERTIES (a
+    duplicate of the buffer moved back by TOTALSIZE, limited to TOTALSIZE - 20 bytes). For a
+    well-formed record that is bytes ``[0, TOTALSIZE - 20)`` of it; otherwise the range follows
+    the broker: a start before the buffer (index 0 = the file start) throws, so no match; an end
+    before the start (TOTALSIZE < 20) is an empty range, CRC 0, never > 0."""
+    want = record_crc_value(value)
+    lo, hi = cur - total_size, cur - rf.CRC32_RESERVED_LEN
+    if want <= 0 or lo < 0:
+        return False
+    return want == (_crc(bytes(buf[lo:hi])) if hi > lo else 0)
 
 
 def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: bool = False
@@ -87,7 +132,8 @@ def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: 
     if remaining <= 4:                                   # step 1 (5.x; 4.9.7 underflows)
         return rf.INVALID, rf.CHECK_CODE["out_of_bounds"], None, None
     total_size = _I32.unpack_from(buf, pos)[0]
-    if opts.broker_5x and remaining - 4 < total_size - 4:   # step 2 [5.x]
+    # step 2 [5.x]: remaining() < totalSize - 4, the subtraction in int arithmetic (wraps)
+    if opts.broker_5x and remaining - 4 < java_int(total_size - 4):
         return rf.INVALID, rf.CHECK_CODE["total_size"], total_size, None
     if remaining < 8:
         return rf.INVALID, rf.CHECK_CODE["out_of_bounds"], total_size, None
@@ -100,22 +146,32 @@ def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: 
         version = 2
     else:
         return rf.INVALID, rf.CHECK_CODE["bad_magic"], total_size, None
+    # [all] `new byte[totalSize]` comes next: a negative size throws
+    if total_size < 0:
+        return rf.INVALID, rf.CHECK_CODE["total_size"], total_size, None
 
     def take(p: int, n: int) -> int:
         if p + n > end:
             raise _OutOfBounds
         return p + n
 
+    def fits_record(n: int) -> None:
+        """Hosts, body, topic and properties are copied into that byte[totalSize]: longer throws."""
+        if n > total_size:
+            raise _OutOfBounds
+
     try:
         p = take(pos, rf.HEAD.size)                     # step 4: fixed fields
         (_, _, body_crc, queue_id, flag, queue_offset, stored_phy, sys_flag,
          born_ts) = rf.HEAD.unpack_from(buf, pos)
         born_len = 20 if sys_flag & rf.BORNHOST_V6_FLAG else 8
+        fits_record(born_len)
         born_host = bytes(buf[p:take(p, born_len)])
         p += born_len
         store_ts = _I64.unpack_from(buf, take(p, 8) - 8)[0]
         p += 8
         store_len = 20 if sys_flag & rf.STOREHOSTADDRESS_V6_FLAG else 8
+        fits_record(store_len)
         store_host = bytes(buf[p:take(p, store_len)])
         p += store_len
         reconsume, prepared_tx, body_len = rf.MID.unpack_from(buf, take(p, rf.MID.size) - rf.MID.size)
@@ -123,6 +179,7 @@ def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: 
         body = b""
         body_crc_ok: bool | None = None
         if body_len > 0:                                # step 5
+            fits_record(body_len)
             body = bytes(buf[p:take(p, body_len)])
             p += body_len
             if opts.crc_computed:
@@ -139,6 +196,7 @@ def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: 
             p += 2
         if topic_len < 0:
             return rf.INVALID, rf.CHECK_CODE["topic_length"], total_size, None
+        fits_record(topic_len)
         topic = bytes(buf[p:take(p, topic_len)]).decode("utf-8", "replace")
         p += topic_len
         props_len = _I16.unpack_from(buf, take(p, 2) - 2)[0]   # step 7
@@ -146,11 +204,12 @@ def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: 
         props: dict[str, str] | None = None
         tags_code = 0
         if props_len > 0:
+            fits_record(props_len)
             props = parse_properties(bytes(buf[p:take(p, props_len)]).decode("utf-8", "replace"))
             p += props_len
             if opts.check_dup_info:
                 dup = props.get(rf.PROPERTY_DUP_INFO)
-                if dup is None or len(dup.split("_")) != 2:
+                if dup is None or java_split_count(dup, "_") != 2:
                     return rf.INVALID, rf.CHECK_CODE["dup_info"], total_size, None
             tags = props.get(rf.PROPERTY_TAGS)
             if tags:
@@ -162,14 +221,11 @@ def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: 
                     return rf.INVALID, rf.CHECK_CODE["delay_property"], total_size, None
                 level = min(level, len(opts.delay_levels_ms))
                 if level > 0:
-                    tags_code = store_ts + opts.delay_levels_ms[level - 1]
-        record_crc_ok: bool | None = None
+                    tags_code = java_long(store_ts + opts.delay_levels_ms[level - 1])  # wraps
+        record_crc_ok: bool | None = None               # reported when CRCs are computed
         crc_prop = props.get(rf.PROPERTY_CRC32) if props else None
-        if opts.crc_computed and crc_prop is not None and total_size >= rf.CRC32_RESERVED_LEN:
-            want = _record_crc_value(crc_prop)
-            if pos + total_size - rf.CRC32_RESERVED_LEN <= end:
-                record_crc_ok = want is not None and want == _crc(
-                    bytes(buf[pos:pos + total_size - rf.CRC32_RESERVED_LEN]))
+        if opts.crc_computed and crc_prop is not None:
+            record_crc_ok = record_crc_matches(buf, p, total_size, crc_prop)
         if opts.check_crc and opts.force_verify_prop_crc and not record_crc_ok:   # step 8
             return rf.INVALID, rf.CHECK_CODE["record_crc"], total_size, None
         if rf.cal_msg_length(version, sys_flag, body_len, topic_len, props_len) != total_size:

@@ -16,6 +16,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from schemas import MESSAGE, SEGMENT
@@ -80,8 +81,8 @@ def _buf(b: bytes | None) -> pa.Buffer | None:
 def _batch(schema: pa.Schema, cols: dict[str, Any], n: int, valid_prefix: bool) -> pa.RecordBatch:
     arrays = []
     for f in schema:
-        if f.name == "valid_prefix":
-            arrays.append(pa.array([valid_prefix] * n, type=pa.bool_()))
+        if f.name == "valid_prefix":      # one value for the whole batch: no Python list
+            arrays.append(pa.array(np.full(n, valid_prefix, dtype=np.bool_), type=pa.bool_()))
         else:
             arrays.append(_column_array(f.name, cols[f.name], n))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -128,8 +129,17 @@ class SegmentSummary:
         return {name: getattr(self, name) for name in SEGMENT.names}
 
 
+# Read-ahead hint for segment scans, which read each segment front to back (records, then the
+# padding/marker check). MADV_SEQUENTIAL only: measured on a cold 256 MiB segment it is as fast as
+# no hint or slightly faster, while MADV_WILLNEED was slightly slower, MADV_WILLNEED together with
+# MADV_SEQUENTIAL about 1.7x slower, and MAP_POPULATE about 1.4x slower (it reads the whole file
+# before the scan starts instead of overlapping I/O with it); with a warm page cache none of them
+# changed anything. Advisory only: results never depend on it.
+_SCAN_MADVICE = getattr(mmap, "MADV_SEQUENTIAL", None)
+
+
 class _Mapped:
-    """Read-only mmap of a file (an empty file maps to ``b''``)."""
+    """Read-only mmap of a file (an empty file maps to ``b''``), hinted for a sequential scan."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -144,6 +154,11 @@ class _Mapped:
         except (OSError, ValueError) as exc:
             self._fh.close()
             raise UnreadableFileError(f"cannot map commitlog segment: {exc}", path) from None
+        if _SCAN_MADVICE is not None and isinstance(self.buf, mmap.mmap):
+            try:
+                self.buf.madvise(_SCAN_MADVICE)
+            except (OSError, AttributeError):   # a hint: never a reason to fail
+                pass
 
     def close(self) -> None:
         if isinstance(self.buf, mmap.mmap):

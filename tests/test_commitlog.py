@@ -129,3 +129,20 @@ def test_bodies_match_the_broker_crc(tmp_path):
                 assert zlib.crc32(r["body"]) & 0x7FFFFFFF == exp[r["phy_offset"]]["bodyCRC"]
                 n += 1
     assert n == 400
+
+
+@pytest.mark.parametrize("advice", [None, -12345], ids=["no-hint", "rejected-hint"])
+def test_read_ahead_hint_never_changes_results(monkeypatch, advice):
+    """The segment mmap's read-ahead hint is advisory: without one, or with one the kernel rejects
+    (EINVAL), every segment gives the same table and summary."""
+    from store_reader import commitlog
+
+    version, scenario = support.VERSIONS[1], "torn-middle-crc"
+    store = open_store(support.input_store(version, scenario), support.broker_conf(version, scenario))
+    paths = [f.path for f in store.commitlog_files]
+    want = [scan_segment(p, _opts(version), include_lost=True) for p in paths]
+    monkeypatch.setattr(commitlog, "_SCAN_MADVICE", advice)
+    for p, (table, summary) in zip(paths, want):
+        got_table, got_summary = scan_segment(p, _opts(version), include_lost=True)
+        assert got_table.equals(table) and got_summary == summary
+        assert got_table.column("valid_prefix").null_count == 0

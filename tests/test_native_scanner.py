@@ -272,13 +272,330 @@ def test_spec_worked_example_3_13_with_record_crc():
     assert n == 0 and stop == (rf.INVALID, rf.CHECK_CODE["record_crc"], 188)
 
 
+# -- broker edge cases, byte for byte, against both scanners ------------------------------------------
+# Each record below is written out field by field (F§3.1: V1 magic, IPv4 hosts unless noted); every
+# test scans it with the pure twin and with the native scanner, which must agree, and checks what
+# CommitLog#checkMessageAndReturnSize [4.9.7 / 5.3.3] does with it.
+
+V1_MAGIC = b"\xda\xa3\x20\xa7"                 # MAGICCODE 0xDAA320A7 (V1)
+BLANK_MAGIC = b"\xcb\xd4\x31\x94"              # MAGICCODE 0xCBD43194 (blank / end of file)
+# fields 3..14, the same in most records below (76 bytes)
+FIXED_3_14 = (
+    b"\x00\x00\x00\x00"                        # BODYCRC 0 (no body)
+    b"\x00\x00\x00\x01"                        # QUEUEID 1
+    b"\x00\x00\x00\x00"                        # FLAG 0
+    b"\x00\x00\x00\x00\x00\x00\x00\x00"        # QUEUEOFFSET 0
+    b"\x00\x00\x00\x00\x00\x00\x00\x00"        # PHYSICALOFFSET 0
+    b"\x00\x00\x00\x00"                        # SYSFLAG 0 (IPv4 born and store hosts)
+    b"\x00\x00\x01\x8b\xcf\xe5\x68\x00"        # BORNTIMESTAMP 1700000000000
+    b"\xc0\xa8\x00\x0a\x00\x00\xd4\x31"        # BORNHOST 192.168.0.10:54321
+    b"\x00\x00\x01\x8b\xcf\xe5\x68\x7b"        # STORETIMESTAMP 1700000000123
+    b"\xc0\xa8\x00\x01\x00\x00\x2a\x9f"        # STOREHOST 192.168.0.1:10911
+    b"\x00\x00\x00\x00"                        # RECONSUMETIMES 0
+    b"\x00\x00\x00\x00\x00\x00\x00\x00"        # PREPARED TRANSACTION OFFSET 0
+)
+assert len(FIXED_3_14) == 76
+
+OPTS_5X, OPTS_497 = rf.ScanOptions(broker_5x=True), rf.ScanOptions(broker_5x=False)
+ONE_RECORD_COLUMNS = ("total_size", "topic", "store_timestamp", "tags_code", "delay_level",
+                      "properties", "body_crc_ok", "record_crc_ok")
+
+
+def _scan_one(buf: bytes, opts: rf.ScanOptions, pos: int = 0) -> tuple[int, tuple | None, dict | None]:
+    """The record at ``pos`` through both scanners (which must agree): (count, stop, row)."""
+    columns = ONE_RECORD_COLUMNS
+    p = _pyscan.scan(buf, 0, pos, len(buf), 1, opts, columns)
+    n = _native.scan(buf, 0, pos, len(buf), 1, commitlog._native_opts(opts), columns)
+    assert n[1:] == p[1:], (n[1:], p[1:])
+    rows = {}
+    for c in columns:
+        a = commitlog._column_array(c, n[0][c], n[1])
+        a.validate(full=True)
+        assert a.equals(commitlog._column_array(c, p[0][c], p[1])), c
+        rows[c] = a.to_pylist()
+    row = {c: v[0] for c, v in rows.items()} if p[1] else None
+    return p[1], p[3], row
+
+
+# 1. duplicationEnable [5.x]: `DUP_INFO.split("_").length == 2`, and Java's split drops trailing
+#    empty strings (an empty leading one stays).
+@pytest.mark.parametrize("rec, parts", [
+    pytest.param(
+        b"\x00\x00\x00\x69"                    # TOTALSIZE 105 = 91 + t 1 + p 13
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        b"\x00\x0d"                            # PROPERTIESLEN 13
+        b"DUP_INFO\x01a_b\x02",                # PROPERTIES: DUP_INFO=a_b -> [a, b]
+        2, id="a_b"),
+    pytest.param(
+        b"\x00\x00\x00\x6a"                    # TOTALSIZE 106 = 91 + t 1 + p 14
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        b"\x00\x0e"                            # PROPERTIESLEN 14
+        b"DUP_INFO\x01a_b_\x02",               # PROPERTIES: DUP_INFO=a_b_ -> [a, b] (trailing "" dropped)
+        2, id="a_b_"),
+    pytest.param(
+        b"\x00\x00\x00\x68"                    # TOTALSIZE 104 = 91 + t 1 + p 12
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        b"\x00\x0c"                            # PROPERTIESLEN 12
+        b"DUP_INFO\x01_a\x02",                 # PROPERTIES: DUP_INFO=_a -> ["", a] (leading "" kept)
+        2, id="_a"),
+    pytest.param(
+        b"\x00\x00\x00\x68"                    # TOTALSIZE 104 = 91 + t 1 + p 12
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        b"\x00\x0c"                            # PROPERTIESLEN 12
+        b"DUP_INFO\x01a_\x02",                 # PROPERTIES: DUP_INFO=a_ -> [a]
+        1, id="a_"),
+    pytest.param(
+        b"\x00\x00\x00\x69"                    # TOTALSIZE 105 = 91 + t 1 + p 13
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        b"\x00\x0d"                            # PROPERTIESLEN 13
+        b"DUP_INFO\x01a__\x02",                # PROPERTIES: DUP_INFO=a__ -> [a]
+        1, id="a__"),
+    pytest.param(
+        b"\x00\x00\x00\x67"                    # TOTALSIZE 103 = 91 + t 1 + p 11
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        b"\x00\x0b"                            # PROPERTIESLEN 11
+        b"DUP_INFO\x01_\x02",                  # PROPERTIES: DUP_INFO=_ -> [] (both "" dropped)
+        0, id="_"),
+])
+def test_dup_info_split_drops_trailing_empty_parts(rec, parts):
+    dup = _pyscan.parse_properties(rec[92:].decode())["DUP_INFO"]      # PROPERTIES start at 92
+    assert _pyscan.java_split_count(dup, "_") == parts
+    opts = rf.ScanOptions(check_dup_info=True)
+    n, stop, row = _scan_one(rec, opts)
+    if parts == 2:
+        assert n == 1 and stop is None and row["total_size"] == len(rec)
+    else:
+        assert n == 0 and stop == (rf.INVALID, rf.CHECK_CODE["dup_info"], len(rec))
+    assert _scan_one(rec, OPTS_5X)[0] == 1            # without duplicationEnable: not checked
+
+
+# 2. forceVerifyPropCRC [5.x]: expectedCRC = sum of (charAt(i) - '0') * 10^i over the UTF-16 units
+#    in int arithmetic, no character rejected, any length, and it must be > 0. The records are
+#    TAGS=a then __CRC32#=<value>; bytes [0, TOTALSIZE - 20) do not depend on the value.
+def _crc_record(total: bytes, props_len: bytes, value: bytes) -> bytes:
+    return (
+        total                                  # TOTALSIZE
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        + props_len +                          # PROPERTIESLEN
+        b"TAGS\x01a\x02"                       # PROPERTIES: TAGS=a
+        b"__CRC32#\x01" + value + b"\x02"      #             __CRC32#=<value>
+    )
+
+
+# 10-character values: TOTALSIZE 119 = 91 + t 1 + p 27; CRC of bytes [0, 99) = 563811919
+CRC_10 = functools.partial(_crc_record, b"\x00\x00\x00\x77", b"\x00\x1b")
+# 10-character, 11-byte values (or 11 ASCII characters): TOTALSIZE 120, p 28; CRC of [0, 100) = 600002570
+CRC_11 = functools.partial(_crc_record, b"\x00\x00\x00\x78", b"\x00\x1c")
+
+
+@pytest.mark.parametrize("rec, ok", [
+    pytest.param(CRC_10(b"9191183650"), True,        # 563811919, least significant digit first
+                 id="digits"),
+    pytest.param(CRC_10(b"C091183650"), True,        # 'C' - '0' = 19 = 9 + 10, carried into the
+                 id="non-digit"),                    #   next unit ('0' for 1): the same sum
+    pytest.param(CRC_10(b"5129778584"), True,        # 4858779215 = 563811919 + 2^32: wraps
+                 id="int-wrap"),
+    pytest.param(CRC_11(b"07520000600"), True,       # 600002570 and a most significant '0':
+                 id="11-digits"),                    #   the length is not checked
+    pytest.param(CRC_11("\u0666890000060".encode()),  # U+0666 (Arabic-Indic six) counts as
+                 True, id="non-ascii"),              #   0x666 - 48 = 1590; + 10 * 60000098
+    pytest.param(CRC_10(b"9191183651"), False,       # 1563811919: another value
+                 id="wrong"),
+    pytest.param(CRC_10(b"0000000000"), False,       # 0: expectedCRC > 0 is required
+                 id="zero"),
+    pytest.param(CRC_10(b"8463847412"), False,       # 2147483648 wraps to Integer.MIN_VALUE
+                 id="wraps-negative"),
+])
+def test_record_crc_value_parsed_as_the_broker_does(rec, ok):
+    assert len(rec) == struct.unpack(">i", rec[:4])[0]
+    n, stop, row = _scan_one(rec, rf.ScanOptions(force_verify_prop_crc=True))
+    if ok:
+        assert n == 1 and row["record_crc_ok"] is True
+    else:
+        assert n == 0 and stop == (rf.INVALID, rf.CHECK_CODE["record_crc"], len(rec))
+        n, _, row = _scan_one(rec, rf.ScanOptions(check_crc=False, compute_crc=True))
+        assert n == 1 and row["record_crc_ok"] is False    # reported, not enforced
+
+
+def test_record_crc_range_counts_back_from_the_end_of_properties():
+    """The broker CRCs [end of PROPERTIES - TOTALSIZE, end of PROPERTIES - 20): a TOTALSIZE larger
+    than the fields reach moves the range back, here onto 8 bytes before the record."""
+    buf = (
+        b"PREVIOUS"                            # 8 bytes before the record (scanned from 8)
+        b"\x00\x00\x00\x7f"                    # TOTALSIZE 127, but the fields end after 119
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        b"\x00\x1b"                            # PROPERTIESLEN 27
+        b"TAGS\x01a\x02"                       # PROPERTIES: TAGS=a
+        b"__CRC32#\x014951283230\x02"          #   __CRC32#: 323821594 = CRC of buf[0, 107)
+        b"\x00\x00\x00\x00\x00\x00\x00\x00"    # 8 bytes more, so that TOTALSIZE fits (step 2)
+    )
+    n, stop, _ = _scan_one(buf, rf.ScanOptions(force_verify_prop_crc=True), pos=8)
+    assert n == 0 and stop == (rf.LENGTH_MISMATCH, rf.CHECK_CODE["length_mismatch"], 127)
+    n, stop, _ = _scan_one(buf[8:], rf.ScanOptions(force_verify_prop_crc=True))
+    assert n == 0 and stop == (rf.INVALID, rf.CHECK_CODE["record_crc"], 127)   # range starts at -8
+
+
+# 3. Schedule-topic tags code = STORETIMESTAMP + delay, Java long arithmetic: it wraps.
+def test_schedule_deliver_time_wraps_like_java_long():
+    rec = (
+        b"\x00\x00\x00\x76"                    # TOTALSIZE 118 = 91 + t 19 + p 8
+        + V1_MAGIC +                           # MAGICCODE V1
+        b"\x00\x00\x00\x00"                    # BODYCRC 0 (no body)
+        b"\x00\x00\x00\x01"                    # QUEUEID 1 (delay level 2)
+        b"\x00\x00\x00\x00"                    # FLAG 0
+        b"\x00\x00\x00\x00\x00\x00\x00\x00"    # QUEUEOFFSET 0
+        b"\x00\x00\x00\x00\x00\x00\x00\x00"    # PHYSICALOFFSET 0
+        b"\x00\x00\x00\x00"                    # SYSFLAG 0
+        b"\x00\x00\x01\x8b\xcf\xe5\x68\x00"    # BORNTIMESTAMP 1700000000000
+        b"\xc0\xa8\x00\x0a\x00\x00\xd4\x31"    # BORNHOST 192.168.0.10:54321
+        b"\x7f\xff\xff\xff\xff\xff\xf0\x00"    # STORETIMESTAMP 2^63 - 4096
+        b"\xc0\xa8\x00\x01\x00\x00\x2a\x9f"    # STOREHOST 192.168.0.1:10911
+        b"\x00\x00\x00\x00"                    # RECONSUMETIMES 0
+        b"\x00\x00\x00\x00\x00\x00\x00\x00"    # PREPARED TRANSACTION OFFSET 0
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x13"                                # TOPICLEN 19
+        b"SCHEDULE_TOPIC_XXXX"                 # TOPIC
+        b"\x00\x08"                            # PROPERTIESLEN 8
+        b"DELAY\x012\x02"                      # PROPERTIES: DELAY=2 (5 s)
+    )
+    for opts in (OPTS_5X, OPTS_497):
+        n, _, row = _scan_one(rec, opts)
+        assert n == 1 and row["store_timestamp"] == 2**63 - 4096 and row["delay_level"] == 2
+        assert row["tags_code"] == 2**63 - 4096 + 5000 - 2**64 == -9223372036854774904
+
+
+# 4. `new byte[totalSize]` comes right after the magic [all]: a negative TOTALSIZE throws, and so
+#    does copying a host, the body, the topic or the properties into it when longer than TOTALSIZE.
+#    The broker returns INVALID (not a LENGTH_MISMATCH of the torn kind).
+@pytest.mark.parametrize("opts", [OPTS_5X, OPTS_497], ids=["5.x", "4.9.7"])
+@pytest.mark.parametrize("rec, check", [
+    pytest.param(
+        b"\xff\xff\xff\xff"                    # TOTALSIZE -1
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        b"\x00\x00",                           # PROPERTIESLEN 0 (record is 93 bytes)
+        "total_size", id="negative-total"),
+    pytest.param(
+        b"\x00\x00\x00\x04"                    # TOTALSIZE 4: BORNHOST (8) does not fit
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        b"\x00\x00",                           # PROPERTIESLEN 0 (record is 93 bytes)
+        "out_of_bounds", id="host-longer"),
+    pytest.param(
+        b"\x00\x00\x00\x0c"                    # TOTALSIZE 12: the body (13) does not fit
+        + V1_MAGIC +                           # MAGICCODE V1
+        b"\x6b\xe6\xc6\xe6"                    # BODYCRC 1810286310 = crc32("Hello, world!")
+        b"\x00\x00\x00\x01"                    # QUEUEID 1
+        b"\x00\x00\x00\x00"                    # FLAG 0
+        b"\x00\x00\x00\x00\x00\x00\x00\x00"    # QUEUEOFFSET 0
+        b"\x00\x00\x00\x00\x00\x00\x00\x00"    # PHYSICALOFFSET 0
+        b"\x00\x00\x00\x00"                    # SYSFLAG 0
+        b"\x00\x00\x01\x8b\xcf\xe5\x68\x00"    # BORNTIMESTAMP 1700000000000
+        b"\xc0\xa8\x00\x0a\x00\x00\xd4\x31"    # BORNHOST 192.168.0.10:54321
+        b"\x00\x00\x01\x8b\xcf\xe5\x68\x7b"    # STORETIMESTAMP 1700000000123
+        b"\xc0\xa8\x00\x01\x00\x00\x2a\x9f"    # STOREHOST 192.168.0.1:10911
+        b"\x00\x00\x00\x00"                    # RECONSUMETIMES 0
+        b"\x00\x00\x00\x00\x00\x00\x00\x00"    # PREPARED TRANSACTION OFFSET 0
+        b"\x00\x00\x00\x0d"                    # BODYLEN 13
+        b"Hello, world!"                       # BODY
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        b"\x00\x00",                           # PROPERTIESLEN 0 (record is 106 bytes)
+        "out_of_bounds", id="body-longer"),
+    pytest.param(
+        b"\x00\x00\x00\x0c"                    # TOTALSIZE 12: the topic (13) does not fit
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x0d"                                # TOPICLEN 13
+        b"TopicTest-13b"                       # TOPIC
+        b"\x00\x00",                           # PROPERTIESLEN 0 (record is 105 bytes)
+        "out_of_bounds", id="topic-longer"),
+    pytest.param(
+        b"\x00\x00\x00\x0c"                    # TOTALSIZE 12: the properties (13) do not fit
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        b"\x00\x0d"                            # PROPERTIESLEN 13
+        b"TAGS\x01TagA\x02KE\x02",             # PROPERTIES (record is 106 bytes)
+        "out_of_bounds", id="properties-longer"),
+])
+def test_fields_are_copied_into_a_totalsize_array(rec, check, opts):
+    buf = rec + bytes(8)                               # room to spare: not a torn tail
+    n, stop, _ = _scan_one(buf, opts)
+    assert n == 0 and stop == (rf.INVALID, rf.CHECK_CODE[check], struct.unpack(">i", rec[:4])[0])
+    # the same record with its real TOTALSIZE is VALID
+    n, stop, row = _scan_one(struct.pack(">i", len(rec)) + buf[4:], opts)
+    assert n == 1 and row["total_size"] == len(rec)
+
+
+# 5. Step 2 [5.x] is `remaining() < totalSize - 4` in int arithmetic: TOTALSIZE INT_MIN..INT_MIN+3
+#    wraps to a huge value and fails, even in front of the blank magic; INT_MIN+4 does not.
+@pytest.mark.parametrize("rec, want_5x, want_497", [
+    pytest.param(
+        b"\x80\x00\x00\x00"                    # TOTALSIZE -2^31: -2^31 - 4 wraps to 2^31 - 4
+        + BLANK_MAGIC +                        # MAGICCODE blank
+        b"\x00\x00\x00\x00\x00\x00\x00\x00",   # filler
+        (rf.INVALID, "total_size"), (rf.END_OF_FILE, ""), id="INT_MIN-blank"),
+    pytest.param(
+        b"\x80\x00\x00\x03"                    # TOTALSIZE -2^31 + 3: - 4 wraps to 2^31 - 1
+        + BLANK_MAGIC +                        # MAGICCODE blank
+        b"\x00\x00\x00\x00\x00\x00\x00\x00",   # filler
+        (rf.INVALID, "total_size"), (rf.END_OF_FILE, ""), id="INT_MIN+3-blank"),
+    pytest.param(
+        b"\x80\x00\x00\x04"                    # TOTALSIZE -2^31 + 4: - 4 = -2^31, no wrap
+        + BLANK_MAGIC +                        # MAGICCODE blank
+        b"\x00\x00\x00\x00\x00\x00\x00\x00",   # filler
+        (rf.END_OF_FILE, ""), (rf.END_OF_FILE, ""), id="INT_MIN+4-blank"),
+    pytest.param(
+        b"\x80\x00\x00\x04"                    # TOTALSIZE -2^31 + 4: passes step 2 ...
+        + V1_MAGIC +                           # MAGICCODE V1: ... then new byte[negative] throws
+        b"\x00\x00\x00\x00\x00\x00\x00\x00",   # filler
+        (rf.INVALID, "total_size"), (rf.INVALID, "total_size"), id="INT_MIN+4-V1"),
+])
+def test_step2_total_size_minus_4_wraps_like_java_int(rec, want_5x, want_497):
+    for opts, (outcome, check) in ((OPTS_5X, want_5x), (OPTS_497, want_497)):
+        n, stop, _ = _scan_one(rec, opts)
+        assert n == 0 and stop == (outcome, rf.CHECK_CODE[check], struct.unpack(">i", rec[:4])[0])
+
+
 # -- (b) generated segments ------------------------------------------------------------------------
 
 NAMES = [b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"REAL_TOPIC", b"REAL_QID", b"TRAN_MSG", b"DUP_INFO",
          b"INNER_NUM", b"INNER_BASE", b"__CRC32#", b"CLUSTER", b"WAIT", b"x", b"", b"\xff\xfe", b"n\x01m"]
 VALUES = st.one_of(
     st.sampled_from([b"", b"true", b"TagA", b"k1 k2", b" a  b ", b"3", b"-1", b"+7", b"2147483648",
-                     b"18", b"99", b"a_b", b"a_b_", b"_", b"0123456789", b"\xff", b"\xe2\x82", b"\xf0\x9f\x98\x80",
+                     b"18", b"99", b"a_b", b"a_b_", b"_", b"a_", b"_a", b"a__", b"__", b"0123456789",
+                     b"C091183650", b"8463847412", b"00000000000", "\u0666890000060".encode(),
+                     "\uff11".encode(), b"\xff", b"\xe2\x82", b"\xf0\x9f\x98\x80",
                      b"\xed\xa0\x80", b"x\x01y", "订单".encode(), b"-32768", b"32768", b"9223372036854775808"]),
     st.binary(max_size=12),
 )
@@ -289,8 +606,10 @@ TOPICS = st.one_of(st.sampled_from([b"TopicTest", b"SCHEDULE_TOPIC_XXXX", b"", b
 IPV4 = st.sampled_from([b"\x7f\0\0\x01", b"\xc0\xa8\x01\xff", b"\0\0\0\0"])
 IPV6 = st.sampled_from([bytes(range(16)), b"\xfe\x80" + bytes(13) + b"\x01", b"\xff" * 16])
 I32 = st.one_of(st.sampled_from([0, 1, -1, 2**31 - 1, -2**31]), st.integers(-2**31, 2**31 - 1))
-# store timestamps stay far from the i64 limits: the twin computes deliver times with Python ints
-STORE_TS = st.one_of(st.sampled_from([0, 1_700_000_000_123]), st.integers(-2**62, 2**62))
+# the whole i64 range: schedule-topic deliver times wrap like Java longs in both scanners
+I64 = st.integers(-2**63, 2**63 - 1)
+STORE_TS = st.one_of(st.sampled_from([0, 1_700_000_000_123, 2**63 - 1, -2**63]), I64)
+DELAY_MS = st.one_of(st.integers(-2**40, 2**40), st.sampled_from([2**63 - 1, -2**63]), I64)
 
 
 @st.composite
@@ -344,7 +663,7 @@ def scan_options(draw):
         force_verify_prop_crc=draw(RARELY), check_dup_info=draw(RARELY),
         broker_5x=draw(st.booleans()),
         delay_levels_ms=draw(st.one_of(st.just(rf.ScanOptions().delay_levels_ms),
-                                       st.lists(st.integers(-2**40, 2**40), max_size=4).map(tuple))))
+                                       st.lists(DELAY_MS, max_size=4).map(tuple))))
 
 
 @st.composite

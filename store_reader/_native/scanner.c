@@ -106,7 +106,6 @@ _Static_assert(CAL_FIXED + HOST_V4_LEN + HOST_V4_LEN + SZ_I8 == 91, "§3.1 total
 #define STOREHOSTADDRESS_V6_FLAG 0x20
 /* §3.8 "__CRC32#" \x01 10 digits \x02 */
 #define CRC32_RESERVED_LEN 20
-#define CRC32_DIGITS 10
 /* §3.7 separators */
 #define NAME_VALUE_SEPARATOR 0x01
 #define PROPERTY_SEPARATOR 0x02
@@ -887,16 +886,57 @@ static void parse_properties(scan_t *sc, rec_t *r, const uint8_t *view, int64_t 
     property_segment(sc, r, seg, nv, view + n);
 }
 
-/* F§3.8: the __CRC32# value is 10 decimal digits, least significant first. */
-static bool record_crc_value(slice_t v, int64_t *out) {
-    if (v.n != CRC32_DIGITS) return false;
-    int64_t x = 0;
-    for (int64_t i = v.n - 1; i >= 0; i--) {
-        if (v.p[i] < '0' || v.p[i] > '9') return false;
-        x = x * 10 + (v.p[i] - '0');
+/* expectedCRC of CommitLog#checkMessageAndReturnSize [5.x] for a __CRC32# value (F§3.8, written
+ * least significant digit first by MessageDecoder#createCrc32). The broker validates nothing: from
+ * the last UTF-16 code unit of the decoded value to the first, expectedCRC = expectedCRC * 10 +
+ * (charAt(i) - '0') in int arithmetic. So any length is accepted, a unit that is not an ASCII digit
+ * counts as its code minus 48, and the value wraps; here the same sum is taken first unit first:
+ * sum of (unit_i - 48) * 10^i, mod 2^32 (the twin's record_crc_value). */
+static int32_t record_crc_value(slice_t v) {
+    uint32_t acc = 0, scale = 1;
+    int64_t i = 0;
+    while (i < v.n) {
+        uint32_t cp = v.p[i] < 0x80 ? v.p[i++] : utf8_next(v.p, v.n, &i);
+        if (cp < 0x10000u) {
+            acc += (cp - (uint32_t)'0') * scale;
+            scale *= 10u;
+        } else { /* astral: its surrogate pair, high unit first */
+            cp -= 0x10000u;
+            acc += (0xD800u + (cp >> 10) - (uint32_t)'0') * scale;
+            scale *= 10u;
+            acc += (0xDC00u + (cp & 0x3FFu) - (uint32_t)'0') * scale;
+            scale *= 10u;
+        }
     }
-    *out = x;
-    return true;
+    return (int32_t)acc;
+}
+
+/* The forceVerifyPropCRC test [5.x] for the record at `pos` whose PROPERTIES end at `cur`: the
+ * broker duplicates its buffer, moves it back by TOTALSIZE and limits it to TOTALSIZE - 20 bytes,
+ * i.e. CRC of [cur - TOTALSIZE, cur - 20) (for a well-formed record [pos, pos + TOTALSIZE - 20)),
+ * and requires expectedCRC > 0 and equal. A start before the buffer (index 0 = the file start)
+ * throws: no match; an end before the start (TOTALSIZE < 20) is an empty range, CRC 0. */
+__attribute__((noinline)) /* out of check_record's hot path (its inlining budget) */
+static bool record_crc_matches(const span_t *sp, int64_t cur, int32_t total_size, slice_t value) {
+    int32_t want = record_crc_value(value);
+    int64_t lo = cur - total_size, hi = cur - CRC32_RESERVED_LEN;
+    if (want <= 0 || lo < 0) return false;
+    if (hi <= lo) return want == 0;
+    const uint8_t *q = span_at(sp, lo, hi - lo);
+    return q && want == broker_crc(q, hi - lo);
+}
+
+/* Java String.split("_").length (limit 0): an empty leading part is kept, trailing empty parts
+ * are dropped ("a_b_" -> 2, "a_" -> 1, "_" -> 0, "_a" -> 2), no '_' at all is one part. '_' is
+ * ASCII, never part of a multi-byte or replaced sequence, so bytes can be counted. */
+__attribute__((noinline, cold)) /* duplicationEnable only */
+static int64_t java_split_count(slice_t s, uint8_t sep) {
+    int64_t last = s.n - 1;
+    while (last >= 0 && s.p[last] == sep) last--;
+    if (last < 0) return s.n == 0 ? 1 : 0; /* "" has no match: [""]; "__": every part dropped */
+    int64_t parts = 1;
+    for (int64_t i = 0; i < last; i++) parts += s.p[i] == sep;
+    return parts;
 }
 
 /* F§3.2 calMsgLength. */
@@ -938,8 +978,10 @@ static int check_record(scan_t *sc, int64_t pos, rec_t *r, int *check, int64_t *
     r->total_size = be_i32(q);
     *declared = r->total_size;
     *has_declared = true;
-    /* step 2 [5.x]: TOTALSIZE fits in what is left */
-    if (o->broker_5x && remaining - 4 < (int64_t)r->total_size - 4) FAIL(INVALID, CK_TOTAL_SIZE);
+    /* step 2 [5.x]: TOTALSIZE fits in what is left: remaining() < totalSize - 4, the subtraction
+     * in Java int arithmetic (wraps: TOTALSIZE in [INT32_MIN, INT32_MIN + 3] fails here) */
+    if (o->broker_5x && remaining - 4 < (int64_t)(int32_t)((uint32_t)r->total_size - 4u))
+        FAIL(INVALID, CK_TOTAL_SIZE);
     if (remaining < 8) FAIL(INVALID, CK_OUT_OF_BOUNDS);
     /* step 3: magic */
     TAKE(q, pos + OFF_MAGICCODE, SZ_I32);
@@ -948,6 +990,15 @@ static int check_record(scan_t *sc, int64_t pos, rec_t *r, int *check, int64_t *
     if (magic == MAGIC_V1) r->version = 1;
     else if (magic == MAGIC_V2 && o->broker_5x) r->version = 2;
     else FAIL(INVALID, CK_BAD_MAGIC);
+    /* [all] the broker now allocates `new byte[totalSize]`: a negative size throws. It then copies
+     * the hosts, the body, the topic and the properties into that array: a field longer than
+     * TOTALSIZE throws too (FITS_RECORD, before the field is read). */
+    if (r->total_size < 0) FAIL(INVALID, CK_TOTAL_SIZE);
+#define FITS_RECORD(n)                                      \
+    do {                                                    \
+        if ((int64_t)(n) > (int64_t)r->total_size)          \
+            FAIL(INVALID, CK_OUT_OF_BOUNDS);                \
+    } while (0)
 
     /* step 4: fixed fields */
     TAKE(q, pos, HEAD_SIZE);
@@ -962,9 +1013,11 @@ static int check_record(scan_t *sc, int64_t pos, rec_t *r, int *check, int64_t *
     int store_len = (r->sys_flag & STOREHOSTADDRESS_V6_FLAG) ? HOST_V6_LEN : HOST_V4_LEN;
     r->born_len = born_len;
     r->store_len = store_len;
+    FITS_RECORD(born_len);
     TAKE(r->born_host, pos + OFF_BORNHOST, born_len);
     TAKE(q, pos + OFF_STORETIMESTAMP(born_len), SZ_I64);
     r->store_ts = be_i64(q);
+    FITS_RECORD(store_len);
     TAKE(r->store_host, pos + OFF_STOREHOST(born_len), store_len);
     TAKE(q, pos + OFF_RECONSUMETIMES(born_len, store_len), MID_SIZE);
     r->reconsume = be_i32(q);
@@ -977,6 +1030,7 @@ static int check_record(scan_t *sc, int64_t pos, rec_t *r, int *check, int64_t *
     r->body.p = NULL;
     r->body.n = 0;
     if (r->body_len > 0) {
+        FITS_RECORD(r->body_len);
         TAKE(r->body.p, p, r->body_len);
         r->body.n = r->body_len;
         p += r->body_len;
@@ -998,6 +1052,7 @@ static int check_record(scan_t *sc, int64_t pos, rec_t *r, int *check, int64_t *
         p += SZ_I16;
     }
     if (r->topic_len < 0) FAIL(INVALID, CK_TOPIC_LENGTH);
+    FITS_RECORD(r->topic_len);
     TAKE(r->topic.p, p, r->topic_len);
     r->topic.n = r->topic_len;
     p += r->topic_len;
@@ -1015,6 +1070,7 @@ static int check_record(scan_t *sc, int64_t pos, rec_t *r, int *check, int64_t *
     sc->n_pairs = 0;
     if (r->has_props) {
         const uint8_t *raw;
+        FITS_RECORD(r->props_len);
         TAKE(raw, p, r->props_len);
         p += r->props_len;
         const uint8_t *view = raw;
@@ -1028,10 +1084,7 @@ static int check_record(scan_t *sc, int64_t pos, rec_t *r, int *check, int64_t *
             parse_properties(sc, r, view, view_n);
         if (o->check_dup_info) { /* 5.x duplicationEnable: DUP_INFO split("_") has 2 parts */
             slice_t d = r->prop[P_DUP_INFO];
-            if (!d.p) FAIL(INVALID, CK_DUP_INFO);
-            int64_t parts = 1;
-            for (int64_t i = 0; i < d.n; i++) parts += d.p[i] == '_';
-            if (parts != 2) FAIL(INVALID, CK_DUP_INFO);
+            if (!d.p || java_split_count(d, '_') != 2) FAIL(INVALID, CK_DUP_INFO);
         }
         if (full && (sc->want & (1ull << C_TAGS_CODE)) && r->prop[P_TAGS].p)
             r->tags_code = java_hash_utf8(r->prop[P_TAGS].p, r->prop[P_TAGS].n); /* F§3.9 */
@@ -1047,12 +1100,8 @@ static int check_record(scan_t *sc, int64_t pos, rec_t *r, int *check, int64_t *
 
     /* __CRC32# (F§3.8): reported when CRCs are computed, enforced in step 8 */
     r->record_crc_ok = -1;
-    if (sc->crc_computed && r->prop[P_CRC32].p && r->total_size >= CRC32_RESERVED_LEN) {
-        int64_t want_crc = 0;
-        bool ok = record_crc_value(r->prop[P_CRC32], &want_crc);
-        const uint8_t *whole = span_at(sp, pos, (int64_t)r->total_size - CRC32_RESERVED_LEN);
-        if (whole) r->record_crc_ok = ok && want_crc == broker_crc(whole, r->total_size - CRC32_RESERVED_LEN);
-    }
+    if (sc->crc_computed && r->prop[P_CRC32].p)
+        r->record_crc_ok = record_crc_matches(sp, p, r->total_size, r->prop[P_CRC32]);
     /* step 8 [5.x forceVerifyPropCRC] */
     if (o->check_crc && o->force_verify_prop_crc && r->record_crc_ok != 1) FAIL(INVALID, CK_RECORD_CRC);
     /* step 9: calMsgLength == TOTALSIZE */
@@ -1066,6 +1115,7 @@ static int check_record(scan_t *sc, int64_t pos, rec_t *r, int *check, int64_t *
             FAIL(INVALID, CK_INNER_BATCH);
     }
     return VALID;
+#undef FITS_RECORD
 #undef TAKE
 #undef FAIL
 }
