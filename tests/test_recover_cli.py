@@ -130,3 +130,24 @@ def test_killed_runs_leave_nothing_that_looks_complete(tmp_path):
     assert support.tree_digest(out) == support.tree_digest(reference)
     leftovers = [p.name for p in tmp_path.iterdir() if p.name not in ("out", "reference")]
     assert leftovers == [], leftovers
+
+
+def test_store_held_by_a_running_broker_is_refused(spark, tmp_path):
+    case = (V4, "clean")
+    store = _copy(case, tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, sys, time\n"
+         "fh = open(sys.argv[1], 'r+b'); fcntl.lockf(fh, fcntl.LOCK_EX, 1, 0)\n"
+         "print('locked', flush=True); time.sleep(60)", str(store / "lock")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"   # as the broker's FileChannel.tryLock
+        with pytest.raises(StoreReaderError, match="running broker holds the store's lock"):
+            job.recover(spark, str(store), str(tmp_path / "out"), str(support.broker_conf(*case)), "4.9")
+        with pytest.raises(StoreReaderError, match="running broker"):
+            job.apply_repaired(store, tmp_path / "whatever", tmp_path / "backup")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (tmp_path / "out").exists() and not (tmp_path / "backup").exists()
