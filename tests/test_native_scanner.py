@@ -259,6 +259,29 @@ def test_spec_worked_example_3_13():
     assert row["body_crc_ok"] is True and row["record_crc_ok"] is None
 
 
+def test_host_text_cache_and_formatting(tmp_path):
+    """born_host / store_host: many distinct hosts (more than the native cache holds, colliding
+    slots, IPv4 and IPv6 mixed, edge ports) interleaved and repeated, formatted as the twin does."""
+    import random
+    rnd = random.Random(7)
+    ports = [0, 1, -1, 9, 10, 99, 100, 65535, 2**31 - 1, -2**31, -10]
+    v4 = [bytes([a, b, c, d]) for a, b, c, d in
+          [(0, 0, 0, 0), (255, 255, 255, 255), (10, 0, 1, 9), (1, 22, 100, 199), (127, 0, 0, 1)]]
+    v6 = [bytes(16), b"\xff" * 16, bytes(range(16)), b"\x00\x01" + bytes(12) + b"\x0a\xbc",
+          b"\xfe\x80" + bytes(13) + b"\x01"]
+    hosts = [(a, p) for a in v4 + v6 for p in ports]
+    hosts += [(bytes(rnd.randrange(256) for _ in range(rnd.choice([4, 16]))), rnd.randrange(-2**31, 2**31))
+              for _ in range(200)]
+    seg = bytearray()
+    for i in range(1500):
+        (ba, bp), (sa, sp) = rnd.choice(hosts[:8] if i % 3 else hosts), rnd.choice(hosts)
+        seg += raw_record(phy=len(seg), born_addr=ba, born_port=bp, store_addr=sa, store_port=sp)
+    path = _write_segment(tmp_path, bytes(seg))
+    pure, native = _scan_both(path, rf.ScanOptions(), columns=["born_host", "store_host", "msg_id"])
+    _assert_same(pure, native)
+    assert native[0].num_rows == 1500
+
+
 def test_spec_worked_example_3_13_with_record_crc():
     rec = bytearray(SPEC_3_13 + SPEC_3_13_CRC_TAIL)
     rec[3] = 188                                  # TOTALSIZE

@@ -16,7 +16,7 @@
  *   - the scanning loops run without the GIL; output buffers are the storage of `bytes` objects
  *     (no final copy), created and resized only with the GIL re-taken (buf_grow); every exit path
  *     releases the Py_buffer and frees the temporaries.
- * Speed: prefetching of the records ahead (prefetch_ahead), a PCLMULQDQ CRC-32 kernel chosen at
+ * Speed: a software prefetch stream ahead of the record (prefetch_ahead), a PCLMULQDQ CRC-32 kernel chosen at
  * import (zlib otherwise), SSE2 separator search in the properties, inlined short copies.
  */
 #define PY_SSIZE_T_CLEAN
@@ -672,6 +672,15 @@ typedef struct {
     uint32_t hash; /* only once the dedup table is in use */
 } pair_t;
 
+/* One formatted host: the raw address + port bytes (len 0: empty slot) and its text. */
+#define HOST_CACHE 64
+#define HOST_TXT_MAX 64 /* "[ffff:...:ffff]:-2147483648" is 53 */
+typedef struct {
+    uint8_t raw[HOST_V6_LEN];
+    uint8_t len, txt_len;
+    char txt[HOST_TXT_MAX];
+} host_entry_t;
+
 typedef struct {
     span_t span;
     int64_t file_start;
@@ -691,11 +700,8 @@ typedef struct {
     int32_t *dedup;         /* open-addressing table of pair indices (2 * MAX_PAIRS slots) */
     uint32_t *dedup_gen;
     uint32_t gen;
-    /* host formatting caches */
-    uint8_t host_raw[2][HOST_V6_LEN];
-    int host_raw_len[2];
-    char host_txt[2][64];
-    int host_txt_len[2];
+    /* host formatting caches: born host [0], store host [1], direct-mapped by the raw bytes */
+    host_entry_t hosts[2][HOST_CACHE];
 } scan_t;
 
 #define DEDUP_SLOTS 16384
@@ -849,14 +855,17 @@ static inline void property_segment(scan_t *sc, rec_t *r, const uint8_t *s, cons
  * emptiness, and the separators are ASCII (never part of a replaced sequence), so splitting the
  * bytes gives the same pairs as the twin's split of the decoded string. The separators are found
  * 16 bytes at a time (SSE2, baseline on x86-64), the tail byte by byte. */
-static void parse_properties(scan_t *sc, rec_t *r, const uint8_t *view, int64_t n) {
+static bool parse_properties(scan_t *sc, rec_t *r, const uint8_t *view, int64_t n) {
     const uint8_t *seg = view, *nv = NULL;
     int64_t i = 0;
+    unsigned high = 0; /* any byte >= 0x80 seen (returned: the caller may need a UTF-8 check) */
     sc->n_pairs = 0;
 #ifdef __SSE2__
     const __m128i one = _mm_set1_epi8(NAME_VALUE_SEPARATOR), two = _mm_set1_epi8(PROPERTY_SEPARATOR);
+    __m128i acc = _mm_setzero_si128();
     for (; i + 16 <= n; i += 16) {
         __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(view + i));
+        acc = _mm_or_si128(acc, x);
         unsigned m1 = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, one));
         unsigned m2 = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, two));
         unsigned m = m1 | m2;
@@ -873,8 +882,10 @@ static void parse_properties(scan_t *sc, rec_t *r, const uint8_t *view, int64_t 
             }
         }
     }
+    high = (unsigned)_mm_movemask_epi8(acc);
 #endif
     for (; i < n; i++) {
+        high |= view[i] & 0x80u;
         if (view[i] == PROPERTY_SEPARATOR) {
             property_segment(sc, r, seg, nv, view + i);
             seg = view + i + 1;
@@ -884,6 +895,7 @@ static void parse_properties(scan_t *sc, rec_t *r, const uint8_t *view, int64_t 
         }
     }
     property_segment(sc, r, seg, nv, view + n);
+    return high != 0;
 }
 
 /* expectedCRC of CommitLog#checkMessageAndReturnSize [5.x] for a __CRC32# value (F§3.8, written
@@ -1073,15 +1085,20 @@ static int check_record(scan_t *sc, int64_t pos, rec_t *r, int *check, int64_t *
         FITS_RECORD(r->props_len);
         TAKE(raw, p, r->props_len);
         p += r->props_len;
-        const uint8_t *view = raw;
-        int64_t view_n = r->props_len;
-        if (full && sc->want_valid_utf8 && !utf8_valid(raw, view_n)) {
-            /* ill-formed bytes: work on the decoded text, as the twin does */
-            view_n = utf8_replace_into(raw, view_n, sc->props_scratch);
-            view = sc->props_scratch;
+        int64_t raw_n = r->props_len;
+        bool utf8_view = full && sc->want_valid_utf8; /* (parse_props is then set) */
+        if (sc->parse_props || name_is(r->topic, SCHEDULE_TOPIC, (int64_t)sizeof(SCHEDULE_TOPIC) - 1)) {
+            /* parsed on the raw bytes; when a string is output and the bytes are not all ASCII
+             * and turn out ill-formed, parsed again on the decoded text, as the twin does */
+            if (parse_properties(sc, r, raw, raw_n) && utf8_view && !utf8_valid(raw, raw_n)) {
+                for (int k = 0; k < P_COUNT; k++) {
+                    r->prop[k].p = NULL;
+                    r->prop[k].n = 0;
+                }
+                int64_t view_n = utf8_replace_into(raw, raw_n, sc->props_scratch);
+                parse_properties(sc, r, sc->props_scratch, view_n);
+            }
         }
-        if (sc->parse_props || name_is(r->topic, SCHEDULE_TOPIC, (int64_t)sizeof(SCHEDULE_TOPIC) - 1))
-            parse_properties(sc, r, view, view_n);
         if (o->check_dup_info) { /* 5.x duplicationEnable: DUP_INFO split("_") has 2 parts */
             slice_t d = r->prop[P_DUP_INFO];
             if (!d.p || java_split_count(d, '_') != 2) FAIL(INVALID, CK_DUP_INFO);
@@ -1203,27 +1220,80 @@ static void put_opt_bool(col_t *col, int64_t row, int8_t v) {
     if (v == 1) set_bit(&col->data, row);
 }
 
-/* _pyscan.format_host: "a.b.c.d:port", IPv6 uncompressed lowercase in brackets. */
-static int format_host(const uint8_t *h, int len, char *out) {
-    int32_t port = be_i32(h + len - 4);
-    int n;
-    if (len == HOST_V4_LEN) {
-        n = sprintf(out, "%d.%d.%d.%d:%d", h[0], h[1], h[2], h[3], (int)port);
-    } else {
-        n = sprintf(out, "[%x:%x:%x:%x:%x:%x:%x:%x]:%d", (h[0] << 8) | h[1], (h[2] << 8) | h[3],
-                    (h[4] << 8) | h[5], (h[6] << 8) | h[7], (h[8] << 8) | h[9], (h[10] << 8) | h[11],
-                    (h[12] << 8) | h[13], (h[14] << 8) | h[15], (int)port);
-    }
+/* Decimal digits of v (no sign) at out; returns the count. */
+static inline int put_udec(char *out, uint32_t v) {
+    char t[10];
+    int n = 0;
+    do {
+        t[n++] = (char)('0' + v % 10u);
+        v /= 10u;
+    } while (v);
+    for (int i = 0; i < n; i++) out[i] = t[n - 1 - i];
     return n;
 }
 
-static inline bool put_host(scan_t *sc, int which, col_t *col, int64_t row, const uint8_t *h, int len) {
-    if (sc->host_raw_len[which] != len || !same_bytes(sc->host_raw[which], h, len)) {
-        memcpy(sc->host_raw[which], h, (size_t)len);
-        sc->host_raw_len[which] = len;
-        sc->host_txt_len[which] = format_host(h, len, sc->host_txt[which]);
+/* Java int as decimal ("%d"). */
+static inline int put_idec(char *out, int32_t v) {
+    if (v < 0) {
+        out[0] = '-';
+        return 1 + put_udec(out + 1, 0u - (uint32_t)v);
     }
-    if (!buf_put(&col->data, sc->host_txt[which], sc->host_txt_len[which])) return false;
+    return put_udec(out, (uint32_t)v);
+}
+
+/* Lowercase hex without leading zeros ("%x") of a 16-bit group. */
+static inline int put_hex16(char *out, unsigned v) {
+    static const char digits[] = "0123456789abcdef";
+    int n = 0;
+    for (int sh = 12; sh > 0; sh -= 4)
+        if (n || (v >> sh)) out[n++] = digits[(v >> sh) & 15u];
+    out[n++] = digits[v & 15u];
+    return n;
+}
+
+/* _pyscan.format_host: "a.b.c.d:port", IPv6 uncompressed lowercase in brackets. out holds
+ * HOST_TXT_MAX bytes. */
+static int format_host(const uint8_t *h, int len, char *out) {
+    int32_t port = be_i32(h + len - 4);
+    int n = 0;
+    if (len == HOST_V4_LEN) {
+        for (int i = 0; i < 4; i++) {
+            n += put_udec(out + n, h[i]);
+            out[n++] = i < 3 ? '.' : ':';
+        }
+    } else {
+        out[n++] = '[';
+        for (int i = 0; i < 16; i += 2) {
+            n += put_hex16(out + n, ((unsigned)h[i] << 8) | h[i + 1]);
+            out[n++] = i < 14 ? ':' : ']';
+        }
+        out[n++] = ':';
+    }
+    n += put_idec(out + n, port);
+    return n;
+}
+
+/* Slot of a host in the cache: a multiplicative hash of its bytes (len is 8 or 20). */
+static inline unsigned host_slot(const uint8_t *h, int len) {
+    uint64_t a, b = 0;
+    memcpy(&a, h, 8);
+    if (len > 8) {
+        uint64_t c, d;
+        memcpy(&c, h + 8, 8);
+        memcpy(&d, h + len - 8, 8);
+        b = c * 0xC2B2AE3D27D4EB4Full ^ d;
+    }
+    return (unsigned)(((a ^ b) * 0x9E3779B97F4A7C15ull) >> 58) & (HOST_CACHE - 1);
+}
+
+static inline bool put_host(scan_t *sc, int which, col_t *col, int64_t row, const uint8_t *h, int len) {
+    host_entry_t *e = &sc->hosts[which][host_slot(h, len)];
+    if (e->len != len || !same_bytes(e->raw, h, len)) {
+        memcpy(e->raw, h, (size_t)len);
+        e->len = (uint8_t)len;
+        e->txt_len = (uint8_t)format_host(h, len, e->txt);
+    }
+    if (!buf_put(&col->data, e->txt, e->txt_len)) return false;
     end_row(&col->off, row, col->data.len);
     return true;
 }
@@ -1402,17 +1472,24 @@ static bool emit(scan_t *sc, int64_t row, int64_t pos, const rec_t *r) {
 #define PRESIZE_MAX_ROWS 65536
 
 /* Without CRCs the scan touches only each record's head and tail, one dependent miss after
- * another (the next position is known only once TOTALSIZE is read). Hint the cache about the
- * record PREFETCH_RECORDS ahead, assuming sizes like this one's: its head and the previous
- * record's topic and properties. A prefetch never faults; the hint stays inside [0, end). */
-#define PREFETCH_RECORDS 16
-static inline void prefetch_ahead(const span_t *sp, int64_t pos, const rec_t *r) {
-    int64_t ahead = pos + PREFETCH_RECORDS * (int64_t)r->total_size;
-    int64_t tail = (int64_t)r->topic_len + (r->props_len > 0 ? r->props_len : 0) + 4;
-    int64_t from = ahead - tail, to = ahead + OFF_BODY(HOST_V6_LEN, HOST_V6_LEN);
-    if (from < 0) from = 0;
+ * another (the next position is known only once TOTALSIZE is read), and record sizes vary too
+ * much to guess where a record some way ahead starts. So every line up to PREFETCH_DISTANCE bytes
+ * past the end of the current record is hinted, in order (*next: the first line not hinted yet):
+ * a software stream the memory system serves far faster than the chain of misses. A prefetch never
+ * faults; the hints stay inside [0, end). */
+#ifndef PREFETCH_LOCALITY
+#define PREFETCH_LOCALITY 0
+#endif
+#ifndef PREFETCH_DISTANCE
+#define PREFETCH_DISTANCE 4096
+#endif
+static inline void prefetch_ahead(const span_t *sp, int64_t record_end, int64_t *next) {
+    int64_t to = record_end + PREFETCH_DISTANCE;
     if (to > sp->end) to = sp->end;
-    for (int64_t a = from & ~(int64_t)63; a < to; a += 64) __builtin_prefetch(sp->base + a, 0, 0);
+    int64_t a = *next;
+    if (a < record_end) a = record_end & ~(int64_t)63;
+    for (; a < to; a += 64) __builtin_prefetch(sp->base + a, 0, PREFETCH_LOCALITY);
+    if (a > *next) *next = a;
 }
 
 static void scan_free(scan_t *sc) {
@@ -1613,7 +1690,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
         }
     }
 
-    int64_t n = 0, p = pos;
+    int64_t n = 0, p = pos, pf_next = 0;
     int outcome = VALID, check = CK_NONE;
     int64_t declared = 0, crc_failures = 0, first_ts = 0, last_ts = 0, last_pos = 0;
     bool has_declared = false, stopped = false;
@@ -1641,7 +1718,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
             sc->nomem = true;
             break;
         }
-        prefetch_ahead(&sc->span, p, &r);
+        prefetch_ahead(&sc->span, p + r.total_size, &pf_next);
         if (n == 0) {
             first_ts = r.store_ts;
             /* size every buffer once for the rows that fit if records look like the first one:
