@@ -340,13 +340,11 @@ def test_fixture_rebuild_from_commitlog_put_order(case):
     assert [bytes(b.data) == bytes(f._data) for b, f in zip(built, files)] == [True] * len(files)
 
 
-@pytest.mark.parametrize("version", support.VERSIONS)
+@pytest.mark.parametrize("version", [v for v, s in support.scenarios() if s == "cq-all-lost"])
 def test_fixture_continue_last_file(version):
     """cq-all-lost: reput from 0 appends to the kept, non-full last index file; only the record at its
     endPhyOffset passes the ``phy < endPhyOffset`` skip, so its keys are indexed a second time."""
     case = (version, "cq-all-lost")
-    if case not in CASES:
-        pytest.skip("scenario not shipped")
     cfg = _config(case)
     last = _open_all(support.input_store(*case), cfg)[-1]
     kh, phy, ts = _puts_from_records(support.expected(*case)["afterRecovery"]["commitLogScan"],
