@@ -11,6 +11,8 @@ import zlib
 from typing import Any
 
 from . import recordformat as rf
+from .javahash import java_string_hash
+from .javalang import java_int, java_long, java_parse_int, java_split
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -22,54 +24,6 @@ _MAGIC_V2_BYTES = struct.pack(">i", rf.MAGIC_V2)
 
 class _OutOfBounds(Exception):
     pass
-
-
-def java_int(v: int) -> int:
-    """``v`` wrapped to a Java ``int`` (32-bit two's complement), as Java int arithmetic does."""
-    return ((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
-
-
-def java_long(v: int) -> int:
-    """``v`` wrapped to a Java ``long`` (64-bit two's complement), as Java long arithmetic does."""
-    return ((v + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63)
-
-
-def java_split_count(s: str, sep: str) -> int:
-    """``len(s.split(sep))`` in Java for a one-character, non-regex ``sep`` (limit 0): an empty
-    leading part is kept, trailing empty parts are dropped ("a_b_" -> 2, "a_" -> 1, "_" -> 0,
-    "_a" -> 2), and a string without ``sep`` is one part (even "")."""
-    if sep not in s:
-        return 1
-    parts = s.split(sep)
-    while parts and parts[-1] == "":
-        parts.pop()
-    return len(parts)
-
-
-def java_string_hash(s: str) -> int:
-    """Java ``String.hashCode`` over UTF-16 code units, as a signed i32."""
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def java_parse_int(s: str) -> int | None:
-    """``Integer.parseInt`` for ASCII input: optional sign, digits, i32 range; None if it throws."""
-    body = s[1:] if s[:1] in ("+", "-") else s
-    if not body or not all("0" <= c <= "9" for c in body):
-        return None
-    v = int(s)
-    return v if -(1 << 31) <= v < (1 << 31) else None
-
-
-def java_parse_long(s: str) -> int | None:
-    body = s[1:] if s[:1] in ("+", "-") else s
-    if not body or not all("0" <= c <= "9" for c in body):
-        return None
-    v = int(s)
-    return v if -(1 << 63) <= v < (1 << 63) else None
 
 
 def parse_properties(s: str) -> dict[str, str]:
@@ -209,7 +163,7 @@ def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: 
             p += props_len
             if opts.check_dup_info:
                 dup = props.get(rf.PROPERTY_DUP_INFO)
-                if dup is None or java_split_count(dup, "_") != 2:
+                if dup is None or len(java_split(dup, "_")) != 2:
                     return rf.INVALID, rf.CHECK_CODE["dup_info"], total_size, None
             tags = props.get(rf.PROPERTY_TAGS)
             if tags:
@@ -234,7 +188,7 @@ def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: 
                 and rf.PROPERTY_INNER_BASE in props:    # step 10
             num = java_parse_int(props[rf.PROPERTY_INNER_NUM])
             if num is None or not -32768 <= num <= 32767 \
-                    or java_parse_long(props[rf.PROPERTY_INNER_BASE]) is None:
+                    or java_parse_int(props[rf.PROPERTY_INNER_BASE], 64) is None:
                 return rf.INVALID, rf.CHECK_CODE["inner_batch"], total_size, None
     except _OutOfBounds:
         return rf.INVALID, rf.CHECK_CODE["out_of_bounds"], total_size, None

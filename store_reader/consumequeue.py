@@ -27,6 +27,7 @@ from .exceptions import (
     UnreadableFileError,
     UnsupportedStoreError,
 )
+from .javalang import java_parse_int
 
 __all__ = [
     "CQ_STORE_UNIT_SIZE",
@@ -83,8 +84,6 @@ ENTRY_VALID = 1      # an ordinary entry
 ENTRY_PRE_BLANK = 2  # pre-blank filler; "valid" by the broker's own test
 
 _FILE_NAME = re.compile(r"[0-9]{20}")
-# Java Integer.parseInt syntax (ASCII digits only, optional sign); Python's int() is more lenient.
-_JAVA_INT = re.compile(r"[+-]?[0-9]+")
 
 
 # -- naming and listing (store-format §2) ------------------------------------------------------
@@ -384,11 +383,9 @@ def list_queues(store_root: str | os.PathLike[str], *,
         except OSError as exc:
             raise UnreadableFileError(f"cannot list topic directory: {exc.strerror}", t.path) from None
         for q in queues:
-            if not q.is_dir() or not _JAVA_INT.fullmatch(q.name):
-                continue
-            qid = int(q.name)
-            if not -(1 << 31) <= qid < (1 << 31):
-                continue  # Integer.parseInt overflows -> NumberFormatException -> skipped
+            qid = java_parse_int(q.name) if q.is_dir() else None
+            if qid is None:
+                continue  # Integer.parseInt throws NumberFormatException -> the broker skips it
             out.append(QueueRef(t.name, qid, q.path))
     out.sort(key=lambda r: (r.topic, r.queue_id, r.path))
     return out

@@ -25,8 +25,8 @@ from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, l
 from .exceptions import StoreReaderError
 from .indexfile import (IndexFile, IndexHeader, build_index_files, list_index_files, query_key_hash,
                         read_header)
-from ._pyscan import java_parse_long
 from .javahash import index_key, index_key_hash, index_key_hashes, tags_hash
+from .javalang import java_parse_int, java_split
 from .store import Store
 
 V49, V5X = "4.9", "5.x"
@@ -215,27 +215,19 @@ def multi_dispatch_targets(config: BrokerConfig, broker_5x: bool, topic: str, qu
     if broker_5x and (topic.startswith("%RETRY%") or topic.startswith("rmq_sys_")
                       or topic == rf.SCHEDULE_TOPIC):
         return []
-    queue_names, queue_offsets = _java_split(names, ","), _java_split(offsets, ",")
+    queue_names, queue_offsets = java_split(names, ","), java_split(offsets, ",")
     if len(queue_names) != len(queue_offsets):
         return []
     out = []
     for name, off in zip(queue_names, queue_offsets):
         if broker_5x and "/" in name:
             continue
-        offset = java_parse_long(off)
+        offset = java_parse_int(off, 64)
         if offset is None:      # Long.parseLong throws: the broker logs it and this copy is lost
             continue
         qid = 0 if config.enableLmq and name.startswith("%LMQ%") else queue_id
         out.append((name, qid, offset))
     return out
-
-
-def _java_split(s: str, sep: str) -> list[str]:
-    """``String.split`` with a literal separator: trailing empty strings are dropped."""
-    parts = s.split(sep)
-    while parts and parts[-1] == "":
-        parts.pop()
-    return parts
 
 
 def load_consume_queues(store: Store, broker_5x: bool) -> tuple[dict[tuple[str, int], ConsumeQueueState],
