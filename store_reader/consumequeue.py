@@ -27,6 +27,7 @@ from .exceptions import (
     UnreadableFileError,
     UnsupportedStoreError,
 )
+from .fsutil import list_dir
 from .javalang import java_parse_int
 
 __all__ = [
@@ -173,12 +174,7 @@ def list_queue_files(queue_dir: str | os.PathLike[str], cq_file_size: int, *,
         The directory cannot be listed.
     """
     queue_dir = os.fspath(queue_dir)
-    try:
-        entries = sorted(os.scandir(queue_dir), key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise UnreadableFileError(f"cannot list queue directory: {exc.strerror}", queue_dir) from None
+    entries = list_dir(queue_dir, "consume queue")
     files: list[CQFile] = []
     for entry in entries:
         if entry.is_dir(follow_symlinks=True):
@@ -364,12 +360,7 @@ def list_queues(store_root: str | os.PathLike[str], *,
     """
     cq_dir = os.fspath(consumequeue_dir) if consumequeue_dir is not None else \
         os.path.join(os.fspath(store_root), "consumequeue")
-    try:
-        topics = list(os.scandir(cq_dir))
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise UnreadableFileError(f"cannot list consume queue root: {exc.strerror}", cq_dir) from None
+    topics = list_dir(cq_dir, "consume queue root")
     for entry in topics:
         if entry.is_file() and (entry.name == "CURRENT" or entry.name.endswith(".sst")):
             raise UnsupportedStoreError("consume queues are stored in RocksDB (storeType=defaultRocksDB); "
@@ -378,11 +369,7 @@ def list_queues(store_root: str | os.PathLike[str], *,
     for t in topics:
         if not t.is_dir():
             continue
-        try:
-            queues = list(os.scandir(t.path))
-        except OSError as exc:
-            raise UnreadableFileError(f"cannot list topic directory: {exc.strerror}", t.path) from None
-        for q in queues:
+        for q in list_dir(t.path, "topic"):
             qid = java_parse_int(q.name) if q.is_dir() else None
             if qid is None:
                 continue  # Integer.parseInt throws NumberFormatException -> the broker skips it

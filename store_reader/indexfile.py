@@ -22,6 +22,7 @@ import pyarrow as pa
 from schemas import INDEX_ENTRY, INDEX_HEADER
 
 from .exceptions import CorruptEntryError, FileSizeError, StrayFileError, UnreadableFileError
+from .fsutil import list_dir
 from .javahash import index_key, index_key_hash
 
 __all__ = [
@@ -221,12 +222,7 @@ def list_index_files(index_dir: str | os.PathLike[str], file_size: int, *,
         A sub-directory, or (strict) a foreign name.
     """
     index_dir = os.fspath(index_dir)
-    try:
-        entries = sorted(os.scandir(index_dir), key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise UnreadableFileError(f"cannot list index directory: {exc.strerror}", index_dir) from None
+    entries = list_dir(index_dir, "index")
     out = []
     for e in entries:
         if e.is_dir():

@@ -9,9 +9,8 @@ Versions: ``"4.9"`` (rocketmq-all-4.9.7) and ``"5.x"`` (5.3.3 semantics).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa

@@ -21,7 +21,7 @@ from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
 from .consumequeue import file_name as cq_file_name
-from .indexfile import BuiltIndexFile, build_index_files, index_file_name, write_index_file
+from .indexfile import BuiltIndexFile, build_index_files, index_file_name
 from .javahash import index_key_hashes
 from .recovery import ConsumeQueueState
 

@@ -20,6 +20,7 @@ from .brokerconf import BrokerConfig, load_broker_config
 from .commitlog import SegmentScan, SegmentSummary, summaries_table, summarize_segment
 from .exceptions import (FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
                          UnreadableFileError, UnsupportedStoreError)
+from .fsutil import list_dir
 from .recordformat import MAGIC_V2, ScanOptions
 
 MAPPED_FILE_NAME = re.compile(r"^\d{20}$")
@@ -154,12 +155,7 @@ def list_mapped_files(directory: Path, expected_size: int, what: str, size_key: 
                       problems: list[StoreReaderError], notes: list[str],
                       allow_empty_last: bool = True) -> list[MappedFile]:
     """A mapped-file directory as the broker's ``MappedFileQueue#load`` sees it (F§2)."""
-    try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise UnreadableFileError(f"cannot list {what} directory: {exc.strerror}", directory) from None
+    entries = list_dir(directory, what)
     files: list[MappedFile] = []
     for e in entries:
         if e.is_dir():

@@ -14,7 +14,6 @@ import os
 import re
 import struct
 
-import numpy as np
 import pytest
 
 import support
