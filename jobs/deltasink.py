@@ -50,3 +50,35 @@ def read_table(table_uri: str, storage_options: dict[str, str] | None = None) ->
     from deltalake import DeltaTable
 
     return DeltaTable(table_uri, storage_options=storage_options).to_pyarrow_table()
+
+
+def store_id_for(root: str) -> str:
+    """The ``store_id`` of the audit tables: the store root as an absolute path (or the URI as given
+    for remote stores), so every run over the same store finds the same history."""
+    import os
+
+    return root if "://" in root else os.path.abspath(root)
+
+
+def audit_rows(schema, rows, run_id: str, store_id: str, audited_at) -> pa.Table:
+    """``rows`` (a list of dicts or an Arrow table without the run keys) as a table of ``schema``
+    (a ``schemas.audit`` RecordSchema), the run keys filled in. Missing nullable columns are null."""
+    target = schema.arrow()
+    if isinstance(rows, pa.Table):
+        n = rows.num_rows
+        cols = {name: rows.column(name) for name in rows.column_names}
+    else:
+        n = len(rows)
+        present = set().union(*(r.keys() for r in rows)) if rows else set()
+        cols = {name: [r.get(name) for r in rows] for name in target.names if name in present}
+    keys = {"run_id": [run_id] * n, "store_id": [store_id] * n, "audited_at": [audited_at] * n}
+    arrays = []
+    for f in target:
+        data = keys.get(f.name, cols.get(f.name))
+        if data is None:
+            if not f.nullable:
+                raise ValueError(f"{schema.name}: column {f.name!r} is required")
+            data = pa.nulls(n, f.type)
+        arrays.append(data if isinstance(data, (pa.Array, pa.ChunkedArray)) and data.type == f.type
+                      else pa.array(data.to_pylist() if hasattr(data, "to_pylist") else data, f.type))
+    return pa.Table.from_arrays(arrays, schema=target)
