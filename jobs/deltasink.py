@@ -76,7 +76,7 @@ def audit_rows(schema, rows, run_id: str, store_id: str, audited_at) -> pa.Table
     for f in target:
         data = keys.get(f.name, cols.get(f.name))
         if data is None:
-            if not f.nullable:
+            if not f.nullable and n:
                 raise ValueError(f"{schema.name}: column {f.name!r} is required")
             data = pa.nulls(n, f.type)
         arrays.append(data if isinstance(data, (pa.Array, pa.ChunkedArray)) and data.type == f.type

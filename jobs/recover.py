@@ -50,9 +50,10 @@ TMP_MARKER = ".recover-incomplete"
 
 # -- pass 2: scan -----------------------------------------------------------------------------------
 
-def scan_segments(spark, store: Store, opts: ScanOptions) -> list[SegmentSummary]:
-    """One Spark task per commitlog file; returns the summaries in file order."""
-    paths = [f.path for f in store.commitlog_files]
+def scan_segments(spark, store: Store, opts: ScanOptions, paths: list[str] | None = None
+                  ) -> list[SegmentSummary]:
+    """One Spark task per commitlog file (all, or ``paths``); the summaries in file order."""
+    paths = [f.path for f in store.commitlog_files] if paths is None else paths
     if not paths:
         return []
     rdd = spark.sparkContext.parallelize(paths, len(paths))

@@ -112,6 +112,7 @@ class IndexPuts:
     key_hash: np.ndarray
     phy: np.ndarray
     store_timestamp: np.ndarray
+    topic: pa.Array
 
 
 def index_puts(records: pa.Table) -> IndexPuts:
@@ -141,7 +142,7 @@ def index_puts(records: pa.Table) -> IndexPuts:
     keys = pc.binary_join_element_wise(topics, tokens, "#")
     return IndexPuts(index_key_hashes(keys),
                      np.repeat(records["stored_phy_offset"].to_numpy(), counts),
-                     np.repeat(records["store_timestamp"].to_numpy(), counts))
+                     np.repeat(records["store_timestamp"].to_numpy(), counts), topics)
 
 
 def build_index(puts: IndexPuts, config: BrokerConfig) -> list[tuple[str, BuiltIndexFile]]:

@@ -1,0 +1,239 @@
+"""Scheduled, read-only consistency audit of a RocketMQ store into Delta audit tables.
+
+    spark-submit jobs/audit.py --store DIR --audit-path URI [--broker-config FILE]
+                               [--broker-version 4.9|5.x] [--since-last]
+    python -m jobs.audit ...              (embedded local Spark, settings from spark-conf/local.conf)
+
+Reads the store and never writes into it or takes its lock: safe on a live broker's store or on a
+snapshot. What a restart of the broker would do is predicted (``store_reader.recovery``), and the
+difference to the files as they are, to the commitlog's records and to the consumers' committed
+offsets is written to the audit tables (``schemas/audit.py``; ``jobs/findings.py`` for the kinds).
+
+``--since-last`` reads the records only of segments that are new or changed (name, size, mtime)
+since the last run for this store; the other segments' scan summaries come from the ``segments``
+table, so the state survives restarts. Findings that need the records are then judged inside the
+scanned range only (``runs.scan_phy_from``); the rest (consume queues vs the broker's recovery,
+index files, consumer offsets) are judged in full every run.
+
+Exit codes: 0 clean, 1 findings, 2 could not audit (unreadable or unsupported store).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import hashlib
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs import findings as fnd
+from jobs.deltasink import store_id_for
+from store_reader import open_store, recovery
+from store_reader.commitlog import SegmentSummary
+from store_reader.exceptions import StoreReaderError
+from store_reader.store import Store
+
+log = logging.getLogger("jobs.audit")
+
+
+@dataclass
+class AuditRun:
+    """One audit: the prediction, the findings and the rows written."""
+
+    run_id: str
+    store_id: str
+    audited_at: dt.datetime
+    prediction: recovery.Prediction
+    summaries: list[SegmentSummary]
+    scanned: list[str]
+    findings: fnd.Findings
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    written: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if not self.prediction.load_result:
+            return "refused"
+        return "findings" if any(fnd.alerting_counts(self.findings).values()) or self.bad_segments else "clean"
+
+    @property
+    def bad_segments(self) -> list[SegmentSummary]:
+        return [s for s in self.summaries if s.end_reason in ("corrupt", "torn_tail")]
+
+
+def mtimes(store: Store) -> dict[str, int]:
+    return {f.name: os.stat(f.path).st_mtime_ns for f in store.commitlog_files}
+
+
+def run_id_for(job: str, store: Store, version: str, extra: str = "") -> str:
+    """Same job, store files (names, sizes, mtimes), version and options -> same run id: a re-run
+    replaces its rows instead of adding new ones."""
+    h = hashlib.sha256(f"{job}\n{version}\n{extra}\n".encode())
+    for dirpath, dirnames, filenames in os.walk(store.root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            st = os.stat(os.path.join(dirpath, name))
+            h.update(f"{os.path.relpath(os.path.join(dirpath, name), store.root)}:{st.st_size}:"
+                     f"{st.st_mtime_ns}\n".encode())
+    return f"{job}-{h.hexdigest()[:16]}"
+
+
+def previous_segments(audit_path: str, store_id: str) -> dict[str, dict]:
+    """The segments rows of the latest earlier run for ``store_id`` (empty when there is none)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        t = DeltaTable(audit_path.rstrip("/") + "/segments").to_pyarrow_table()
+    except TableNotFoundError:
+        return {}
+    t = t.filter(pc.equal(t["store_id"], store_id))
+    if not t.num_rows:
+        return {}
+    latest = pc.max(t["audited_at"])
+    t = t.filter(pc.equal(t["audited_at"], latest))
+    return {r["segment"]: r for r in t.to_pylist()}
+
+
+def plan_scan(store: Store, audit_path: str, store_id: str, since_last: bool
+              ) -> tuple[list, dict[str, SegmentSummary]]:
+    """(commitlog files to scan, summaries carried over from the last run)."""
+    files = list(store.commitlog_files)
+    if not since_last:
+        return files, {}
+    prev = previous_segments(audit_path, store_id)
+    now = mtimes(store)
+    carried = {}
+    for f in files:
+        row = prev.get(f.name)
+        if row and row["file_size"] == f.size and row["file_mtime_ns"] == now[f.name]:
+            carried[f.name] = dataclasses.replace(fnd.summary_from_row(row), path=f.path)
+    return [f for f in files if f.name not in carried], carried
+
+
+def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str | None = None,
+              broker_version: str | None = None, since_last: bool = False) -> AuditRun:
+    """The whole audit: discover, scan (new segments only with ``since_last``), predict, find,
+    write the tables (when ``audit_path``)."""
+    from jobs.recover import scan_segments
+
+    started = time.monotonic()
+    audited_at = dt.datetime.now(dt.timezone.utc)
+    store = open_store(store_path, broker_config)
+    version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
+    store_id = store_id_for(str(store.root))
+    if since_last and not audit_path:
+        raise StoreReaderError("--since-last needs --audit-path (the state lives in its tables)", store_path)
+    to_scan, carried = plan_scan(store, audit_path or "", store_id, since_last)
+    passes = []
+    t = time.monotonic()
+    opts = store.scan_options(broker_5x=version == recovery.V5X)
+    scanned = scan_segments(spark, store, opts, [f.path for f in to_scan])
+    by_name = {s.segment: s for s in scanned}
+    summaries = [by_name.get(f.name) or carried[f.name] for f in store.commitlog_files]
+    pred = recovery.predict(store, version, summaries=summaries)
+    passes.append(("scan + plan", time.monotonic() - t, ""))
+    log.info("pass %-22s %7.2fs  %d of %d segments scanned, truncation point %d", "scan + plan",
+             passes[-1][1], len(scanned), len(summaries), pred.max_phy_offset)
+    t = time.monotonic()
+    f = fnd.audit(spark, store, pred, summaries, scan=[by_name[f.name] for f in to_scan])
+    passes.append(("findings", time.monotonic() - t, ""))
+    log.info("pass %-22s %7.2fs", "findings", passes[-1][1])
+    run = AuditRun(run_id_for("audit", store, version, "since_last" if since_last else "full"), store_id,
+                   audited_at, pred, summaries, [s.segment for s in scanned], f)
+    counts = fnd.alerting_counts(f)
+    row = run_row("audit", "since_last" if since_last else "full", run.status, pred, summaries, scanned,
+                  f, counts, started, passes, repaired=None)
+    run.tables = fnd.run_tables(f, row, fnd.segment_rows(summaries, pred, mtimes(store), set(by_name)),
+                                run.run_id, store_id, audited_at)
+    if audit_path:
+        t = time.monotonic()
+        run.written = fnd.write_audit(audit_path, run.tables, run.run_id, spark)
+        log.info("pass %-22s %7.2fs  %s", "write audit tables", time.monotonic() - t, audit_path)
+    return run
+
+
+def run_row(job: str, mode: str, status: str, pred: recovery.Prediction, summaries, scanned, f: fnd.Findings,
+            counts: dict[str, int], started: float, passes, repaired: str | None) -> dict:
+    fw = f.tables.get("flush_window")
+    flush = 0 if fw is None or not fw.num_rows else \
+        pc.sum(fw.filter(pc.equal(fw["window"], "commitlog"))["records"]).as_py() or 0
+    return {"job": job, "mode": mode, "status": status, "broker_version": pred.broker_version,
+            "load_result": pred.load_result,
+            "recovery_path": pred.recovery_path if pred.load_result else None,
+            "start_file": pred.start_file, "truncation_point": pred.max_phy_offset if pred.load_result else None,
+            "min_phy_offset": pred.min_phy_offset if pred.load_result else None,
+            "segments_total": len(summaries), "segments_scanned": len(scanned),
+            "bytes_scanned": sum(s.file_size for s in scanned),
+            "scan_phy_from": f.scope[0] if f.scope else None,
+            "queue_findings": counts["queue_findings"], "index_findings": counts["index_findings"],
+            "consumer_offsets_at_risk": counts["consumer_offsets_at_risk"],
+            "lost_messages": counts["lost_messages"], "flush_window_records": flush,
+            "repaired_store": repaired, "duration_ms": int((time.monotonic() - started) * 1000),
+            "passes": fnd.passes_json(passes),
+            "detail": "; ".join(pred.load_problems) or None}
+
+
+def print_audit(run: AuditRun, audit_path: str | None, out=None) -> None:
+    out = out or sys.stdout
+    pred = run.prediction
+    print(f"audit {run.run_id}: store {run.store_id} (broker {pred.broker_version}) -> {run.status.upper()}",
+          file=out)
+    print(f"  segments           {len(run.summaries)}, {len(run.scanned)} scanned this run", file=out)
+    if not pred.load_result:
+        print("  the broker would REFUSE to load this store:", file=out)
+        for p in pred.load_problems:
+            print(f"    - {p}", file=out)
+    else:
+        print(f"  a restart now      {pred.recovery_path} recovery from {pred.start_file}, commitlog ends at "
+              f"phy {pred.max_phy_offset}", file=out)
+        for s in run.bad_segments:
+            print(f"  {s.end_reason:<18} {s.path} @ byte {s.valid_bytes} ({s.end_check}); "
+                  f"{s.records_after_cut} intact records behind it", file=out)
+        fnd.print_summary(run.findings, out)
+        co = run.findings.tables.get("consumer_offset_findings")
+        if co is not None and co.num_rows:
+            risk = co.filter(co["at_risk"])
+            print(f"  consumer offsets   {co.num_rows} committed, {risk.num_rows} at risk "
+                  f"({pc.sum(risk['redelivered']).as_py() or 0} redelivered, "
+                  f"{pc.sum(risk['skipped']).as_py() or 0} skipped)", file=out)
+    if run.written:
+        print(f"  audit tables       {audit_path} ({', '.join(sorted(run.tables))})", file=out)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="jobs.audit", description=__doc__.split("\n")[0])
+    ap.add_argument("--store", required=True, help="store root (storePathRootDir); never written")
+    ap.add_argument("--audit-path", help="directory or URI of the Delta audit tables")
+    ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
+    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X],
+                    help="recovery semantics; default: detected from the store")
+    ap.add_argument("--since-last", action="store_true",
+                    help="scan only segments new or changed since the last audit of this store")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = parse_args(argv)
+    from jobs.sparkutil import get_spark
+
+    spark = get_spark("rocketmq-audit")
+    try:
+        run = run_audit(spark, args.store, args.audit_path, args.broker_config, args.broker_version,
+                        args.since_last)
+    except StoreReaderError as exc:
+        print(f"error: could not audit: {exc}", file=sys.stderr)
+        return 2
+    print_audit(run, args.audit_path)
+    return 0 if run.status == "clean" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
