@@ -207,6 +207,30 @@ def print_audit(run: AuditRun, audit_path: str | None, out=None) -> None:
         print(f"  audit tables       {audit_path} ({', '.join(sorted(run.tables))})", file=out)
 
 
+def history(audit_path: str, store_id: str) -> list[dict]:
+    """Queue and index findings of a store across its runs: per (table, kind, topic, queue id /
+    index lens), the runs that reported it and ``resolved_in``, the first later run that did not
+    (None while it is still reported)."""
+    from deltalake import DeltaTable
+
+    runs = DeltaTable(audit_path.rstrip("/") + "/runs").to_pyarrow_table()
+    runs = runs.filter(pc.equal(runs["store_id"], store_id_for(store_id))).sort_by("audited_at")
+    order = runs["run_id"].to_pylist()
+    out = []
+    for table, key in (("queue_findings", ("kind", "topic", "queue_id")), ("index_findings", ("kind", "index"))):
+        t = DeltaTable(audit_path.rstrip("/") + "/" + table).to_pyarrow_table()
+        t = t.filter(pc.equal(t["store_id"], store_id_for(store_id)))
+        seen: dict[tuple, set[str]] = {}
+        for r in t.select(["run_id", *key]).to_pylist():
+            seen.setdefault(tuple(r[k] for k in key), set()).add(r["run_id"])
+        for k, in_runs in sorted(seen.items(), key=lambda kv: str(kv[0])):
+            last = max(order.index(r) for r in in_runs if r in order)
+            resolved = next((r for r in order[last + 1:]), None)
+            out.append({"table": table, **dict(zip(key, k)), "first_seen": order[min(order.index(r) for r in in_runs)],
+                        "last_seen": order[last], "resolved_in": resolved})
+    return out
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="jobs.audit", description=__doc__.split("\n")[0])
     ap.add_argument("--store", required=True, help="store root (storePathRootDir); never written")
