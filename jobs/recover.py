@@ -2,7 +2,7 @@
 
     spark-submit jobs/recover.py --store DIR --out DIR [--broker-config FILE]
                                  [--broker-version 4.9|5.x] [--dry-run] [--overwrite]
-                                 [--apply --backup DIR]
+                                 [--apply --backup DIR] [--audit-path URI]
     python -m jobs.recover ...            (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.recover --demo DIR     (a sample store with a simulated crash, made and recovered)
 
@@ -12,13 +12,18 @@ Passes (each a function the notebooks can call):
   3. decide on the driver what the broker would do (``store_reader.recovery.predict``);
   4. rebuild consume queues, one task per (topic, queue id), from every record below the cut;
   5. rebuild index files from the same records;
-  6. write the repaired store into a temporary directory and rename it into place;
-     ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place.
+  6. audit: what is inconsistent and what the broker's own restart would lose or rewind
+     (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports);
+  7. write the repaired store into a temporary directory and rename it into place;
+     ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
+  8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
+     to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
 Exit codes: 0 done, 2 could not recover (bad input, store the broker would refuse, disk full).
 """
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import errno
 import hashlib
 import json
@@ -43,6 +48,9 @@ from store_reader.indexfile import write_index_file
 from store_reader.recordformat import ScanOptions
 from store_reader.store import Store
 from store_reader import repair
+from jobs import audit as audit_job
+from jobs import findings as fnd
+from jobs.deltasink import store_id_for
 
 log = logging.getLogger("jobs.recover")
 TMP_MARKER = ".recover-incomplete"
@@ -137,23 +145,13 @@ class RunReport:
     passes: list[tuple[str, float, str]] = field(default_factory=list)
     written: bool = False
     applied_backup: str | None = None
+    findings: fnd.Findings | None = None
+    audit_tables: list[str] = field(default_factory=list)
 
     def log_pass(self, name: str, started: float, detail: str) -> None:
         secs = time.monotonic() - started
         self.passes.append((name, secs, detail))
         log.info("pass %-22s %7.2fs  %s", name, secs, detail)
-
-
-def run_id_for(store: Store, version: str) -> str:
-    """Same input files (names, sizes, mtimes) and version -> same run id, so re-runs are identical."""
-    h = hashlib.sha256(version.encode())
-    for dirpath, dirnames, filenames in os.walk(store.root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            st = os.stat(os.path.join(dirpath, name))
-            h.update(f"{os.path.relpath(os.path.join(dirpath, name), store.root)}:{st.st_size}:"
-                     f"{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:16]
 
 
 def plan(spark, store: Store, version: str) -> tuple[recovery.Prediction, list[SegmentSummary]]:
@@ -306,9 +304,11 @@ def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
 
 def recover(spark, store_path: str, out: str | None, broker_config: str | None = None,
             broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
-            backup: str | None = None) -> RunReport:
-    """The whole run (passes 1-6); ``dry_run`` stops after the plan."""
-    t = time.monotonic()
+            backup: str | None = None, audit_path: str | None = None) -> RunReport:
+    """The whole run (passes 1-7); ``dry_run`` writes no repaired store (audit rows still go to
+    ``audit_path`` when given)."""
+    t = started = time.monotonic()
+    audited_at = dt.datetime.now(dt.timezone.utc)
     store = open_store(store_path, broker_config)
     lock = lock_status(store.root)
     if lock.locked:
@@ -319,7 +319,8 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         if Path(out).exists() and not overwrite and not dry_run:
             raise StoreReaderError("output directory exists (use --overwrite)", out)
     version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
-    run_id = run_id_for(store, version)
+    mode = "dry_run" if dry_run or out is None else "apply" if backup is not None else "write"
+    run_id = audit_job.run_id_for("recover", store, version, mode)
     log.info("pass %-22s %7.2fs  %d commitlog files, version %s, abort=%s", "discover",
              time.monotonic() - t, len(store.commitlog_files), version, store.abort_exists)
     t = time.monotonic()
@@ -330,13 +331,31 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)
     report.log_pass("scan + plan", t, f"{pred.recovery_path} path, start {pred.start_file}, "
                     f"truncation point {pred.max_phy_offset}")
-    if not pred.load_result or dry_run or out is None:
-        return report
-    write_repaired_store(spark, store, report, Path(out), overwrite)
-    if backup is not None:
-        _check_paths(store.root, Path(backup))
-        apply_repaired(store.root, Path(out), Path(backup))
-        report.applied_backup = backup
+    t = time.monotonic()
+    report.findings = fnd.audit(spark, store, pred, summaries)
+    report.log_pass("audit", t, ", ".join(f"{v} {k}" for k, v in fnd.alerting_counts(report.findings).items()))
+    if pred.load_result and not dry_run and out is not None:
+        write_repaired_store(spark, store, report, Path(out), overwrite)
+        if backup is not None:
+            _check_paths(store.root, Path(backup))
+            apply_repaired(store.root, Path(out), Path(backup))
+            report.applied_backup = backup
+    if audit_path:
+        t = time.monotonic()
+        counts = fnd.alerting_counts(report.findings)
+        status = "refused" if not pred.load_result else \
+            "findings" if any(counts.values()) or any(s.end_reason in ("corrupt", "torn_tail")
+                                                      for s in summaries) else "clean"
+        row = audit_job.run_row("recover", mode, status, pred, summaries, summaries, report.findings,
+                                counts, started, report.passes,
+                                repaired=str(Path(out).resolve()) if report.written else None)
+        store_id = store_id_for(str(store.root))
+        mtimes = {s.segment: os.stat(s.path).st_mtime_ns for s in summaries if os.path.exists(s.path)}
+        tables = fnd.run_tables(report.findings, row,
+                                fnd.segment_rows(summaries, pred, mtimes, {s.segment for s in summaries}),
+                                run_id, store_id, audited_at)
+        report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark)
+        report.log_pass("write audit tables", t, audit_path)
     return report
 
 
@@ -367,6 +386,12 @@ def print_report(report: RunReport, out=None) -> None:
     for c in moved[:10]:
         p(f"    {c.group}@{c.topic}/{c.queue_id}: committed {c.committed_offset} -> {c.status}, "
           f"next {c.next_begin_offset} (queue {c.min_offset}..{c.max_offset})", file=out)
+    if report.findings is not None:
+        p("  audit", file=out)
+        fnd.print_summary(report.findings, out)
+    if report.audit_tables:
+        p(f"  audit tables       {os.path.dirname(report.audit_tables[0])} "
+          f"({', '.join(os.path.basename(u) for u in report.audit_tables)})", file=out)
     if report.applied_backup:
         p(f"  applied            repaired store now at {report.store}; input kept at "
           f"{report.applied_backup}", file=out)
@@ -388,6 +413,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--apply", action="store_true",
                     help="swap the repaired store into the input's place (needs --backup)")
     ap.add_argument("--backup", help="with --apply: where the input store is kept")
+    ap.add_argument("--audit-path", help="directory or URI of the Delta audit tables (findings, "
+                                         "what the repair changed); none: printed only")
     ap.add_argument("--json", action="store_true", help="print the prediction as JSON")
     ap.add_argument("--demo", metavar="DIR",
                     help="make a sample store with a simulated crash in DIR and recover it")
@@ -413,10 +440,12 @@ def main(argv: list[str] | None = None) -> int:
 
         args.store, args.broker_config, args.out = make_demo_store(args.demo)
         args.overwrite = True
+        args.audit_path = args.audit_path or os.path.join(args.demo, "audit")
     spark = get_spark("rocketmq-recover")
     try:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
-                         args.dry_run, args.overwrite, args.backup if args.apply else None)
+                         args.dry_run, args.overwrite, args.backup if args.apply else None,
+                         args.audit_path)
     except StoreReaderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
