@@ -30,7 +30,6 @@ from store_reader import recovery
 from store_reader.commitlog import SegmentScan, SegmentSummary
 from store_reader.config import read_consumer_offsets
 from store_reader.consumequeue import list_queue_files, list_queues, read_queue_file
-from store_reader.exceptions import StoreReaderError
 from store_reader.indexfile import IndexFile
 from store_reader.repair import index_puts, multi_dispatch_copies
 from store_reader.store import Store
@@ -50,7 +49,8 @@ QUEUE_KINDS = {
                      "at once (E#30b)",
     "delayed_early_on_disk": "the same, in the CQ files as they are",
     "unbacked": "the broker serves an entry whose phy offset starts no record",
-    "corrupt_served": "the broker serves an entry whose record fails its CRC check",
+    "corrupt_served": "the broker serves an entry whose record fails its CRC check or lies behind a "
+                      "bad record, in a file its recovery does not read (OBSERVATIONS 17-18)",
     "duplicate_queue_offset": "several records claim the same queue offset",
     # structure of the CQ files
     "hole": "invalid entries inside a queue on disk, valid ones after them",
@@ -196,147 +196,149 @@ def broker_entries(spark, pred: recovery.Prediction):
     return spark.createDataFrame(pa.concat_tables(parts) if parts else CQ_SCHEMA.empty_table())
 
 
-# -- range encoding --------------------------------------------------------------------------------------
-
-def runs_of(df, offset: str = "queue_offset", keys: Sequence[str] = ("kind", "topic", "queue_id")):
-    """Collapse rows (``keys``, ``offset``, phy_offset, size) into runs of consecutive offsets:
-    from_offset, to_offset (exclusive), count, phy_from, phy_to. Gaps-and-islands: within a key,
-    offset - row_number is constant along a run."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    w = Window.partitionBy(*keys).orderBy(offset)
-    grouped = df.withColumn("_run", F.col(offset) - F.row_number().over(w))
-    return (grouped.groupBy(*keys, "_run")
-            .agg(F.min(offset).alias("from_offset"), (F.max(offset) + 1).alias("to_offset"),
-                 F.count(F.lit(1)).alias("count"), F.min("phy_offset").alias("phy_from"),
-                 F.max(F.col("phy_offset") + F.col("size")).alias("phy_to"),
-                 F.first("detail", ignorenulls=True).alias("detail"))
-            .drop("_run"))
-
-
 # -- queue findings ----------------------------------------------------------------------------------------
 
 def queue_findings(spark, disk, broker, rebuilt, records, pred: recovery.Prediction, disk_queues: set,
                    scope: tuple[int, int] | None = None) -> pa.Table:
-    """``QUEUE_KINDS`` rows (without run keys). ``scope`` = the phy range whose records were scanned
+    """``QUEUE_KINDS`` rows (without run keys): the four views of every queue (disk, broker,
+    rebuilt, the records themselves) brought together by one shuffle, one group per queue, and
+    compared there (``compare_queue``). ``scope`` = the phy range whose records were scanned
     (--since-last); kinds that need the records are judged only inside it."""
     from pyspark.sql import functions as F
 
     end = pred.max_phy_offset
-    d = disk.select("topic", "queue_id", "queue_offset", *[F.col(c).alias("d_" + c) for c in
-                                                          ("phy_offset", "size", "tags_code")])
-    b = broker.select("topic", "queue_id", "queue_offset", *[F.col(c).alias("b_" + c) for c in
-                                                            ("phy_offset", "size", "tags_code")])
-    r = (rebuilt.groupBy("topic", "queue_id", "queue_offset")
-         .agg(F.min("phy_offset").alias("r_phy_offset"), F.first("size").alias("r_size"),
-              F.first("tags_code").alias("r_tags_code"), F.count(F.lit(1)).alias("r_count")))
-    mins = spark.createDataFrame([(t, q, s.min_offset) for (t, q), s in pred.consume_queues.items()],
-                                 "topic string, queue_id int, b_min long")
-    rec = records.select(F.col("phy_offset").alias("b_phy_offset"), F.lit(True).alias("rec_exists"),
-                         F.col("body_crc_ok").alias("rec_crc_ok"), F.col("record_crc_ok").alias("rec_pcrc_ok"))
-    j = (d.join(b, ["topic", "queue_id", "queue_offset"], "full")
-         .join(r, ["topic", "queue_id", "queue_offset"], "full")
-         .join(mins, ["topic", "queue_id"], "left")
-         .join(rec, "b_phy_offset", "left"))
-    has_d, has_b, has_r = (F.col("d_phy_offset").isNotNull(), F.col("b_phy_offset").isNotNull(),
-                           F.col("r_phy_offset").isNotNull())
-    b_blank = F.col("b_size") == _PRE_BLANK
+    b_min = {k: q.min_offset for k, q in pred.consume_queues.items()}
+    cols = ["topic", "queue_id", "queue_offset", "phy_offset", "size", "tags_code"]
+    crc_ok = F.coalesce(F.col("body_crc_ok"), F.lit(True)) & F.coalesce(F.col("record_crc_ok"), F.lit(True))
+    bad = F.when(crc_ok, 0).otherwise(1) + F.when(F.col("valid_prefix"), 0).otherwise(2)
+    rec = records.select("topic", "queue_id", "queue_offset", "phy_offset",
+                         F.col("total_size").alias("size"), "tags_code", F.lit(_REC).alias("src"),
+                         bad.alias("flag"))
+    views = [df.select(*cols).withColumn("src", F.lit(src)).withColumn("flag", F.lit(0))
+             for df, src in ((disk, _DISK), (broker, _BROKER), (rebuilt, _REBUILT))]
+    allv = views[0].unionByName(views[1]).unionByName(views[2]).unionByName(rec)
+    schema = _spark_schema(QUEUE_FINDING_ROWS)
 
-    def differs(x: str, y: str):
-        return ((F.col(f"{x}_phy_offset") != F.col(f"{y}_phy_offset")) | (F.col(f"{x}_size") != F.col(f"{y}_size"))
-                | (F.col(f"{x}_tags_code") != F.col(f"{y}_tags_code")))
+    def compare(t: pa.Table) -> pa.Table:
+        topic, qid = t["topic"][0].as_py(), t["queue_id"][0].as_py()
+        rows = compare_queue(topic, qid, t, end, b_min.get((topic, qid)), (topic, qid) in disk_queues, scope)
+        return pa.Table.from_pylist(rows, schema=QUEUE_FINDING_ROWS)
 
-    def in_scope(col: str):
-        if scope is None:
-            return F.lit(True)
-        return (F.col(col) >= scope[0]) & (F.col(col) < scope[1])
+    out = allv.groupBy("topic", "queue_id").applyInArrow(compare, schema).toArrow()
+    return out.sort_by([("topic", "ascending"), ("queue_id", "ascending"), ("kind", "ascending"),
+                        ("from_offset", "ascending")])
 
-    schedule = F.col("topic") == rf.SCHEDULE_TOPIC
-    same_record_other_tags = lambda x: ((F.col(f"{x}_phy_offset") == F.col("r_phy_offset"))  # noqa: E731
-                                        & (F.col(f"{x}_size") == F.col("r_size"))
-                                        & (F.col(f"{x}_tags_code") != F.col("r_tags_code")))
+
+_DISK, _BROKER, _REBUILT, _REC = 0, 1, 2, 3
+QUEUE_FINDING_ROWS = pa.schema([
+    pa.field("kind", pa.string(), False), pa.field("topic", pa.string(), False),
+    pa.field("queue_id", pa.int32(), False), pa.field("from_offset", pa.int64(), False),
+    pa.field("to_offset", pa.int64(), False), pa.field("count", pa.int64(), False),
+    pa.field("phy_from", pa.int64(), True), pa.field("phy_to", pa.int64(), True),
+    pa.field("detail", pa.string(), True)])
+
+
+def _runs(kind: str, topic: str, qid: int, offsets: np.ndarray, phy: np.ndarray | None = None,
+          size: np.ndarray | None = None, detail: str | None = None) -> list[dict]:
+    """Range-encode sorted ``offsets`` (with the phy/size of their entries) into rows."""
+    if not len(offsets):
+        return []
+    cut = np.flatnonzero(np.diff(offsets) != 1) + 1
+    rows = []
+    for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(offsets)]])):
+        row = {"kind": kind, "topic": topic, "queue_id": qid, "from_offset": int(offsets[lo]),
+               "to_offset": int(offsets[hi - 1]) + 1, "count": int(hi - lo), "phy_from": None,
+               "phy_to": None, "detail": detail}
+        if phy is not None:
+            row["phy_from"] = int(phy[lo:hi].min())
+            row["phy_to"] = int((phy[lo:hi] + size[lo:hi]).max())
+        rows.append(row)
+    return rows
+
+
+def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None, on_disk: bool,
+                  scope: tuple[int, int] | None) -> list[dict]:
+    """Every ``QUEUE_KINDS`` finding of one queue from its entries: rows of ``t`` with ``src`` =
+    disk / broker / rebuilt entry or a record (``flag`` 1: CRC mismatch, 2: behind a bad record)."""
+    src = t["src"].to_numpy()
+    off, phy = t["queue_offset"].to_numpy(), t["phy_offset"].to_numpy()
+    size, tags = t["size"].to_numpy().astype(np.int64), t["tags_code"].to_numpy()
+    flag = t["flag"].to_numpy()
+
+    def view(s: int):
+        i = np.flatnonzero(src == s)
+        i = i[np.argsort(off[i], kind="stable")]
+        return off[i], phy[i], size[i], tags[i], flag[i]
+
+    d, b, r_all, rec = view(_DISK), view(_BROKER), view(_REBUILT), view(_REC)
+    out: list[dict] = []
+    # several records claiming one queue offset; the first (lowest phy) stands for it
+    uniq, first, counts = np.unique(r_all[0], return_index=True, return_counts=True)
+    dup = np.isin(r_all[0], uniq[counts > 1])
+    r = tuple(a[first] for a in r_all)
+    keys = np.union1d(np.union1d(d[0], b[0]), r[0])
+
+    def align(v):
+        """v's columns on ``keys`` and whether each key has an entry in v."""
+        pos = np.searchsorted(v[0], keys)
+        has = (pos < len(v[0])) & (v[0][np.minimum(pos, max(len(v[0]) - 1, 0))] == keys) if len(v[0]) \
+            else np.zeros(len(keys), bool)
+        pos = np.minimum(pos, max(len(v[0]) - 1, 0))
+        cols = [c[pos] if len(c) else np.zeros(len(keys), np.int64) for c in v[1:4]]
+        return has, cols
+
+    (hd, (dp, ds, dt)), (hb, (bp, bs, bt)), (hr, (rp, rs, rt)) = align(d), align(b), align(r)
+    # the flag of the record starting at each broker entry's phy offset, -1: none starts there
+    order = np.argsort(rec[1], kind="stable")
+    rphy, rflag = rec[1][order], rec[4][order]
+    at = np.minimum(np.searchsorted(rphy, bp), max(len(rphy) - 1, 0))
+    b_rec = np.where((len(rphy) > 0) & (rphy[at] == bp) if len(rphy) else np.zeros(len(bp), bool),
+                     rflag[at] if len(rphy) else -1, -1)
+    def scoped(p):
+        return np.ones(len(p), bool) if scope is None else (p >= scope[0]) & (p < scope[1])
+
+    lo = b_min if b_min is not None else 0
+    blank_b = bs == _PRE_BLANK
+    differs = lambda p1, s1, t1, p2, s2, t2: (p1 != p2) | (s1 != s2) | (t1 != t2)  # noqa: E731
+    schedule = topic == rf.SCHEDULE_TOPIC
+    early_b = schedule & hb & hr & (bp == rp) & (bs == rs) & (bt != rt)
+    early_d = schedule & hd & hr & (dp == rp) & (ds == rs) & (dt != rt)
     kinds = [
-        ("removed_beyond_truncation", has_d & ~has_b & (F.col("d_phy_offset") >= end), "d"),
-        ("removed_below_min", has_d & ~has_b & (F.col("d_phy_offset") < end)
-         & (F.col("queue_offset") < F.coalesce(F.col("b_min"), F.lit(0))), "d"),
-        ("removed_by_cq_recovery", has_d & ~has_b & (F.col("d_phy_offset") < end)
-         & (F.col("queue_offset") >= F.coalesce(F.col("b_min"), F.lit(0))), "d"),
-        ("redispatched", ~has_d & has_b, "b"),
-        ("replaced", has_d & has_b & differs("d", "b"), "b"),
-        ("not_restored", has_r & ~has_b, "r"),
-        ("delayed_early", has_b & has_r & schedule & same_record_other_tags("b"), "b"),
-        ("delayed_early_on_disk", has_d & has_r & schedule & same_record_other_tags("d"), "d"),
-        ("wrong_entry", has_b & has_r & differs("b", "r") & ~(schedule & same_record_other_tags("b")), "b"),
-        ("unbacked", has_b & ~b_blank & ~has_r & F.col("rec_exists").isNull()
-         & (F.col("b_phy_offset") < end) & in_scope("b_phy_offset"), "b"),
-        ("corrupt_served", has_b & ~b_blank & ((F.col("rec_crc_ok") == F.lit(False))
-                                               | (F.col("rec_pcrc_ok") == F.lit(False))), "b"),
-        ("duplicate_queue_offset", F.col("r_count") > 1, "r"),
-        ("blank", has_d & (F.col("d_size") == _PRE_BLANK), "d"),
+        ("removed_beyond_truncation", hd & ~hb & (dp >= end), dp, ds),
+        ("removed_below_min", hd & ~hb & (dp < end) & (keys < lo), dp, ds),
+        ("removed_by_cq_recovery", hd & ~hb & (dp < end) & (keys >= lo), dp, ds),
+        ("redispatched", ~hd & hb, bp, bs),
+        ("replaced", hd & hb & differs(dp, ds, dt, bp, bs, bt), bp, bs),
+        ("not_restored", hr & ~hb & scoped(rp), rp, rs),
+        ("delayed_early", early_b & scoped(rp), bp, bs),
+        ("delayed_early_on_disk", early_d & scoped(rp), dp, ds),
+        ("wrong_entry", hb & hr & differs(bp, bs, bt, rp, rs, rt) & ~early_b & scoped(rp), bp, bs),
+        ("unbacked", hb & ~blank_b & ~hr & (b_rec < 0) & (bp < end) & scoped(bp), bp, bs),
+        ("corrupt_served", hb & ~blank_b & (b_rec > 0), bp, bs),
+        ("blank", hd & (ds == _PRE_BLANK), dp, ds),
     ]
-    if scope is not None:        # judged against records only inside the scanned range
-        kinds = [(k, cond & (in_scope(f"{src}_phy_offset") if k in ("not_restored", "wrong_entry",
-                                                                     "delayed_early", "delayed_early_on_disk",
-                                                                     "duplicate_queue_offset") else F.lit(True)),
-                  src) for k, cond, src in kinds]
-    found = F.array(*[F.when(cond, F.struct(F.lit(kind).alias("kind"),
-                                            F.col(f"{src}_phy_offset").alias("phy_offset"),
-                                            F.col(f"{src}_size").cast("long").alias("size")))
-                      for kind, cond, src in kinds])
-    per_entry = (j.select("topic", "queue_id", "queue_offset", F.explode(found).alias("f"))
-                 .where(F.col("f").isNotNull())
-                 .select(F.col("f.kind").alias("kind"), "topic", "queue_id", "queue_offset",
-                         "f.phy_offset", "f.size", F.lit(None).cast("string").alias("detail")))
-    parts = [per_entry]
-    parts.append(_holes(disk))
-    parts.append(_duplicate_phys(disk, "duplicate_phy_on_disk"))
-    parts.append(_duplicate_phys(broker.where(F.col("size") != _PRE_BLANK), "duplicate_phy"))
-    df = parts[0]
-    for p in parts[1:]:
-        df = df.unionByName(p)
-    rows = runs_of(df)
-    missing = [(t, q) for t, q in pred.consume_queues if (t, q) not in disk_queues]
-    missing_rows = (rebuilt.join(spark.createDataFrame(missing, "topic string, queue_id int"),
-                                 ["topic", "queue_id"])
-                    .groupBy("topic", "queue_id")
-                    .agg(F.min("queue_offset").alias("from_offset"), (F.max("queue_offset") + 1).alias("to_offset"),
-                         F.count(F.lit(1)).alias("count"), F.min("phy_offset").alias("phy_from"),
-                         F.max(F.col("phy_offset") + F.col("size")).alias("phy_to"))
-                    .select(F.lit("queue_missing").alias("kind"), "topic", "queue_id", "from_offset",
-                            "to_offset", "count", "phy_from", "phy_to",
-                            F.lit(None).cast("string").alias("detail")))
-    out = rows.unionByName(missing_rows).orderBy("topic", "queue_id", "kind", "from_offset")
-    return out.toArrow()
-
-
-def _holes(disk):
-    """Runs of absent or invalid slots between valid entries of a queue on disk."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    valid = disk.where((F.col("phy_offset") >= 0) & (F.col("size") > 0))
-    w = Window.partitionBy("topic", "queue_id").orderBy("queue_offset")
-    gaps = (valid.withColumn("prev", F.lag("queue_offset").over(w))
-            .where(F.col("queue_offset") - F.col("prev") > 1))
-    return gaps.select(F.lit("hole").alias("kind"), "topic", "queue_id",
-                       F.explode(F.sequence(F.col("prev") + 1, F.col("queue_offset") - 1)).alias("queue_offset"),
-                       F.lit(None).cast("long").alias("phy_offset"), F.lit(None).cast("long").alias("size"),
-                       F.lit(None).cast("string").alias("detail"))
-
-
-def _duplicate_phys(entries, kind: str):
-    """Every entry whose phy offset appears more than once in its queue."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    w = Window.partitionBy("topic", "queue_id", "phy_offset")
-    return (entries.where(F.col("size") > 0)
-            .withColumn("_n", F.count(F.lit(1)).over(w)).where(F.col("_n") > 1)
-            .select(F.lit(kind).alias("kind"), "topic", "queue_id", "queue_offset", "phy_offset",
-                    F.col("size").cast("long").alias("size"),
-                    F.concat(F.lit("phy offset at "), F.col("_n").cast("string"),
-                             F.lit(" queue offsets")).alias("detail")))
+    for kind, mask, p, s in kinds:
+        out += _runs(kind, topic, qid, keys[mask], p[mask], s[mask])
+    if dup.any():
+        out += _runs("duplicate_queue_offset", topic, qid, np.unique(r_all[0][dup]),
+                     detail="several records at one queue offset")
+    # holes: gaps between valid entries on disk
+    valid = (d[1] >= 0) & (d[2] > 0)
+    vo = d[0][valid]
+    if len(vo) > 1:
+        gaps = np.flatnonzero(np.diff(vo) > 1)
+        for g in gaps:
+            out += _runs("hole", topic, qid, np.arange(vo[g] + 1, vo[g + 1]))
+    for kind, v, keep in (("duplicate_phy_on_disk", d, d[2] > 0), ("duplicate_phy", b, b[2] != _PRE_BLANK)):
+        o, p, s = v[0][keep], v[1][keep], v[2][keep]
+        vals, cnt = np.unique(p, return_counts=True)
+        m = np.isin(p, vals[cnt > 1])
+        out += _runs(kind, topic, qid, o[m], p[m], s[m], detail="phy offset at several queue offsets")
+    if not on_disk and len(r[0]):           # one row for the queue: its whole range
+        out.append({"kind": "queue_missing", "topic": topic, "queue_id": qid, "from_offset": int(r[0][0]),
+                    "to_offset": int(r[0][-1]) + 1, "count": len(r[0]), "phy_from": int(r[1].min()),
+                    "phy_to": int((r[1] + r[2]).max()), "detail": None})
+    return out
 
 
 # -- index findings ------------------------------------------------------------------------------------
@@ -376,89 +378,109 @@ def header_problems(idx: IndexFile) -> list[str]:
 
 
 def index_findings(spark, store: Store, pred: recovery.Prediction, records) -> pa.Table:
-    """``INDEX_KINDS`` rows for the index files on disk and after the broker's recovery."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    """``INDEX_KINDS`` rows for the index files on disk and after the broker's recovery.
+
+    Dangling and duplicate entries and bad headers come from the index files themselves (read on
+    the driver, vectorised); unfindable keys from every key the broker would index for the records
+    below the truncation point, joined with the entries of each lens (Spark)."""
+    from store_reader.indexfile import list_index_files
 
     cfg = store.config
     lo, end = pred.min_phy_offset, pred.max_phy_offset
-    lenses = {"on_disk": [], "recovered": []}
-    header_rows = []
-    from store_reader.indexfile import list_index_files
-
-    for i, ref in enumerate(list_index_files(store.index_dir, cfg.index_file_size, strict=False)):
+    rows: list[dict] = []
+    lenses: dict[str, pa.Table] = {}
+    disk = []
+    for ref in list_index_files(store.index_dir, cfg.index_file_size, strict=False):
         with IndexFile(ref.path, cfg.maxHashSlotNum, cfg.maxIndexNum) as idx:
-            lenses["on_disk"].append(_index_entries(idx, i, ref.name))
-            header_rows += [{"kind": "bad_header", "index": "on_disk", "file": ref.name, "count": 1,
-                             "detail": p} for p in header_problems(idx)]
-    for i, f in enumerate(pred.index_files):
-        idx = f.view(cfg)
-        lenses["recovered"].append(_index_entries(idx, i, f.name))
-    wanted = _index_puts(records, end).cache()
-    parts = []
-    for lens, tables in lenses.items():
-        if not tables:
-            parts.append(_unfindable(records, wanted, None, lens, end))
-            continue
-        e = spark.createDataFrame(pa.concat_tables(tables)).withColumn("index", F.lit(lens))
-        dangling = e.where((F.col("phy_offset") < lo) | (F.col("phy_offset") >= end)).select(
-            F.when(F.col("phy_offset") < lo, "dangling_below_min").otherwise("dangling_beyond_end").alias("kind"),
-            "index", "file", "phy_offset")
-        w = Window.partitionBy("key_hash", "phy_offset").orderBy("file_order", "entry_number")
-        dup = (e.withColumn("_n", F.row_number().over(w)).where(F.col("_n") > 1)
-               .select(F.lit("duplicate_entry").alias("kind"), "index", "file", "phy_offset"))
-        per_file = (dangling.unionByName(dup).groupBy("kind", "index", "file")
-                    .agg(F.count(F.lit(1)).alias("count"), F.min("phy_offset").alias("phy_from"),
-                         (F.max("phy_offset") + 1).alias("phy_to"))
-                    .select("kind", "index", "file", F.lit(None).cast("string").alias("topic"),
-                            "phy_from", "phy_to", "count", F.lit(None).cast("string").alias("detail")))
-        parts.append(per_file)
-        parts.append(_unfindable(records, wanted, e, lens, end))
-    rows = [p.toArrow() for p in parts]
-    wanted.unpersist()
-    if header_rows:
-        rows.append(pa.Table.from_pylist(header_rows))
-    return _concat(rows)
+            disk.append(_index_entries(idx, len(disk), ref.name))
+            rows += [{"kind": "bad_header", "index": "on_disk", "file": ref.name, "count": 1, "detail": p}
+                     for p in header_problems(idx)]
+    recovered = [_index_entries(f.view(cfg), i, f.name) for i, f in enumerate(pred.index_files)]
+    for lens, tables in (("on_disk", disk), ("recovered", recovered)):
+        e = pa.concat_tables(tables) if tables else INDEX_ENTRY_COLS.empty_table()
+        lenses[lens] = e
+        rows += _entry_findings(e, lens, lo, end)
+    rows += _unfindable(spark, records, lenses, end)
+    return pa.Table.from_pylist(rows, schema=INDEX_FINDING_ROWS) if rows else INDEX_FINDING_ROWS.empty_table()
 
 
-def _index_puts(records, end: int):
-    """(topic, key hash, phy offset) of every key the broker indexes for the records below ``end``."""
+INDEX_FINDING_ROWS = pa.schema([
+    pa.field("kind", pa.string(), False), pa.field("index", pa.string(), False),
+    pa.field("file", pa.string(), True), pa.field("topic", pa.string(), True),
+    pa.field("phy_from", pa.int64(), True), pa.field("phy_to", pa.int64(), True),
+    pa.field("count", pa.int64(), False), pa.field("detail", pa.string(), True)])
+
+
+def _entry_findings(e: pa.Table, lens: str, lo: int, end: int) -> list[dict]:
+    """Dangling entries (below ``lo``, at or past ``end``) and repeated (key hash, phy offset)
+    pairs, per index file."""
+    if not e.num_rows:
+        return []
+    phy, kh = e["phy_offset"].to_numpy(), e["key_hash"].to_numpy().astype(np.int64)
+    order = np.lexsort((e["entry_number"].to_numpy(), e["file_order"].to_numpy()))   # put order
+    pair = (kh[order] << 40) ^ phy[order]
+    _, first = np.unique(pair, return_index=True)
+    repeat = np.ones(len(order), bool)
+    repeat[first] = False
+    masks = {"dangling_below_min": phy < lo, "dangling_beyond_end": phy >= end,
+             "duplicate_entry": np.zeros(len(phy), bool)}
+    masks["duplicate_entry"][order[repeat]] = True
+    files = e["file"].to_pylist()
+    file_order = e["file_order"].to_numpy()
+    out = []
+    for kind, m in masks.items():
+        for fo in np.unique(file_order[m]):
+            sel = m & (file_order == fo)
+            out.append({"kind": kind, "index": lens, "file": files[int(np.flatnonzero(sel)[0])],
+                        "topic": None, "phy_from": int(phy[sel].min()), "phy_to": int(phy[sel].max()) + 1,
+                        "count": int(sel.sum()), "detail": None})
+    return out
+
+
+def _unfindable(spark, records, lenses: dict[str, pa.Table], end: int) -> list[dict]:
+    """Keys of records below ``end`` whose (key hash, phy offset) no entry of a lens holds, as runs
+    of consecutive indexed records of one topic (commitlog order), per lens."""
     from pyspark.sql import functions as F
 
     cols = ["stored_phy_offset", "sys_flag", "uniq_key", "key_list", "topic", "store_timestamp"]
     rec = records.where((F.col("phy_offset") < end) & F.col("valid_prefix")).select(*cols)
-    schema = pa.schema([pa.field("topic", pa.string(), False), pa.field("key_hash", pa.int32(), False),
-                        pa.field("phy_offset", pa.int64(), False)])
+    put_schema = pa.schema([pa.field("topic", pa.string(), False), pa.field("key_hash", pa.int32(), False),
+                            pa.field("phy_offset", pa.int64(), False)])
 
     def puts(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             p = index_puts(pa.Table.from_batches([b]))
             yield pa.RecordBatch.from_arrays([p.topic, pa.array(p.key_hash.astype(np.int32)),
-                                              pa.array(p.phy)], schema=schema)
+                                              pa.array(p.phy)], schema=put_schema)
 
-    return rec.mapInArrow(puts, _spark_schema(schema))
+    wanted = rec.mapInArrow(puts, _spark_schema(put_schema))
+    names = list(lenses)
+    for lens in names:
+        have = spark.createDataFrame(lenses[lens].select(["key_hash", "phy_offset"])).distinct() \
+            .withColumn(lens, F.lit(1))
+        wanted = wanted.join(have, ["key_hash", "phy_offset"], "left")
+    out_schema = INDEX_FINDING_ROWS
 
+    def encode(t: pa.Table) -> pa.Table:
+        topic = t["topic"][0].as_py()
+        phy = t["phy_offset"].to_numpy()
+        uphy, inv = np.unique(phy, return_inverse=True)
+        rows = []
+        for lens in names:
+            miss = np.bincount(inv, weights=t[lens].is_null().to_numpy(zero_copy_only=False),
+                               minlength=len(uphy))
+            hit = np.flatnonzero(miss > 0)         # records (in phy order) missing a key
+            if not len(hit):
+                continue
+            cut = np.flatnonzero(np.diff(hit) != 1) + 1
+            for a, b in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(hit)]])):
+                run = hit[a:b]
+                rows.append({"kind": "unfindable_key", "index": lens, "file": None, "topic": topic,
+                             "phy_from": int(uphy[run[0]]), "phy_to": int(uphy[run[-1]]) + 1,
+                             "count": int(miss[run].sum()), "detail": f"{len(run)} records"})
+        return pa.Table.from_pylist(rows, schema=out_schema)
 
-def _unfindable(records, wanted, entries, lens: str, end: int):
-    """Keys whose (key hash, phy offset) no entry of the lens' index files holds, as runs of
-    consecutive indexed records of one topic (commitlog order)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    missing = wanted if entries is None else \
-        wanted.join(entries.select("key_hash", "phy_offset").distinct(), ["key_hash", "phy_offset"], "left_anti")
-    per_record = missing.groupBy("topic", "phy_offset").agg(F.count(F.lit(1)).alias("keys"))
-    # a run = records missing keys with no indexed record of the topic in between
-    rank = Window.partitionBy("topic").orderBy("phy_offset")
-    indexed = wanted.select("topic", "phy_offset").distinct().withColumn("_all", F.row_number().over(rank))
-    runs = (per_record.join(indexed, ["topic", "phy_offset"])
-            .withColumn("_run", F.col("_all") - F.row_number().over(rank))
-            .groupBy("topic", "_run").agg(F.sum("keys").alias("count"), F.min("phy_offset").alias("phy_from"),
-                                          (F.max("phy_offset") + 1).alias("phy_to"),
-                                          F.count(F.lit(1)).alias("records")))
-    return runs.select(F.lit("unfindable_key").alias("kind"), F.lit(lens).alias("index"),
-                       F.lit(None).cast("string").alias("file"), "topic", "phy_from", "phy_to", "count",
-                       F.concat(F.col("records").cast("string"), F.lit(" records")).alias("detail"))
+    return wanted.groupBy("topic").applyInArrow(encode, _spark_schema(out_schema)).toArrow().to_pylist()
 
 
 # -- lost messages and the flush window --------------------------------------------------------------
@@ -486,25 +508,26 @@ def flush_window(records, end: int, checkpoint) -> pa.Table:
     what an OS crash or power loss under ASYNC_FLUSH may still take."""
     from pyspark.sql import functions as F
 
-    rec = records.where((F.col("phy_offset") < end) & F.col("valid_prefix"))
     tran = F.col("sys_flag").bitwiseAND(rf.TRANSACTION_MASK)
     windows = [("commitlog", checkpoint.physic_msg_timestamp, F.lit(True)),
                ("consume_queue", checkpoint.logics_msg_timestamp, tran.isin(*_CQ_TYPES)),
                ("index", checkpoint.index_msg_timestamp, tran != rf.TRANSACTION_ROLLBACK_TYPE)]
-    parts = []
-    for name, ts, cond in windows:
-        parts.append(rec.where(cond & (F.col("store_timestamp") > ts))
-                     .groupBy("topic", "queue_id")
-                     .agg(F.count(F.lit(1)).alias("records"), F.min("queue_offset").alias("from_offset"),
-                          (F.max("queue_offset") + 1).alias("to_offset"), F.min("phy_offset").alias("phy_from"),
-                          F.max(F.col("phy_offset") + F.col("total_size")).alias("phy_to"),
-                          F.timestamp_millis(F.min("store_timestamp")).alias("first_store_time"),
-                          F.timestamp_millis(F.max("store_timestamp")).alias("last_store_time"))
-                     .select(F.lit(name).alias("window"),
-                             (F.timestamp_millis(F.lit(ts)) if ts else F.lit(None).cast("timestamp"))
-                             .alias("checkpoint_time"), "*"))
-    df = parts[0].unionByName(parts[1]).unionByName(parts[2])
-    return df.orderBy("window", "topic", "queue_id").toArrow()
+    ts = F.col("store_timestamp")
+    inside = F.array(*[F.when(cond & (ts > stamp), F.struct(F.lit(name).alias("window"),
+                                                            F.lit(stamp).alias("stamp")))
+                       for name, stamp, cond in windows])
+    rec = (records.where((F.col("phy_offset") < end) & F.col("valid_prefix"))
+           .select("*", F.explode(inside).alias("w")).where(F.col("w").isNotNull()))
+    return (rec.groupBy("w.window", "w.stamp", "topic", "queue_id")
+            .agg(F.count(F.lit(1)).alias("records"), F.min("queue_offset").alias("from_offset"),
+                 (F.max("queue_offset") + 1).alias("to_offset"), F.min("phy_offset").alias("phy_from"),
+                 F.max(F.col("phy_offset") + F.col("total_size")).alias("phy_to"),
+                 F.timestamp_millis(F.min(ts)).alias("first_store_time"),
+                 F.timestamp_millis(F.max(ts)).alias("last_store_time"))
+            .select("window", F.when(F.col("stamp") > 0, F.timestamp_millis("stamp")).alias("checkpoint_time"),
+                    "topic", "queue_id", "records", "from_offset", "to_offset", "phy_from", "phy_to",
+                    "first_store_time", "last_store_time")
+            .orderBy("window", "topic", "queue_id").toArrow())
 
 
 # -- consumer offsets --------------------------------------------------------------------------------------
@@ -643,7 +666,7 @@ def passes_json(passes: Sequence[tuple[str, float, str]]) -> str:
     return json.dumps({name: round(secs, 3) for name, secs, _ in passes})
 
 
-__all__ = ["QUEUE_KINDS", "INDEX_KINDS", "Findings", "audit", "records_df", "runs_of", "StoreReaderError"]
+__all__ = ["QUEUE_KINDS", "INDEX_KINDS", "Findings", "audit", "records_df", "compare_queue"]
 
 
 # -- the run: rows with their keys, the summary, the exit status -----------------------------------------

@@ -13,7 +13,6 @@ import shutil
 import struct
 import zlib
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -176,6 +175,48 @@ def test_index_findings_count_what_the_broker_leaves(case, spark):
             holders.setdefault((m["topic"], k), set()).add(m["phyOffset"])
     missing = sum(len(holders.get((q["topic"], q["key"]), set()) - set(q["indexPhyOffsets"])) for q in queries)
     assert total("unfindable_key") == missing
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["rocketmq-4.9.7", "rocketmq-5.3.3"])
+@pytest.mark.parametrize("damage", ["crc", "magic"])
+def test_damage_the_normal_path_never_reads_is_served(version, damage, spark, tmp_path):
+    """A record broken in the second commitlog file of a cleanly shut down store: the normal
+    recovery starts later (4.9.7: third-last file, 5.x: the file of the CQ maximum), keeps its
+    entry and serves it (OBSERVATIONS 17): corrupt_served, or unbacked when its magic is gone."""
+    case = (version, "clean")
+    store = tmp_path / "store"
+    shutil.copytree(input_store(*case), store)
+    written = expected(*case)["writtenMessages"]
+    fsize = 65536
+    victim = next(m for m in written if fsize <= m["phyOffset"] < 2 * fsize)
+    followers = [m for m in written if victim["phyOffset"] < m["phyOffset"] < 2 * fsize
+                 and m["sysFlag"] & 0xC in (0, 8)]
+    path = store / "commitlog" / ("%020d" % fsize)
+    data = bytearray(path.read_bytes())
+    pos = victim["phyOffset"] - fsize
+    if damage == "crc":
+        tail = 2 + len(victim["propertiesString"].encode()) + 1 + len(victim["topic"].encode())
+        if data[pos + 4: pos + 8] == bytes.fromhex("daa320ab"):
+            tail += 1
+        data[pos + victim["size"] - tail - victim["bodyLen"]] ^= 0xFF
+    else:
+        data[pos + 4: pos + 8] = bytes.fromhex("deadbeef")
+    path.write_bytes(bytes(data))
+    st = open_store(store, broker_conf(*case))
+    summaries = st.summaries(st.scan_options(broker_5x=_version(case) == recovery.V5X))
+    pred = recovery.predict(st, _version(case), summaries)
+    assert pred.max_phy_offset == expected(*case)["afterRecovery"]["maxPhyOffset"]   # nothing cut
+    q = fnd.audit(spark, st, pred, summaries).tables["queue_findings"]
+    served = _expand(q, {"corrupt_served"})
+    unbacked = _expand(q, {"unbacked"})
+    victim_key = {(victim["topic"], victim["queueId"], victim["queueOffset"])}
+    if damage == "crc":
+        assert served == victim_key and not unbacked
+    else:       # its header is gone: the entry points at no record; the records after it are
+        assert unbacked == victim_key     # found only by resync, behind a bad record
+        assert served == {(m["topic"], m["queueId"], m["queueOffset"]) for m in followers}
 
 
 # -- the tables --------------------------------------------------------------------------------------------
