@@ -193,7 +193,8 @@ def broker_entries(spark, pred: recovery.Prediction):
                                pa.array(e["phy_offset"].astype(np.int64)),
                                pa.array(e["size"].astype(np.int32)),
                                pa.array(e["tags_code"].astype(np.int64))], schema=CQ_SCHEMA))
-    return spark.createDataFrame(pa.concat_tables(parts) if parts else CQ_SCHEMA.empty_table())
+    # one chunk: pyspark 4.2's createDataFrame(pa.Table) drops the rows after an empty chunk
+    return spark.createDataFrame(pa.concat_tables(parts).combine_chunks() if parts else CQ_SCHEMA.empty_table())
 
 
 # -- queue findings ----------------------------------------------------------------------------------------
@@ -456,7 +457,7 @@ def _unfindable(spark, records, lenses: dict[str, pa.Table], end: int) -> list[d
     wanted = rec.mapInArrow(puts, _spark_schema(put_schema))
     names = list(lenses)
     for lens in names:
-        have = spark.createDataFrame(lenses[lens].select(["key_hash", "phy_offset"])).distinct() \
+        have = spark.createDataFrame(lenses[lens].select(["key_hash", "phy_offset"]).combine_chunks()).distinct() \
             .withColumn(lens, F.lit(1))
         wanted = wanted.join(have, ["key_hash", "phy_offset"], "left")
     out_schema = INDEX_FINDING_ROWS

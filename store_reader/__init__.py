@@ -1,13 +1,23 @@
 """Spark-free library that knows the bytes of a RocketMQ broker store.
 
 Entry point: ``open_store(path, broker_config)``; see README for the API. Never imports pyspark
-(except ``datasource``).
+(except ``datasource``, which ``register`` imports only when called).
 """
+from typing import Any
+
 from .brokerconf import BrokerConfig, load_broker_config
 from .commitlog import SegmentScan, SegmentSummary, scan_segment
 from .exceptions import StoreReaderError
 from .recordformat import ScanOptions
 from .store import Store, open_store
 
+
+def register(spark: Any, filter_pushdown: bool = True) -> None:
+    """Register the ``rocketmq`` Spark data source (``datasource.register``; imports pyspark)."""
+    from .datasource import register as register_datasource
+
+    register_datasource(spark, filter_pushdown=filter_pushdown)
+
+
 __all__ = ["BrokerConfig", "load_broker_config", "SegmentScan", "SegmentSummary", "scan_segment",
-           "StoreReaderError", "ScanOptions", "Store", "open_store"]
+           "StoreReaderError", "ScanOptions", "Store", "open_store", "register"]
