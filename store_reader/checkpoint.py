@@ -2,6 +2,9 @@
 
 Spec ``store-format.md`` §8 (checkpoint layout and derived values) and §9 (abort, lock);
 ``recovery.md`` §4.1 (how minTimestamp / minTimestampIndex choose the abnormal-recovery start file).
+
+All three are read through ``storefs`` (a remote store root works); the lock probe needs a local
+file and reports "unknown" for a remote one.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import pyarrow as pa
 from schemas import CHECKPOINT
 
 from .exceptions import UnreadableFileError
+from .storefs import PathRef, StoreLocation, location
 
 __all__ = [
     "CHECKPOINT_FILE_SIZE",
@@ -72,7 +76,7 @@ class Checkpoint:
         Length on disk (None when missing). The broker maps 4096 bytes whatever the length; missing
         bytes read as zeros.
     path
-        The file read, if any.
+        The file read, if any (a ``storefs.StoreLocation`` for a remote store).
     """
 
     physic_msg_timestamp: int = 0
@@ -82,7 +86,7 @@ class Checkpoint:
     confirm_phy_offset: int = 0
     exists: bool = True
     file_length: int | None = None
-    path: str | None = None
+    path: str | StoreLocation | None = None
 
     @property
     def used_bytes(self) -> int:
@@ -130,12 +134,7 @@ class Checkpoint:
         return pa.table(row, schema=CHECKPOINT.arrow())
 
 
-def _checkpoint_path(path: str | os.PathLike[str]) -> str:
-    path = os.fspath(path)
-    return os.path.join(path, "checkpoint") if os.path.isdir(path) else path
-
-
-def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+def read_checkpoint(path: PathRef) -> Checkpoint:
     """Read a checkpoint file (or ``<root>/checkpoint`` when given a store root).
 
     A missing file gives all zeros with ``exists=False``, which is what the broker starts from. A short
@@ -146,17 +145,19 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     UnreadableFileError
         The file exists but cannot be read.
     """
-    p = _checkpoint_path(path)
+    loc = location(path)
     try:
-        with open(p, "rb") as fh:
-            data = fh.read(CHECKPOINT_FILE_SIZE)
-            length = os.fstat(fh.fileno()).st_size
+        if loc.is_dir():
+            loc = loc / "checkpoint"
+        with loc.open_reader() as r:
+            data = r.read_at(0, CHECKPOINT_FILE_SIZE)
+            length = r.size
     except FileNotFoundError:
-        return Checkpoint(exists=False, file_length=None, path=p)
+        return Checkpoint(exists=False, file_length=None, path=loc.ref)
     except OSError as exc:
-        raise UnreadableFileError(f"cannot read checkpoint: {exc.strerror}", p) from None
+        raise UnreadableFileError(f"cannot read checkpoint: {exc.strerror}", str(loc)) from None
     vals = CHECKPOINT_STRUCT.unpack_from(data.ljust(USED_BYTES_5, b"\0"), 0)
-    return Checkpoint(*vals, exists=True, file_length=length, path=p)
+    return Checkpoint(*vals, exists=True, file_length=length, path=loc.ref)
 
 
 def write_checkpoint(path: str | os.PathLike[str], checkpoint: Checkpoint, *, rocketmq5: bool = True) -> None:
@@ -173,13 +174,17 @@ def write_checkpoint(path: str | os.PathLike[str], checkpoint: Checkpoint, *, ro
 
 # -- abort (store-format §9) ---------------------------------------------------------------------
 
-def abort_exists(store_root: str | os.PathLike[str]) -> bool:
+def abort_exists(store_root: PathRef) -> bool:
     """``DefaultMessageStore#isTempFileExist``: does ``<root>/abort`` exist (=> abnormal recovery).
 
     Only ``abort`` counts. 5.x leaves an ``abort.bak`` behind after writing the PID into ``abort``
     (``MixAll.string2File``); it survives a clean shutdown and is not a marker (fixtures, item 15).
     """
-    return os.path.exists(os.path.join(os.fspath(store_root), "abort"))
+    abort = location(store_root) / "abort"
+    try:
+        return abort.exists()
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot look for the abort file: {exc.strerror}", str(abort)) from None
 
 
 # -- lock (store-format §9) ----------------------------------------------------------------------
@@ -211,18 +216,22 @@ class LockStatus:
         Whether it exists (a store that was never started by a broker has none).
     locked
         Another process holds a lock that conflicts with a write lock on byte 0: a broker is running
-        on this store (``FileChannel.tryLock(0, 1, false)``).
+        on this store (``FileChannel.tryLock(0, 1, false)``). None = unknown: the file exists but is
+        not on a local filesystem, where ``F_GETLK`` cannot ask (see ``detail``).
     pid
         The holder's PID as the kernel reports it (may be meaningless across containers/NFS), or None.
+    detail
+        Why ``locked`` is unknown, else None.
     """
 
-    path: str
+    path: str | StoreLocation
     exists: bool
-    locked: bool
+    locked: bool | None
     pid: int | None
+    detail: str | None = None
 
 
-def lock_status(store_root: str | os.PathLike[str]) -> LockStatus:
+def lock_status(store_root: PathRef) -> LockStatus:
     """Test for a live broker on ``store_root`` without writing, creating or taking any lock.
 
     Opens ``<root>/lock`` **read-only** and asks ``fcntl(F_GETLK)`` whether a write lock on byte 0
@@ -235,12 +244,26 @@ def lock_status(store_root: str | os.PathLike[str]) -> LockStatus:
     descriptor is always allowed to ask for it. The only lock such a fallback could miss is a foreign
     shared lock, which a broker never takes. The file is never opened for writing.
 
+    A remote store root (``storefs``) cannot be probed: an existing ``lock`` there is reported with
+    ``locked=None`` (unknown) and the reason in ``detail``.
+
     Raises
     ------
     UnreadableFileError
         The lock file exists but cannot be opened, or the kernel refuses both queries.
     """
-    path = os.path.join(os.fspath(store_root), "lock")
+    loc = location(store_root) / "lock"
+    if loc.filesystem is not None:
+        try:
+            exists = loc.is_file()
+        except OSError as exc:
+            raise UnreadableFileError(f"cannot look for the lock file: {exc.strerror}", str(loc)) from None
+        if not exists:
+            return LockStatus(loc.ref, False, False, None)
+        return LockStatus(loc.ref, True, None, None,
+                          f"{loc} is on a {loc.filesystem.type_name} filesystem, not a local one: "
+                          "F_GETLK cannot probe it, so whether a broker holds it is unknown")
+    path = loc.path
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:

@@ -5,8 +5,9 @@ The scan walks the segment exactly as the broker's recovery does (R§3, R§4.2) 
 why its valid prefix ends; with ``include_lost`` it also resyncs past a bad record (E#3) and yields
 the intact records the broker would discard, flagged ``valid_prefix = false``.
 
-Memory is bounded by ``batch_size`` records: the segment is mmapped read-only and only the requested
-columns are materialised (bodies only when ``body`` is selected).
+Memory is bounded by ``batch_size`` records: a local segment is mmapped read-only, a remote one
+(``storefs``) is read into one buffer, and only the requested columns are materialised (bodies
+only when ``body`` is selected).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import pyarrow as pa
 from schemas import MESSAGE, SEGMENT
 
 from . import recordformat as rf
-from .exceptions import UnreadableFileError
+from .storefs import PathRef, SegmentBuffer, StoreLocation, location
 
 DEFAULT_BATCH_SIZE = 16384
 
@@ -93,7 +94,7 @@ class SegmentSummary:
     """Where and why a segment's valid prefix ended (one row of ``schemas.SEGMENT``)."""
 
     segment: str
-    path: str
+    path: str | StoreLocation
     file_start: int
     file_size: int
     valid_bytes: int = 0
@@ -126,44 +127,19 @@ class SegmentSummary:
         return self.file_start + self.valid_bytes
 
     def as_row(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in SEGMENT.names}
+        row = {name: getattr(self, name) for name in SEGMENT.names}
+        row["path"] = str(self.path)
+        return row
 
 
-# Read-ahead hint for segment scans, which read each segment front to back (records, then the
-# padding/marker check). MADV_SEQUENTIAL only: measured on a cold 256 MiB segment it is as fast as
-# no hint or slightly faster, while MADV_WILLNEED was slightly slower, MADV_WILLNEED together with
-# MADV_SEQUENTIAL about 1.7x slower, and MAP_POPULATE about 1.4x slower (it reads the whole file
-# before the scan starts instead of overlapping I/O with it); with a warm page cache none of them
-# changed anything. Advisory only: results never depend on it.
+# Read-ahead hint for the mmap of a local segment (a remote one is read into memory instead): a
+# scan reads each segment front to back (records, then the padding/marker check). MADV_SEQUENTIAL
+# only: measured on a cold 256 MiB segment it is as fast as no hint or slightly faster, while
+# MADV_WILLNEED was slightly slower, MADV_WILLNEED together with MADV_SEQUENTIAL about 1.7x slower,
+# and MAP_POPULATE about 1.4x slower (it reads the whole file before the scan starts instead of
+# overlapping I/O with it); with a warm page cache none of them changed anything. Advisory only:
+# results never depend on it.
 _SCAN_MADVICE = getattr(mmap, "MADV_SEQUENTIAL", None)
-
-
-class _Mapped:
-    """Read-only mmap of a file (an empty file maps to ``b''``), hinted for a sequential scan."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        try:
-            self._fh = open(path, "rb")
-        except OSError as exc:
-            raise UnreadableFileError(f"cannot open commitlog segment: {exc.strerror}", path) from None
-        try:
-            self.size = os.fstat(self._fh.fileno()).st_size
-            self.buf: Any = (mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
-                             if self.size else b"")
-        except (OSError, ValueError) as exc:
-            self._fh.close()
-            raise UnreadableFileError(f"cannot map commitlog segment: {exc}", path) from None
-        if _SCAN_MADVICE is not None and isinstance(self.buf, mmap.mmap):
-            try:
-                self.buf.madvise(_SCAN_MADVICE)
-            except (OSError, AttributeError):   # a hint: never a reason to fail
-                pass
-
-    def close(self) -> None:
-        if isinstance(self.buf, mmap.mmap):
-            self.buf.close()
-        self._fh.close()
 
 
 def _first_record_fields(buf: Any, size: int, s: SegmentSummary) -> None:
@@ -185,7 +161,8 @@ class SegmentScan:
     Parameters
     ----------
     path
-        The segment file (its name is its 20-digit start offset unless ``file_start`` is given).
+        The segment file (its name is its 20-digit start offset unless ``file_start`` is given):
+        a local path, a ``storefs.StoreLocation`` or a URI.
     opts
         Validation settings (``ScanOptions.for_broker``).
     columns
@@ -196,11 +173,12 @@ class SegmentScan:
         Also yield intact records found after the cut (resync, spec E#3).
     """
 
-    def __init__(self, path: str | os.PathLike[str], opts: rf.ScanOptions,
+    def __init__(self, path: PathRef, opts: rf.ScanOptions,
                  columns: Sequence[str] | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                  include_lost: bool = False, file_start: int | None = None) -> None:
-        self.path = os.fspath(path)
-        name = os.path.basename(self.path)
+        self._location = location(path)
+        self.path = self._location.ref
+        name = self._location.name
         self.file_start = int(name) if file_start is None else file_start
         self.opts = opts
         if columns is None:
@@ -216,7 +194,7 @@ class SegmentScan:
         impl = scanner_impl()
         native = impl.__name__.endswith("_native")
         opts = _native_opts(self.opts) if native else self.opts
-        m = _Mapped(self.path)
+        m = SegmentBuffer(self._location, "commitlog segment", _SCAN_MADVICE)
         try:
             yield from self._walk(impl, opts, m.buf, m.size)
         finally:
@@ -291,7 +269,7 @@ class SegmentScan:
             q = impl.resync(buf, self.file_start, pos + 1, size, opts)
 
 
-def scan_segment(path: str | os.PathLike[str], opts: rf.ScanOptions, **kwargs: Any
+def scan_segment(path: PathRef, opts: rf.ScanOptions, **kwargs: Any
                  ) -> tuple[pa.Table, SegmentSummary]:
     """Scan a whole segment into one table (convenience for small files and tests)."""
     scan = SegmentScan(path, opts, **kwargs)
@@ -299,7 +277,7 @@ def scan_segment(path: str | os.PathLike[str], opts: rf.ScanOptions, **kwargs: A
     return pa.Table.from_batches(batches, schema=scan.schema), scan.summary
 
 
-def summarize_segment(path: str | os.PathLike[str], opts: rf.ScanOptions) -> SegmentSummary:
+def summarize_segment(path: PathRef, opts: rf.ScanOptions) -> SegmentSummary:
     """The segment summary alone (no columns materialised)."""
     scan = SegmentScan(path, opts, columns=[])
     for _ in scan:

@@ -12,6 +12,8 @@ Every typed reader applies the broker's ``ConfigManager#load`` order: ``<f>``; i
 undecodable, ``<f>.bak``; a missing/empty ``.bak`` is an empty table; an undecodable ``.bak`` makes the
 broker fail to start (:class:`ConfigError` here). A ``<f>.tmp`` left by a 4.9.7 crash mid-persist is
 never read by the broker; it is reported.
+
+Files are read through ``storefs``: a store root on a remote filesystem works like a local one.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import Any, Callable, Generic, TypeVar
 import pyarrow as pa
 
 from .exceptions import ConfigError
+from .storefs import PathRef, StoreLocation, location
 
 __all__ = [
     "CONSUMER_OFFSET_SCHEMA",
@@ -208,7 +211,8 @@ class ConfigLoad(Generic[T]):
     Attributes
     ----------
     path
-        ``<f>`` (the file the broker loads first).
+        ``<f>`` (the file the broker loads first). Paths are ``storefs.StoreLocation`` values for a
+        remote store.
     value
         The decoded content (empty table/dict when neither generation had data).
     generation
@@ -221,35 +225,34 @@ class ConfigLoad(Generic[T]):
         A leftover ``<f>.tmp`` (4.9.7 crash during persist), never read by the broker; None if absent.
     """
 
-    path: str
+    path: str | StoreLocation
     value: T
     generation: str
-    used_path: str | None
+    used_path: str | StoreLocation | None
     skipped_reason: str | None
-    tmp_path: str | None
+    tmp_path: str | StoreLocation | None
 
 
-def _read_text(path: str) -> str | None:
+def _read_text(loc: StoreLocation) -> str | None:
     """``MixAll#file2String``: None when missing; bytes decoded as UTF-8, malformed -> U+FFFD."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read().decode("utf-8", errors="replace")
+        return loc.read_bytes().decode("utf-8", errors="replace")
     except FileNotFoundError:
         return None
     except IsADirectoryError:
-        raise ConfigError("is a directory, not a config file", path) from None
+        raise ConfigError("is a directory, not a config file", str(loc)) from None
     except OSError as exc:
-        raise ConfigError(f"cannot read config file: {exc.strerror}", path) from None
+        raise ConfigError(f"cannot read config file: {exc.strerror}", str(loc)) from None
 
 
-def load_config(path: str | os.PathLike[str], decode: Callable[[Any, str], T],
+def load_config(path: PathRef, decode: Callable[[Any, str], T],
                 empty: Callable[[], T]) -> ConfigLoad[T]:
     """Load ``path`` with the broker's fallback order.
 
     Parameters
     ----------
     path
-        ``<f>``.
+        ``<f>`` (local path, ``storefs.StoreLocation`` or URI).
     decode
         Turns the parsed document (never None) into the typed value; raises :class:`ConfigError` for a
         shape fastjson would reject (then the next generation is tried).
@@ -261,31 +264,34 @@ def load_config(path: str | os.PathLike[str], decode: Callable[[Any, str], T],
     ConfigError
         ``<f>.bak`` is needed and cannot be read or decoded (the broker refuses to start).
     """
-    path = os.fspath(path)
-    tmp = path + ".tmp"
-    tmp_path = tmp if os.path.lexists(tmp) else None
+    loc = location(path)
+    tmp = loc.suffixed(".tmp")
+    try:
+        tmp_path = tmp.ref if tmp.exists(follow_symlinks=False) else None
+    except OSError as exc:
+        raise ConfigError(f"cannot look for a leftover temporary file: {exc.strerror}", str(tmp)) from None
 
-    def attempt(p: str, text: str) -> T:
-        doc = parse_fastjson(text, path=p)
-        return empty() if doc is None else decode(doc, p)
+    def attempt(p: StoreLocation, text: str) -> T:
+        doc = parse_fastjson(text, path=str(p))
+        return empty() if doc is None else decode(doc, str(p))
 
     reason: str | None
     try:
-        text = _read_text(path)
+        text = _read_text(loc)
     except ConfigError as exc:
         text, reason = None, exc.reason
     else:
         reason = "missing" if text is None else ("empty" if text == "" else None)
     if text:
         try:
-            return ConfigLoad(path, attempt(path, text), "current", path, None, tmp_path)
+            return ConfigLoad(loc.ref, attempt(loc, text), "current", loc.ref, None, tmp_path)
         except ConfigError as exc:
             reason = str(exc)
-    bak = path + ".bak"
+    bak = loc.suffixed(".bak")
     bak_text = _read_text(bak)  # unreadable .bak: ConfigError (the broker's loadBak returns false)
     if not bak_text:
-        return ConfigLoad(path, empty(), "empty", None, reason, tmp_path)
-    return ConfigLoad(path, attempt(bak, bak_text), "bak", bak, reason, tmp_path)
+        return ConfigLoad(loc.ref, empty(), "empty", None, reason, tmp_path)
+    return ConfigLoad(loc.ref, attempt(bak, bak_text), "bak", bak.ref, reason, tmp_path)
 
 
 # -- typed readers ------------------------------------------------------------------------------
@@ -344,13 +350,16 @@ def _offset_rows(doc: Any, p: str, *, lmq: bool) -> pa.Table:
                     schema=CONSUMER_OFFSET_SCHEMA)
 
 
-def _config_file(path: str | os.PathLike[str], default_name: str) -> str:
+def _config_file(path: PathRef, default_name: str) -> StoreLocation:
     """``path`` itself, or ``<root>/config/<default_name>`` when ``path`` is a store root directory."""
-    path = os.fspath(path)
-    return os.path.join(path, "config", default_name) if os.path.isdir(path) else path
+    loc = location(path)
+    try:
+        return loc / "config" / default_name if loc.is_dir() else loc
+    except OSError as exc:
+        raise ConfigError(f"cannot look at the config path: {exc.strerror}", str(loc)) from None
 
 
-def read_consumer_offsets(path: str | os.PathLike[str]) -> ConfigLoad[pa.Table]:
+def read_consumer_offsets(path: PathRef) -> ConfigLoad[pa.Table]:
     """``consumerOffset.json`` -> table (topic, group, queue_id, offset, lmq=False), sorted.
 
     ``offsetTable`` keys ``<topic>@<group>`` are split on the first ``@`` (names cannot contain one);
@@ -362,14 +371,14 @@ def read_consumer_offsets(path: str | os.PathLike[str]) -> ConfigLoad[pa.Table]:
                        lambda: CONSUMER_OFFSET_SCHEMA.empty_table())
 
 
-def read_lmq_consumer_offsets(path: str | os.PathLike[str]) -> ConfigLoad[pa.Table]:
+def read_lmq_consumer_offsets(path: PathRef) -> ConfigLoad[pa.Table]:
     """``lmqConsumerOffset.json`` -> ``offsetTable`` rows plus ``lmqOffsetTable`` rows (queue 0, lmq=True)."""
     return load_config(_config_file(path, "lmqConsumerOffset.json"),
                        lambda doc, p: _offset_rows(doc, p, lmq=True),
                        lambda: CONSUMER_OFFSET_SCHEMA.empty_table())
 
 
-def read_delay_offsets(path: str | os.PathLike[str]) -> ConfigLoad[dict[int, int]]:
+def read_delay_offsets(path: PathRef) -> ConfigLoad[dict[int, int]]:
     """``delayOffset.json`` -> {delay level (1..18): next offset of SCHEDULE_TOPIC_XXXX queue level-1}."""
     def decode(doc: Any, p: str) -> dict[int, int]:
         return {_java_int(k, "delay level", p): _java_int(v, f"offset of level {k}", p, 64)
@@ -388,12 +397,12 @@ def _named_table(key: str) -> Callable[[Any, str], dict[str, dict]]:
     return decode
 
 
-def read_topics(path: str | os.PathLike[str]) -> ConfigLoad[dict[str, dict]]:
+def read_topics(path: PathRef) -> ConfigLoad[dict[str, dict]]:
     """``topics.json`` -> {topic: its TopicConfig fields as parsed (readQueueNums, perm, ...)}."""
     return load_config(_config_file(path, "topics.json"), _named_table("topicConfigTable"), dict)
 
 
-def read_subscription_groups(path: str | os.PathLike[str]) -> ConfigLoad[dict[str, dict]]:
+def read_subscription_groups(path: PathRef) -> ConfigLoad[dict[str, dict]]:
     """``subscriptionGroup.json`` -> {group: its SubscriptionGroupConfig fields as parsed}."""
     return load_config(_config_file(path, "subscriptionGroup.json"), _named_table("subscriptionGroupTable"),
                        dict)

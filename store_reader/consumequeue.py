@@ -5,7 +5,8 @@ rules), §1 (directory tree, RocksDB detection); ``recovery.md`` §2 (validity t
 broker writes entries, pre-blank fill of a queue's first file).
 
 Everything on the hot path (decoding a whole file, encoding a whole file) is one NumPy operation over a
-big-endian structured view; nothing loops per entry.
+big-endian structured view; nothing loops per entry. Reading goes through ``storefs`` (a remote store
+works like a local one, its paths are ``storefs.StoreLocation`` values); writing is local only.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from .exceptions import (
 )
 from .fsutil import list_dir
 from .javalang import java_parse_int
+from .storefs import PathRef, StoreLocation, location
 
 __all__ = [
     "CQ_STORE_UNIT_SIZE",
@@ -96,7 +98,7 @@ class CQFile:
     Attributes
     ----------
     path
-        Full path.
+        Full path (a ``storefs.StoreLocation`` for a remote store).
     name
         File name: the 20-digit logic offset of its first byte.
     start
@@ -105,7 +107,7 @@ class CQFile:
         Length on disk in bytes.
     """
 
-    path: str
+    path: str | StoreLocation
     name: str
     start: int
     size: int
@@ -117,7 +119,7 @@ class QueueRef:
 
     topic: str
     queue_id: int
-    path: str
+    path: str | StoreLocation
 
 
 class CQEntries(NamedTuple):
@@ -135,16 +137,16 @@ def file_name(logic_offset: int) -> str:
     return f"{logic_offset:020d}"
 
 
-def parse_file_name(path: str | os.PathLike[str]) -> int:
+def parse_file_name(path: PathRef) -> int:
     """Start offset encoded in a mapped file's name; :class:`StrayFileError` if it is not 20 digits."""
-    name = os.path.basename(os.fspath(path))
-    if not _FILE_NAME.fullmatch(name):
-        raise StrayFileError(f"file name {name!r} is not a 20-digit offset; the broker cannot load it",
-                             path)
-    return int(name)
+    loc = location(path)
+    if not _FILE_NAME.fullmatch(loc.name):
+        raise StrayFileError(f"file name {loc.name!r} is not a 20-digit offset; the broker cannot load it",
+                             str(loc))
+    return int(loc.name)
 
 
-def list_queue_files(queue_dir: str | os.PathLike[str], cq_file_size: int, *,
+def list_queue_files(queue_dir: PathRef, cq_file_size: int, *,
                      rocketmq5: bool = False) -> list[CQFile]:
     """The files of one queue directory, sorted by name, checked the way ``MappedFileQueue#doLoad`` does.
 
@@ -173,20 +175,19 @@ def list_queue_files(queue_dir: str | os.PathLike[str], cq_file_size: int, *,
     UnreadableFileError
         The directory cannot be listed.
     """
-    queue_dir = os.fspath(queue_dir)
     entries = list_dir(queue_dir, "consume queue")
     files: list[CQFile] = []
     for entry in entries:
-        if entry.is_dir(follow_symlinks=True):
+        if entry.is_dir():
             if rocketmq5:
                 continue
             raise StrayFileError("directory inside a consume queue directory (4.9.7 cannot load it)",
-                                 entry.path)
-        start = parse_file_name(entry.path)
+                                 str(entry.location))
+        start = parse_file_name(entry.location)
         try:
-            size = entry.stat(follow_symlinks=True).st_size
+            size = entry.size()
         except OSError as exc:
-            raise UnreadableFileError(f"cannot stat: {exc.strerror}", entry.path) from None
+            raise UnreadableFileError(f"cannot stat: {exc.strerror}", str(entry.location)) from None
         files.append(CQFile(entry.path, entry.name, start, size))
     for i, f in enumerate(files):
         if f.size == cq_file_size:
@@ -195,7 +196,7 @@ def list_queue_files(queue_dir: str | os.PathLike[str], cq_file_size: int, *,
             files.pop()  # 5.x deletes a zero-length last file at load and carries on
             break
         raise FileSizeError(f"length {f.size} != configured consume queue file size {cq_file_size} "
-                            "(the broker refuses to load the store)", f.path)
+                            "(the broker refuses to load the store)", str(f.path))
     return files
 
 
@@ -265,14 +266,14 @@ def _structured(phy_offset, size, tags_code) -> np.ndarray:
     return out
 
 
-def read_queue_file(path: str | os.PathLike[str]) -> CQEntries:
+def read_queue_file(path: PathRef) -> CQEntries:
     """Read and decode one CQ file (every slot, whatever it holds)."""
+    loc = location(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = loc.read_bytes()
     except OSError as exc:
-        raise UnreadableFileError(f"cannot read consume queue file: {exc.strerror}", path) from None
-    return decode_entries(data, path=path)
+        raise UnreadableFileError(f"cannot read consume queue file: {exc.strerror}", str(loc)) from None
+    return decode_entries(data, path=str(loc))
 
 
 def valid_mask(phy_offset: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -300,7 +301,7 @@ def valid_prefix_length(phy_offset: np.ndarray, size: np.ndarray) -> int:
     return int(bad[0]) if bad.size else len(np.asarray(phy_offset))
 
 
-def read_queue(queue_dir: str | os.PathLike[str], topic: str, queue_id: int, cq_file_size: int, *,
+def read_queue(queue_dir: PathRef, topic: str, queue_id: int, cq_file_size: int, *,
                files: Sequence[CQFile] | None = None, rocketmq5: bool = False) -> pa.Table:
     """Every slot of every file of one queue as a ``CONSUME_QUEUE_ENTRY`` table.
 
@@ -342,8 +343,7 @@ def read_queue(queue_dir: str | os.PathLike[str], topic: str, queue_id: int, cq_
     return pa.Table.from_batches(batches, schema=schema)
 
 
-def list_queues(store_root: str | os.PathLike[str], *,
-                consumequeue_dir: str | os.PathLike[str] | None = None) -> list[QueueRef]:
+def list_queues(store_root: PathRef, *, consumequeue_dir: PathRef | None = None) -> list[QueueRef]:
     """Every queue directory the broker would load, sorted by (topic, queue id).
 
     ``consumequeue/<topic>/<queueId>/``: topic directories are taken verbatim; a queue directory whose
@@ -358,18 +358,18 @@ def list_queues(store_root: str | os.PathLike[str], *,
     UnreadableFileError
         A directory cannot be listed.
     """
-    cq_dir = os.fspath(consumequeue_dir) if consumequeue_dir is not None else \
-        os.path.join(os.fspath(store_root), "consumequeue")
+    cq_dir = location(consumequeue_dir) if consumequeue_dir is not None else \
+        location(store_root) / "consumequeue"
     topics = list_dir(cq_dir, "consume queue root")
     for entry in topics:
         if entry.is_file() and (entry.name == "CURRENT" or entry.name.endswith(".sst")):
             raise UnsupportedStoreError("consume queues are stored in RocksDB (storeType=defaultRocksDB); "
-                                        "only file consume queues are supported", entry.path)
+                                        "only file consume queues are supported", str(entry.location))
     out: list[QueueRef] = []
     for t in topics:
         if not t.is_dir():
             continue
-        for q in list_dir(t.path, "topic"):
+        for q in list_dir(t.location, "topic"):
             qid = java_parse_int(q.name) if q.is_dir() else None
             if qid is None:
                 continue  # Integer.parseInt throws NumberFormatException -> the broker skips it

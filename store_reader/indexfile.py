@@ -5,6 +5,9 @@ worked example §7.5); ``recovery.md`` §8 (load, rebuild only through dispatch)
 
 The hashSlotNum / indexNum of a file are not stored in it (§7.2): every function takes them from the
 caller (``BrokerConfig.maxHashSlotNum`` / ``maxIndexNum``).
+
+Reading goes through ``storefs``: a local file is memory-mapped, a remote one is read range by range
+as a query walks its slot chains (header, one slot, the chain's entries). Writing is local only.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from schemas import INDEX_ENTRY, INDEX_HEADER
 from .exceptions import CorruptEntryError, FileSizeError, StrayFileError, UnreadableFileError
 from .fsutil import list_dir
 from .javahash import index_key, index_key_hash
+from .storefs import FileReader, PathRef, RangedRecords, StoreLocation, location
 
 __all__ = [
     "INDEX_HEADER_SIZE",
@@ -152,14 +156,14 @@ class IndexHeader:
         return {name: getattr(self, name) for name, _ in _HEADER_FIELDS}
 
 
-def read_header(path: str | os.PathLike[str]) -> IndexHeader:
+def read_header(path: PathRef) -> IndexHeader:
     """Read the header of an index file."""
+    loc = location(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(INDEX_HEADER_SIZE)
+        data = loc.read_bytes(0, INDEX_HEADER_SIZE)
     except OSError as exc:
-        raise UnreadableFileError(f"cannot read index file: {exc.strerror}", path) from None
-    return IndexHeader.unpack(data, path=path)
+        raise UnreadableFileError(f"cannot read index file: {exc.strerror}", str(loc)) from None
+    return IndexHeader.unpack(data, path=str(loc))
 
 
 def write_header(path: str | os.PathLike[str], header: IndexHeader) -> None:
@@ -190,14 +194,14 @@ def index_file_name(epoch_ms: int, tz: str | _dt.tzinfo | None = None) -> str:
 
 @dataclass(frozen=True)
 class IndexFileRef:
-    """One index file on disk: full path, 17-digit name, length."""
+    """One index file on disk: full path (a ``storefs.StoreLocation`` if remote), 17-digit name, length."""
 
-    path: str
+    path: str | StoreLocation
     name: str
     size: int
 
 
-def list_index_files(index_dir: str | os.PathLike[str], file_size: int, *,
+def list_index_files(index_dir: PathRef, file_size: int, *,
                      strict: bool = True) -> list[IndexFileRef]:
     """Index files sorted by name (= creation order), sizes checked against the configuration.
 
@@ -221,22 +225,25 @@ def list_index_files(index_dir: str | os.PathLike[str], file_size: int, *,
     StrayFileError
         A sub-directory, or (strict) a foreign name.
     """
-    index_dir = os.fspath(index_dir)
     entries = list_dir(index_dir, "index")
     out = []
     for e in entries:
+        where = str(e.location)
         if e.is_dir():
             raise StrayFileError("directory inside the index directory (the broker fails to load it)",
-                                 e.path)
+                                 where)
         if not _NAME.fullmatch(e.name):
             if strict:
-                raise StrayFileError(f"index file name {e.name!r} is not yyyyMMddHHmmssSSS", e.path)
+                raise StrayFileError(f"index file name {e.name!r} is not yyyyMMddHHmmssSSS", where)
             if not re.fullmatch(r"[+-]?[0-9]{1,19}", e.name):
                 continue  # IndexService#load: NumberFormatException -> logged and skipped
-        size = e.stat().st_size
+        try:
+            size = e.size()
+        except OSError as exc:
+            raise UnreadableFileError(f"cannot stat: {exc.strerror}", where) from None
         if size != file_size:
             raise FileSizeError(f"length {size} != configured index file size {file_size} "
-                                "(40 + 4*maxHashSlotNum + 20*maxIndexNum)", e.path)
+                                "(40 + 4*maxHashSlotNum + 20*maxIndexNum)", where)
         out.append(IndexFileRef(e.path, e.name, size))
     return out
 
@@ -246,41 +253,67 @@ def list_index_files(index_dir: str | os.PathLike[str], file_size: int, *,
 class IndexFile:
     """Read-only view of one index file (memory-mapped; a 420 MB file costs nothing until touched).
 
+    A remote file is not mapped: ``slots`` and ``entries`` then read the ranges they are indexed
+    with (``storefs.RangedRecords``), so a query costs a few small reads, not the whole file.
+
     Parameters
     ----------
     path
-        The file.
+        The file (local path, ``storefs.StoreLocation`` or URI).
     hash_slot_num, index_num
         ``maxHashSlotNum`` / ``maxIndexNum`` the file was written with.
     """
 
-    def __init__(self, path: str | os.PathLike[str], hash_slot_num: int, index_num: int, *,
+    def __init__(self, path: PathRef, hash_slot_num: int, index_num: int, *,
                  data: np.ndarray | bytes | None = None) -> None:
-        self.path = os.fspath(path)
-        self.name = os.path.basename(self.path)
+        loc = location(path)
+        self.path = loc.ref
+        self.name = loc.name
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
+        self._reader: FileReader | None = None
         size = index_file_size(hash_slot_num, index_num)
+        base = _entries_pos(hash_slot_num)
+        if data is None and loc.filesystem is not None:
+            try:
+                self._reader = loc.open_reader()
+            except OSError as exc:
+                raise UnreadableFileError(f"cannot open index file: {exc.strerror}", str(loc)) from None
+            if self._reader.size != size:
+                self._reader.close()
+                raise FileSizeError(f"length {self._reader.size} != index file size {size} for "
+                                    f"hashSlotNum {hash_slot_num}, indexNum {index_num}", str(loc))
+            self._data = None
+            self.slots: np.ndarray | RangedRecords = RangedRecords(
+                self._reader, INDEX_HEADER_SIZE, _SLOT_DTYPE, hash_slot_num, "index file slots")
+            self.entries: np.ndarray | RangedRecords = RangedRecords(
+                self._reader, base, ENTRY_DTYPE, index_num, "index file entries")
+            try:
+                head = self._reader.read_at(0, INDEX_HEADER_SIZE)
+            except OSError as exc:
+                self._reader.close()
+                raise UnreadableFileError(f"cannot read index file: {exc.strerror}", str(loc)) from None
+            self.header = IndexHeader.unpack(head, path=str(loc))
+            return
         if data is None:
             try:
-                actual = os.path.getsize(self.path)
+                actual = os.path.getsize(loc.path)
             except OSError as exc:
-                raise UnreadableFileError(f"cannot stat index file: {exc.strerror}", self.path) from None
+                raise UnreadableFileError(f"cannot stat index file: {exc.strerror}", loc.path) from None
         else:
             actual = len(data)
         if actual != size:
             raise FileSizeError(f"length {actual} != index file size {size} for hashSlotNum "
-                                f"{hash_slot_num}, indexNum {index_num}", self.path)
+                                f"{hash_slot_num}, indexNum {index_num}", str(loc))
         if data is not None:
             self._data = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) \
                 else data.view(np.uint8)
         else:
             try:
-                self._data = np.memmap(self.path, dtype=np.uint8, mode="r")
+                self._data = np.memmap(loc.path, dtype=np.uint8, mode="r")
             except OSError as exc:
-                raise UnreadableFileError(f"cannot map index file: {exc.strerror}", self.path) from None
-        self.header = IndexHeader.unpack(self._data[:INDEX_HEADER_SIZE].tobytes(), path=self.path)
-        base = _entries_pos(hash_slot_num)
+                raise UnreadableFileError(f"cannot map index file: {exc.strerror}", loc.path) from None
+        self.header = IndexHeader.unpack(self._data[:INDEX_HEADER_SIZE].tobytes(), path=str(loc))
         self.slots = self._data[INDEX_HEADER_SIZE:base].view(_SLOT_DTYPE)
         self.entries = self._data[base:].view(ENTRY_DTYPE)  # entries[n] = entry number n
 
@@ -291,7 +324,7 @@ class IndexFile:
         return cls(name, hash_slot_num, index_num, data=data)
 
     @classmethod
-    def of(cls, f: "IndexFile | IndexFileRef | BuiltIndexFile | str | os.PathLike[str]", hash_slot_num: int,
+    def of(cls, f: "IndexFile | IndexFileRef | BuiltIndexFile | PathRef", hash_slot_num: int,
            index_num: int) -> "IndexFile":
         if isinstance(f, IndexFile):
             return f
@@ -361,6 +394,9 @@ class IndexFile:
         mm = getattr(self._data, "_mmap", None)
         self.slots = self.entries = None  # type: ignore[assignment]
         self._data = None  # type: ignore[assignment]
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if mm is not None:
             try:
                 mm.close()
@@ -386,13 +422,13 @@ def _java_rem(a: int, b: int) -> int:
     return -r if a < 0 else r
 
 
-def read_entries(path: str | os.PathLike[str], hash_slot_num: int, index_num: int) -> pa.Table:
+def read_entries(path: PathRef, hash_slot_num: int, index_num: int) -> pa.Table:
     """Entries in use of one index file as an ``INDEX_ENTRY`` table."""
     with IndexFile(path, hash_slot_num, index_num) as f:
         return f.entries_table()
 
 
-def query_key_hash(files: Sequence["IndexFile | IndexFileRef | BuiltIndexFile | str | os.PathLike[str]"],
+def query_key_hash(files: Sequence["IndexFile | IndexFileRef | BuiltIndexFile | PathRef"],
                    key_hash: int, *,
                    hash_slot_num: int, index_num: int, max_num: int = INT32_MAX, begin: int = 0,
                    end: int = INT64_MAX) -> list[int]:
@@ -420,7 +456,7 @@ def query_key_hash(files: Sequence["IndexFile | IndexFileRef | BuiltIndexFile | 
     return out
 
 
-def query(files: Sequence["IndexFile | IndexFileRef | BuiltIndexFile | str | os.PathLike[str]"], topic: str,
+def query(files: Sequence["IndexFile | IndexFileRef | BuiltIndexFile | PathRef"], topic: str,
           key: str, *,
           hash_slot_num: int, index_num: int, max_num: int = INT32_MAX, begin: int = 0,
           end: int = INT64_MAX) -> list[int]:

@@ -4,6 +4,10 @@
 broker refuse to load the store (a file of the wrong size, a stray name in a mapped-file directory)
 are collected in ``Store.load_problems`` so the recovery can report "the broker would not start";
 ``strict=True`` raises the first one instead.
+
+A store root may also be remote (``s3://bucket/store``, or a ``pyarrow.fs`` filesystem plus a
+path): every file is then read through ``storefs`` and the paths handed out are
+``storefs.StoreLocation`` values instead of strings.
 """
 from __future__ import annotations
 
@@ -15,13 +19,16 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
-from .brokerconf import BrokerConfig, load_broker_config
+from .brokerconf import _FIELDS as _BROKER_FIELDS
+from .brokerconf import BrokerConfig, _convert, load_broker_config, parse_properties
 from .commitlog import SegmentScan, SegmentSummary, summaries_table, summarize_segment
-from .exceptions import (FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
+from .exceptions import (ConfigError, FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
                          UnreadableFileError, UnsupportedStoreError)
 from .fsutil import list_dir
 from .recordformat import MAGIC_V2, ScanOptions
+from .storefs import PathRef, StoreLocation, location
 
 MAPPED_FILE_NAME = re.compile(r"^\d{20}$")
 
@@ -30,7 +37,7 @@ MAPPED_FILE_NAME = re.compile(r"^\d{20}$")
 class MappedFile:
     """One file of a mapped-file sequence (commitlog, consume queue): name = start offset."""
 
-    path: str
+    path: str | StoreLocation
     name: str
     start: int
     size: int
@@ -38,11 +45,15 @@ class MappedFile:
 
 @dataclass
 class Store:
-    """A store root with its layout discovered (see ``open_store``)."""
+    """A store root with its layout discovered (see ``open_store``).
 
-    root: Path
+    ``root`` is a ``Path`` for a local store and a ``storefs.StoreLocation`` for a remote one; both
+    join with ``/`` and answer ``exists()`` / ``is_dir()`` / ``is_file()``.
+    """
+
+    root: Path | StoreLocation
     config: BrokerConfig
-    commitlog_dirs: list[Path]
+    commitlog_dirs: list[Path | StoreLocation]
     commitlog_files: list[MappedFile]
     abort_exists: bool
     lock_exists: bool
@@ -51,23 +62,23 @@ class Store:
 
     # -- paths --------------------------------------------------------------------------------
     @property
-    def consume_queue_dir(self) -> Path:
+    def consume_queue_dir(self) -> Path | StoreLocation:
         return self.root / "consumequeue"
 
     @property
-    def index_dir(self) -> Path:
+    def index_dir(self) -> Path | StoreLocation:
         return self.root / "index"
 
     @property
-    def checkpoint_path(self) -> Path:
+    def checkpoint_path(self) -> Path | StoreLocation:
         return self.root / "checkpoint"
 
     @property
-    def config_dir(self) -> Path:
+    def config_dir(self) -> Path | StoreLocation:
         return self.root / "config"
 
     @property
-    def lock_path(self) -> Path:
+    def lock_path(self) -> Path | StoreLocation:
         return self.root / "lock"
 
     @property
@@ -114,12 +125,11 @@ class Store:
             hints["broker_5x"] = True
             hints["abort.bak"] = True
         try:
-            with open(self.checkpoint_path, "rb") as fh:
-                head = fh.read(40)
+            head = location(self.checkpoint_path).read_bytes(0, 40)
             if len(head) == 40 and any(head[24:40]):
                 hints["broker_5x"] = True
                 hints["checkpoint_5_longs"] = True
-        except OSError:
+        except (OSError, StoreReaderError):
             pass
         first = self._first_record_tail()
         if first is not None:
@@ -135,23 +145,24 @@ class Store:
         """(magic, last byte of the properties) of the first record of the first segment."""
         for f in self.commitlog_files:
             try:
-                with open(f.path, "rb") as fh:
-                    head = fh.read(8)
+                with location(f.path).open_reader() as r:
+                    head = r.read_at(0, 8)
                     if len(head) < 8:
                         continue
                     size, magic = struct.unpack(">ii", head)
                     if size <= 8 or size > f.size:
                         return None
-                    fh.seek(size - 3)
-                    tail = fh.read(3)
-            except OSError:
+                    tail = r.read_at(size - 3, 3)
+            except (OSError, StoreReaderError):
+                return None
+            if len(tail) < 3:
                 return None
             props_len = struct.unpack(">h", tail[:2])[0]
             return magic, (tail[2] if props_len != 0 else None)
         return None
 
 
-def list_mapped_files(directory: Path, expected_size: int, what: str, size_key: str,
+def list_mapped_files(directory: PathRef, expected_size: int, what: str, size_key: str,
                       problems: list[StoreReaderError], notes: list[str],
                       allow_empty_last: bool = True) -> list[MappedFile]:
     """A mapped-file directory as the broker's ``MappedFileQueue#load`` sees it (F§2)."""
@@ -164,12 +175,12 @@ def list_mapped_files(directory: Path, expected_size: int, what: str, size_key: 
         if not MAPPED_FILE_NAME.match(e.name):
             problems.append(StrayFileError(
                 f"stray file in the {what} directory: the broker parses every name as a 20-digit "
-                f"start offset (Long.parseLong) and would fail to load", e.path))
+                f"start offset (Long.parseLong) and would fail to load", str(e.location)))
             continue
         try:
-            size = e.stat().st_size
+            size = e.size()
         except OSError as exc:
-            raise UnreadableFileError(f"cannot stat: {exc.strerror}", e.path) from None
+            raise UnreadableFileError(f"cannot stat: {exc.strerror}", str(e.location)) from None
         files.append(MappedFile(path=e.path, name=e.name, start=int(e.name), size=size))
     if files and allow_empty_last and files[-1].size == 0:
         notes.append(f"{files[-1].path}: zero-length last file (5.x deletes it at load)")
@@ -177,7 +188,7 @@ def list_mapped_files(directory: Path, expected_size: int, what: str, size_key: 
         if f.size != expected_size and not (allow_empty_last and f.size == 0 and i == len(files) - 1):
             problems.append(FileSizeError(
                 f"{what} file is {f.size} bytes but {size_key} is {expected_size}: the broker "
-                f"refuses to load it", f.path))
+                f"refuses to load it", str(f.path)))
     for a, b in zip(files, files[1:]):
         if b.start - a.start != expected_size:
             notes.append(f"{b.path}: gap or overlap after {a.name} (start offsets differ by "
@@ -185,49 +196,82 @@ def list_mapped_files(directory: Path, expected_size: int, what: str, size_key: 
     return files
 
 
-def _commitlog_dirs(root: Path, config: BrokerConfig) -> list[Path]:
+def _commitlog_dirs(root: Path | StoreLocation, config: BrokerConfig) -> list[Path | StoreLocation]:
     if config.storePathCommitLog:
-        dirs = [Path(p.strip()) for p in config.storePathCommitLog.split(",") if p.strip()]
-        dirs = [d if d.is_absolute() else root / d for d in dirs]
+        # relative to the root; an absolute path replaces it (on the root's filesystem)
+        dirs = [root / p.strip() for p in config.storePathCommitLog.split(",") if p.strip()]
         if all(d.is_dir() for d in dirs):
             return dirs
     return [root / "commitlog"]
 
 
-def open_store(path: str | os.PathLike[str], broker_config: BrokerConfig | str | os.PathLike[str] | None = None,
-               strict: bool = False) -> Store:
+def _load_broker_config(source: BrokerConfig | PathRef | None) -> BrokerConfig:
+    """A ``BrokerConfig`` from one, from a broker.conf (local path, or remote location / URI), or
+    the broker's defaults (None)."""
+    if isinstance(source, BrokerConfig):
+        return source
+    if source is None:
+        return load_broker_config(None)
+    loc = location(source)
+    if loc.filesystem is None:
+        return load_broker_config(loc.path)
+    try:
+        text = loc.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"cannot read broker config: {exc.strerror}", str(loc)) from None
+    # brokerconf's own parsing and conversion; only the bytes come from elsewhere
+    values = {key: _convert(key, raw, str(loc)) for key, raw in parse_properties(text).items()
+              if key in _BROKER_FIELDS}
+    return load_broker_config(None, **values).replace(source=str(loc))
+
+
+def open_store(path: PathRef, broker_config: BrokerConfig | PathRef | None = None,
+               strict: bool = False, *, filesystem: pafs.FileSystem | None = None) -> Store:
     """Discover the store at ``path`` without writing anything.
 
     Parameters
     ----------
     path
         The store root (``storePathRootDir``): holds ``commitlog/``, ``consumequeue/``, ``index/``,
-        ``checkpoint``, ``config/``.
+        ``checkpoint``, ``config/``. A local path, a URI (``s3://bucket/store``, ``hdfs://...``,
+        ``file:///...``), a ``storefs.StoreLocation``, or a path on ``filesystem``.
     broker_config
-        A ``BrokerConfig``, a ``broker.conf`` path, or None for ``<root>/broker.conf`` if present,
-        else the broker's defaults.
+        A ``BrokerConfig``, a ``broker.conf`` (a local path, or a ``StoreLocation`` / URI), or None
+        for ``<root>/broker.conf`` if present, else the broker's defaults.
     strict
         Raise the first load problem instead of collecting it in ``Store.load_problems``.
+    filesystem
+        The ``pyarrow.fs`` filesystem ``path`` is on. A remote store is read with ranged reads, one
+        commitlog segment at a time; a plain ``LocalFileSystem`` is read like any local path.
     """
-    root = Path(path)
+    loc = location(path, filesystem)
+    root: Path | StoreLocation = Path(loc.path) if loc.filesystem is None else loc
+    try:
+        return _discover(root, broker_config, strict)
+    except OSError as exc:      # a remote filesystem that fails to answer; local stat errors
+        raise UnreadableFileError(f"cannot read the store: {exc.strerror}",
+                                  exc.filename or str(root)) from None
+
+
+def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef | None,
+              strict: bool) -> Store:
     if not root.exists():
-        raise NotAStoreError("store directory does not exist", root)
+        raise NotAStoreError("store directory does not exist", str(root))
     if not root.is_dir():
-        raise NotAStoreError("store path is not a directory", root)
-    if not isinstance(broker_config, BrokerConfig):
-        if broker_config is None and (root / "broker.conf").is_file():
-            broker_config = root / "broker.conf"
-        broker_config = load_broker_config(broker_config)
-    config = broker_config
+        raise NotAStoreError("store path is not a directory", str(root))
+    if broker_config is None and (root / "broker.conf").is_file():
+        broker_config = root / "broker.conf"
+    config = _load_broker_config(broker_config)
     markers = ("commitlog", "consumequeue", "index", "checkpoint", "config")
     dirs = _commitlog_dirs(root, config)
     if not any((root / m).exists() for m in markers) and not any(d.is_dir() for d in dirs):
         raise NotAStoreError("not a RocketMQ store root: none of commitlog/, consumequeue/, index/, "
-                             "checkpoint, config/ is there", root)
+                             "checkpoint, config/ is there", str(root))
     cq = root / "consumequeue"
-    if (cq / "CURRENT").exists() or (cq.is_dir() and any(p.suffix == ".sst" for p in cq.iterdir())):
+    if (cq / "CURRENT").exists() or (cq.is_dir() and any(os.path.splitext(e.name)[1] == ".sst"
+                                                         for e in list_dir(cq, "consume queue root"))):
         raise UnsupportedStoreError("consumequeue/ holds a RocksDB database (storeType=defaultRocksDB);"
-                                    " only file consume queues are supported", cq)
+                                    " only file consume queues are supported", str(cq))
     problems: list[StoreReaderError] = []
     notes: list[str] = []
     files: list[MappedFile] = []
@@ -237,7 +281,7 @@ def open_store(path: str | os.PathLike[str], broker_config: BrokerConfig | str |
     files.sort(key=lambda f: f.name)
     for a, b in zip(files, files[1:]):
         if a.name == b.name:
-            problems.append(StrayFileError(f"commitlog file name also present at {a.path}", b.path))
+            problems.append(StrayFileError(f"commitlog file name also present at {a.path}", str(b.path)))
     # A zero-length last file is skipped by 5.x and fails 4.9.7's load: keep it out of the scan.
     if files and files[-1].size == 0:
         files = files[:-1]
@@ -246,7 +290,7 @@ def open_store(path: str | os.PathLike[str], broker_config: BrokerConfig | str |
         raise FileSizeError(
             f"every commitlog file is {sized[0].size} bytes but mappedFileSizeCommitLog is "
             f"{config.mappedFileSizeCommitLog} ({config.source or 'broker default'}): pass the "
-            f"broker's broker.conf", sized[0].path)
+            f"broker's broker.conf", str(sized[0].path))
     store = Store(root=root, config=config, commitlog_dirs=dirs, commitlog_files=files,
                   abort_exists=(root / "abort").is_file(), lock_exists=(root / "lock").is_file(),
                   load_problems=problems, notes=notes)
