@@ -1,0 +1,202 @@
+"""Cluster readiness: ``jobs/recover.py`` through the real ``spark-submit`` with executors running the
+environment archive of ``scripts/build_env_archive.sh``, and the ``spark-conf/`` files against the
+pins.
+
+The submit runs on ``local-cluster[1,2,1024]``, Spark's one-machine standalone cluster, not on
+``local[2]``: under ``local[N]`` Spark unpacks ``--archives`` into its ``userFiles-<uuid>`` directory
+but starts Python workers in spark-submit's own working directory (PythonWorkerFactory sets a
+worker directory only for Spark Connect sessions), so ``./environment/bin/python`` cannot resolve.
+A local cluster's executor is a JVM of its own whose working directory receives the fetched and
+unpacked archive, as on YARN, Kubernetes or a standalone cluster, so the submit line is the
+cluster's. The driver runs in client mode on this machine with the test's interpreter (the
+project's .venv, editable install), as ``spark.pyspark.driver.python`` does in client mode on a
+cluster.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Iterator
+
+import pytest
+
+import support
+import test_recover_job as recover_checks
+from jobs.sparkutil import SPARK_CONF_DIR, read_conf
+
+ROOT = support.ROOT
+BUILD_SCRIPT = ROOT / "scripts" / "build_env_archive.sh"
+ARCHIVE = ROOT / "dist" / "rocketmq-store-env.tar.gz"
+CASE = ("rocketmq-5.3.3", "torn-middle-crc")     # abnormal recovery: a CRC break mid-store
+BUILD_TIMEOUT_S = 1800       # a fresh machine downloads pyarrow, deltalake, pandas, numpy
+SUBMIT_TIMEOUT_S = 900
+
+# Python's startup hook, put on the executors' Python path only: every Python process the
+# executor starts writes down its interpreter and the native scanner it loads, then goes on as usual.
+PROBE = '''\
+"""Spark Python worker probe written by tests/test_spark_submit.py."""
+import json
+import os
+import sys
+
+import store_reader._native
+
+with open(os.path.join(os.environ["RMQ_PROBE_OUT"], f"{os.getpid()}.json"), "w") as fh:
+    json.dump({"executable": sys.executable, "prefix": sys.prefix, "cwd": os.getcwd(),
+               "native": store_reader._native.__file__}, fh)
+'''
+
+
+def _pins() -> dict[str, str]:
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        deps = tomllib.load(fh)["project"]["dependencies"]
+    return dict(d.split("==", 1) for d in deps if "==" in d)
+
+
+def _delta_package() -> str:
+    """The delta-spark Maven coordinate for the pinned pyspark: since Delta 4.1 the artifact names
+    the Spark minor version, and the Scala version is the one pyspark's own jars are built for."""
+    import pyspark
+
+    pins = _pins()
+    (core,) = (Path(pyspark.__file__).parent / "jars").glob("spark-core_*.jar")
+    scala = core.name.split("_", 1)[1].split("-", 1)[0]
+    spark_minor = ".".join(pins["pyspark"].split(".")[:2])
+    return f"io.delta:delta-spark_{spark_minor}_{scala}:{pins['delta-spark']}"
+
+
+def test_conf_files_follow_the_pins():
+    delta = {"spark.jars.packages": _delta_package(),
+             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
+    local = read_conf(SPARK_CONF_DIR / "local.conf")
+    assert read_conf(SPARK_CONF_DIR / "delta.conf") == {**local, **delta}
+    cluster = read_conf(SPARK_CONF_DIR / "cluster.conf.example")
+    assert {k: cluster.get(k) for k in delta} == delta
+    assert cluster["spark.archives"] == f"{ARCHIVE.relative_to(ROOT)}#environment"
+    assert cluster["spark.pyspark.python"] == "./environment/bin/python"
+    assert cluster["spark.sql.execution.arrow.pyspark.enabled"] == "true"
+    # a mapped segment counts against a capped Python address space: never set the cap
+    assert "spark.executor.pyspark.memory" not in cluster
+
+
+def _tail(path: Path, lines: int = 60) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _run(cmd: list[str], *, cwd: Path, env: dict[str, str], timeout: float, log: Path) -> int:
+    """Run ``cmd`` in its own process group with stdout and stderr to ``log``; on a timeout the
+    whole group (spark-submit's JVM, the Python driver, executors) is killed and the test fails."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"{cmd[0]} still running after {timeout:.0f}s; last output:\n{_tail(log)}")
+
+
+def _java_home() -> str:
+    if os.environ.get("JAVA_HOME"):
+        return os.environ["JAVA_HOME"]
+    java = shutil.which("java")
+    assert java, "spark-submit needs Java 17 (scripts/bootstrap.sh checks for it)"
+    return str(Path(os.path.realpath(java)).parent.parent)
+
+
+def _spark_env(spark_home: Path) -> dict[str, str]:
+    """This environment less anything that would steer Spark or Python elsewhere (a test session's
+    SPARK_TESTING, a user's SPARK_CONF_DIR, PYTHONPATH), plus what spark-submit needs."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SPARK_", "PYSPARK_", "_PYSPARK")) and k != "PYTHONPATH"}
+    env.update(JAVA_HOME=_java_home(), SPARK_HOME=str(spark_home),
+               PYSPARK_PYTHON="./environment/bin/python", PYSPARK_DRIVER_PYTHON=sys.executable)
+    return env
+
+
+@pytest.fixture
+def spark_home(tmp_path) -> Iterator[Path]:
+    """A Spark home made of links into the pyspark package, so that the local cluster's worker
+    directory (SPARK_HOME/work: where executors fetch and unpack the archive) is in ``tmp_path``,
+    not inside .venv."""
+    import pyspark
+
+    package = Path(pyspark.__file__).parent
+    home = tmp_path / "spark-home"
+    home.mkdir()
+    for name in ("bin", "jars", "python"):
+        (home / name).symlink_to(package / name, target_is_directory=True)
+    yield home
+    # the executors' unpacked environments (400 MB each; pytest keeps its last three temp
+    # directories); their logs stay
+    for unpacked in (home / "work").glob("app-*/*/environment"):
+        shutil.rmtree(unpacked)
+
+
+@pytest.fixture(scope="module")
+def env_archive(tmp_path_factory) -> Path:
+    """The archive, built now or reused: the script itself skips the build while a hash of the
+    sources, pyproject.toml, setup.py and itself is unchanged."""
+    log = tmp_path_factory.mktemp("env-archive") / "build.log"
+    rc = _run(["bash", str(BUILD_SCRIPT)], cwd=ROOT, env=dict(os.environ), timeout=BUILD_TIMEOUT_S,
+              log=log)
+    assert rc == 0, f"{BUILD_SCRIPT.name} exited {rc}:\n{_tail(log)}"
+    assert f"environment archive: {ARCHIVE} (" in log.read_text(), _tail(log)
+    return ARCHIVE
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BUILD_TIMEOUT_S + SUBMIT_TIMEOUT_S + 120)
+def test_recover_job_through_spark_submit_on_the_archive(env_archive, spark_home, tmp_path):
+    store = tmp_path / "input"
+    shutil.copytree(support.input_store(*CASE), store, symlinks=True)
+    before = support.tree_digest(store)
+    out = tmp_path / "repaired"
+    probe, records = tmp_path / "probe", tmp_path / "probe-records"
+    probe.mkdir()
+    records.mkdir()
+    (probe / "sitecustomize.py").write_text(PROBE)
+    cmd = [str(spark_home / "bin" / "spark-submit"),
+           "--master", "local-cluster[1,2,1024]",
+           "--archives", f"{env_archive}#environment",
+           "--conf", "spark.pyspark.python=./environment/bin/python",
+           "--conf", f"spark.pyspark.driver.python={sys.executable}",
+           "--conf", f"spark.executorEnv.PYTHONPATH={probe}",
+           "--conf", f"spark.executorEnv.RMQ_PROBE_OUT={records}",
+           "--conf", "spark.ui.enabled=false",
+           str(ROOT / "jobs" / "recover.py"),
+           "--store", str(store), "--out", str(out),
+           "--broker-config", str(support.broker_conf(*CASE)),
+           "--broker-version", recover_checks._version(CASE)]
+    log = tmp_path / "spark-submit.log"
+    rc = _run(cmd, cwd=tmp_path, env=_spark_env(spark_home), timeout=SUBMIT_TIMEOUT_S, log=log)
+    assert rc == 0, f"spark-submit exited {rc}:\n{_tail(log)}"
+
+    # every Python process the executor started ran the archive Spark unpacked into the
+    # executor's working directory, and loaded the archive's native scanner
+    seen = [json.loads(p.read_text()) for p in sorted(records.iterdir())]
+    assert seen, f"no Python worker started on an executor:\n{_tail(log)}"
+    work = (spark_home / "work").resolve()
+    for w in seen:
+        env_dir = Path(w["cwd"]) / "environment"
+        assert Path(w["prefix"]) == env_dir, w
+        assert Path(w["cwd"]).resolve().is_relative_to(work), w
+        assert Path(w["executable"]).parent == env_dir / "bin", w
+        assert Path(w["native"]).resolve().is_relative_to(env_dir.resolve()), w
+
+    # the repaired store is the broker's own recovered store: the in-process job test's own check
+    # (commitlog bytes, consume queue entries and files), fed from the job's MANIFEST.json
+    assert support.tree_digest(store) == before, "the input store was modified"
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    report = SimpleNamespace(prediction=SimpleNamespace(
+        max_phy_offset=manifest["prediction"]["maxPhyOffset"]))
+    recover_checks.test_repaired_store_matches_the_broker(CASE, lambda case: (out, report))
