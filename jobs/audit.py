@@ -3,6 +3,9 @@
     spark-submit jobs/audit.py --store DIR --audit-path URI [--broker-config FILE]
                                [--broker-version 4.9|5.x] [--since-last]
     python -m jobs.audit ...              (embedded local Spark, settings from spark-conf/local.conf)
+    spark-submit --properties-file spark-conf/cluster.conf --load-spark-defaults jobs/audit.py ...
+                 (cluster: executors run the archive of scripts/build_env_archive.sh, see
+                  spark-conf/cluster.conf.example and README "Running on a cluster")
 
 Reads the store and never writes into it or takes its lock: safe on a live broker's store or on a
 snapshot. What a restart of the broker would do is predicted (``store_reader.recovery``), and the
