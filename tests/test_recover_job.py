@@ -50,10 +50,15 @@ def repaired(spark, tmp_path_factory):
 @pytest.mark.parametrize("case", LOADED, ids=support.case_id)
 def test_repaired_store_matches_the_broker(case, repaired):
     out, report = repaired(case)
+    assert_matches_broker(out, case, report.prediction.max_phy_offset)
+
+
+def assert_matches_broker(out, case, max_phy_offset: int) -> None:
+    """The repaired store at ``out`` against the real broker's recovery of ``case``."""
     exp = support.expected(*case)
     rec = exp["afterRecovery"]
     end = rec["maxPhyOffset"]
-    assert report.prediction.max_phy_offset == end
+    assert max_phy_offset == end
     # commitlog: the broker's bytes up to the truncation point, zeros after it
     exp_store = support.expected_store(*case)
     names = sorted(os.listdir(out / "commitlog"))

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Iterator
 
 import pytest
@@ -197,6 +196,4 @@ def test_recover_job_through_spark_submit_on_the_archive(env_archive, spark_home
     # (commitlog bytes, consume queue entries and files), fed from the job's MANIFEST.json
     assert support.tree_digest(store) == before, "the input store was modified"
     manifest = json.loads((out / "MANIFEST.json").read_text())
-    report = SimpleNamespace(prediction=SimpleNamespace(
-        max_phy_offset=manifest["prediction"]["maxPhyOffset"]))
-    recover_checks.test_repaired_store_matches_the_broker(CASE, lambda case: (out, report))
+    recover_checks.assert_matches_broker(out, CASE, manifest["prediction"]["maxPhyOffset"])
