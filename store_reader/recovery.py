@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import recordformat as rf
+from . import storefs
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, read_checkpoint
 from .commitlog import SegmentSummary
@@ -546,8 +547,7 @@ def predict_index(store: Store, abnormal: bool, index_msg_timestamp: int, dispat
         start_header = last.header.successor()
     else:
         start_header = last.header
-        with open(last.path, "rb") as fh:
-            base = fh.read()
+        base = storefs.location(last.path).read_bytes()      # local or remote store alike
     # IndexService#buildIndex: skip a record below the current file's endPhyOffset, and ROLLBACK ones
     end_phy = start_header.end_phy_offset
     keys, phys, stamps = [], [], []

@@ -12,7 +12,6 @@ import io
 import os
 import pickle
 import shutil
-import traceback
 from pathlib import Path
 
 import pyarrow as pa
@@ -237,14 +236,7 @@ def test_predicted_recovery_is_the_same_over_a_remote_filesystem(case):
     local, remote, _ = _open_pair(case, "subtree")
     version = _version(case)
     want = recovery.predict(local, version)
-    try:
-        got = recovery.predict(remote, version)
-    except TypeError as exc:
-        # recovery.predict_index (not this package's reading layer) reads the last index file with
-        # open(); that needs storefs there too. Only this exact failure is tolerated.
-        assert "StoreLocation" in str(exc)
-        assert traceback.extract_tb(exc.__traceback__)[-1].name == "predict_index"
-        pytest.xfail("recovery.predict_index opens the last index file with open() (not storefs)")
+    got = recovery.predict(remote, version)
     _same_text(want.load_problems, got.load_problems, local.root, remote.root)
     same = ("broker_version", "load_result", "recovery_path", "start_file", "max_phy_offset",
             "min_phy_offset", "commitlog_files", "deleted_commitlog_files",
