@@ -440,7 +440,10 @@ def _entry_findings(e: pa.Table, lens: str, lo: int, end: int) -> list[dict]:
 
 def _unfindable(spark, records, lenses: dict[str, pa.Table], end: int) -> list[dict]:
     """Keys of records below ``end`` whose (key hash, phy offset) no entry of a lens holds, as runs
-    of consecutive indexed records of one topic (commitlog order), per lens."""
+    of consecutive indexed records of one topic (commitlog order), per lens.
+
+    The executors compute every put; the driver, which holds the lenses already, looks the pairs
+    up by sorting (``_held``: no join, no shuffle) and range-encodes per topic."""
     from pyspark.sql import functions as F
 
     cols = ["stored_phy_offset", "sys_flag", "uniq_key", "key_list", "topic", "store_timestamp"]
@@ -454,22 +457,19 @@ def _unfindable(spark, records, lenses: dict[str, pa.Table], end: int) -> list[d
             yield pa.RecordBatch.from_arrays([p.topic, pa.array(p.key_hash.astype(np.int32)),
                                               pa.array(p.phy)], schema=put_schema)
 
-    wanted = rec.mapInArrow(puts, _spark_schema(put_schema))
-    names = list(lenses)
-    for lens in names:
-        have = spark.createDataFrame(lenses[lens].select(["key_hash", "phy_offset"]).combine_chunks()).distinct() \
-            .withColumn(lens, F.lit(1))
-        wanted = wanted.join(have, ["key_hash", "phy_offset"], "left")
-    out_schema = INDEX_FINDING_ROWS
-
-    def encode(t: pa.Table) -> pa.Table:
-        topic = t["topic"][0].as_py()
-        phy = t["phy_offset"].to_numpy()
-        uphy, inv = np.unique(phy, return_inverse=True)
-        rows = []
-        for lens in names:
-            miss = np.bincount(inv, weights=t[lens].is_null().to_numpy(zero_copy_only=False),
-                               minlength=len(uphy))
+    wanted = rec.mapInArrow(puts, _spark_schema(put_schema)).toArrow()
+    if not wanted.num_rows:
+        return []
+    kh, phy = wanted["key_hash"].to_numpy().astype(np.int64), wanted["phy_offset"].to_numpy()
+    missing = {lens: ~_held(lenses[lens], kh, phy) for lens in lenses}
+    topics = wanted["topic"].combine_chunks().dictionary_encode()
+    code = topics.indices.to_numpy(zero_copy_only=False)
+    rows = []
+    for c, topic in sorted(enumerate(topics.dictionary.to_pylist()), key=lambda x: x[1]):
+        sel = np.flatnonzero(code == c)
+        uphy, inv = np.unique(phy[sel], return_inverse=True)
+        for lens, miss_put in missing.items():
+            miss = np.bincount(inv, weights=miss_put[sel], minlength=len(uphy))
             hit = np.flatnonzero(miss > 0)         # records (in phy order) missing a key
             if not len(hit):
                 continue
@@ -479,9 +479,36 @@ def _unfindable(spark, records, lenses: dict[str, pa.Table], end: int) -> list[d
                 rows.append({"kind": "unfindable_key", "index": lens, "file": None, "topic": topic,
                              "phy_from": int(uphy[run[0]]), "phy_to": int(uphy[run[-1]]) + 1,
                              "count": int(miss[run].sum()), "detail": f"{len(run)} records"})
-        return pa.Table.from_pylist(rows, schema=out_schema)
+    return rows
 
-    return wanted.groupBy("topic").applyInArrow(encode, _spark_schema(out_schema)).toArrow().to_pylist()
+
+def _held(lens: pa.Table, key_hash: np.ndarray, phy: np.ndarray) -> np.ndarray:
+    """Whether each (key hash, phy offset) pair is among the entries of ``lens``. Per 4 GiB window
+    of phy offsets, (phy - window start) << 31 | key hash packs a pair into one int64 (key hashes
+    are non-negative int32; a lens entry with a negative one matches nothing), so the lookup is a
+    sort and a binary search; the puts and entries come in commitlog order, which the stable sort
+    by window leaves nearly as it is."""
+    out = np.zeros(len(key_hash), bool)
+    lk = lens["key_hash"].to_numpy().astype(np.int64)
+    lp = lens["phy_offset"].to_numpy().astype(np.int64)
+    keep = lk >= 0
+    lk, lp = lk[keep], lp[keep]
+    if not len(lk) or not len(key_hash):
+        return out
+    lw, ww = lp >> 32, phy >> 32
+    lorder, worder = np.argsort(lw, kind="stable"), np.argsort(ww, kind="stable")
+    lw_sorted, ww_sorted = lw[lorder], ww[worder]
+    for w in np.unique(ww_sorted[np.r_[0, np.flatnonzero(np.diff(ww_sorted)) + 1]]):
+        li = lorder[np.searchsorted(lw_sorted, w):np.searchsorted(lw_sorted, w, "right")]
+        wi = worder[np.searchsorted(ww_sorted, w):np.searchsorted(ww_sorted, w, "right")]
+        if not len(li):
+            continue
+        base = int(w) << 32
+        packed = np.sort(((lp[li] - base) << 31) | lk[li])
+        want = ((phy[wi] - base) << 31) | key_hash[wi]
+        at = np.minimum(np.searchsorted(packed, want), len(packed) - 1)
+        out[wi] = packed[at] == want
+    return out
 
 
 # -- lost messages and the flush window --------------------------------------------------------------

@@ -10,8 +10,10 @@ Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``);
   2. scan segments in parallel, one Spark task per commitlog file -> scan summaries;
   3. decide on the driver what the broker would do (``store_reader.recovery.predict``);
-  4. rebuild consume queues, one task per (topic, queue id), from every record below the cut;
-  5. rebuild index files from the same records;
+  4. rebuild consume queues from every record below the cut: CQ files as parts packed into a bounded
+     number of tasks (a huge queue is split by file, small queues share a task; a queue whose files
+     do not join up into one sequential put is rebuilt whole);
+  5. rebuild index files from the same records, one task per index file;
   6. audit: what is inconsistent and what the broker's own restart would lose or rewind
      (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports);
   7. write the repaired store into a temporary directory and rename it into place;
@@ -25,26 +27,26 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import errno
-import hashlib
 import json
 import logging
 import os
 import shutil
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 
-from schemas import MESSAGE
 from store_reader import open_store, recovery
 from store_reader.checkpoint import lock_status
 from store_reader.config import read_consumer_offsets
-from store_reader.commitlog import SegmentScan, SegmentSummary, summarize_segment
+from store_reader.commitlog import SegmentSummary, summarize_segment
 from store_reader.exceptions import StoreReaderError
-from store_reader.indexfile import write_index_file
+from store_reader.consumequeue import CQ_STORE_UNIT_SIZE
+from store_reader.indexfile import IndexHeader
 from store_reader.recordformat import ScanOptions
 from store_reader.store import Store
 from store_reader import repair
@@ -68,67 +70,129 @@ def scan_segments(spark, store: Store, opts: ScanOptions, paths: list[str] | Non
     return rdd.map(lambda p: summarize_segment(p, opts)).collect()
 
 
-def surviving_records(spark, store: Store, end: int, broker_5x: bool):
-    """DataFrame of every record below the truncation point ``end`` (``repair.DISPATCH_COLUMNS``),
-    one Spark task per commitlog file. Records below the cut passed the broker's checks already,
-    so this pass validates headers only (no CRC)."""
-    files = [(f.path, f.start) for f in store.commitlog_files if f.start < end]
-    cols = repair.DISPATCH_COLUMNS + (["properties"] if store.config.enableMultiDispatch else [])
-    schema = MESSAGE.arrow(cols)
-    spark_schema = MESSAGE.spark(cols)
-    if not files:
-        return spark.createDataFrame([], spark_schema)
-    opts = ScanOptions(check_crc=False, compute_crc=False, broker_5x=broker_5x,
+# -- passes 4-5: consume queues and index files -----------------------------------------------------
+
+# Consume queue entries per rebuild task (a bucket of CQ files and small queues, ~60 bytes an entry
+# in memory): bounds a task's memory and keeps the tasks few, however many queues there are.
+ENTRIES_PER_REBUILD_TASK = 1_000_000
+
+
+def _rebuild_scan_options(store: Store, broker_5x: bool) -> ScanOptions:
+    # records below the cut passed the broker's checks already: headers only (no CRC)
+    return ScanOptions(check_crc=False, compute_crc=False, broker_5x=broker_5x,
                        delay_levels_ms=tuple(store.config.delay_levels_ms))
 
-    def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.compute as pc
 
-        for b in batches:
-            for path, start in zip(b.column(0).to_pylist(), b.column(1).to_pylist()):
-                for rb in SegmentScan(path, opts, columns=cols + ["phy_offset"]):
-                    keep = pc.less(rb.column(rb.schema.get_field_index("phy_offset")), end)
-                    yield pa.RecordBatch.from_arrays(
-                        [rb.column(rb.schema.get_field_index(c)) for c in schema.names], schema=schema
-                    ).filter(keep)
+def surviving_records(spark, store: Store, end: int, broker_5x: bool, buckets: int,
+                      only: set[tuple[str, int]] | None = None):
+    """RDD of the consume queue puts of every record below the truncation point ``end``
+    (``repair.ENTRY_SCHEMA`` tables: dispatchable records and their LMQ copies), one Spark task per
+    commitlog file, cut into rebuild parts and keyed by rebuild task:
+    ``(bucket, ((topic, queue id, CQ file number), entries))``. With ``only``, whole queues
+    (file number -1) of those queues alone.
 
-    df = spark.createDataFrame(files, "path string, start long").repartition(len(files))
-    return df.mapInArrow(scan, spark_schema)
+    The puts travel as Arrow tables, a few per commitlog file and task, never as Spark rows."""
+    files = [f.path for f in store.commitlog_files if f.start < end]
+    opts, cfg = _rebuild_scan_options(store, broker_5x), store.config
+    per_file = cfg.cq_file_size // CQ_STORE_UNIT_SIZE
+
+    def scan(path: str):
+        tables = list(repair.dispatch_entries(path, opts, end, cfg, broker_5x))
+        if not tables:
+            return
+        cut_by = per_file if only is None else None
+        for key, part in repair.queue_parts(pa.concat_tables(tables), cut_by):
+            if only is None or key[:2] in only:
+                yield repair.part_bucket(*key, buckets), (key, part)
+
+    return spark.sparkContext.parallelize(files, max(1, len(files))).flatMap(scan)
 
 
-# -- pass 4: consume queues -----------------------------------------------------------------------------
+@dataclass
+class QueueRebuild:
+    """What ``rebuild_consume_queues`` did: one row per queue (topic, queue_id, min/max offset,
+    entries, last store time), the rebuild tasks, the parts they built and the queues that had to
+    be rebuilt in one piece."""
 
-def rebuild_consume_queues(records_df, out_root: str, config, broker_5x: bool, input_root: str
-                           ) -> pa.Table:
-    """Write every queue's CQ files under ``out_root/consumequeue``; one task per queue (LMQ
-    copies included when ``enableMultiDispatch``). Returns one row per queue: topic, queue_id,
-    min/max offset, entries, last store time."""
-    cq_file_size = config.cq_file_size
-    result_schema = ("topic string, queue_id int, min_offset long, max_offset long, "
-                     "entries long, last_store_timestamp long")
+    queues: pa.Table
+    tasks: int
+    parts: int
+    rebuilt_whole: list[tuple[str, int]]
 
-    def build(table: pa.Table) -> Iterator[pa.RecordBatch] | pa.Table:
-        topic = table["topic"][0].as_py()
-        qid = table["queue_id"][0].as_py()
-        q = repair.rebuild_queue(topic, qid, table, cq_file_size)
-        repair.write_queue_state(q, os.path.join(out_root, "consumequeue", topic, str(qid)),
-                                 os.path.join(input_root, "consumequeue", topic, str(qid)))
-        return pa.table({"topic": [topic], "queue_id": pa.array([qid], pa.int32()),
-                         "min_offset": [q.min_offset], "max_offset": [q.max_offset],
-                         "entries": [q.max_offset - q.min_offset],
-                         "last_store_timestamp": [max(table["store_timestamp"].to_pylist())]})
 
-    from pyspark.sql import functions as F
+def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_root: str,
+                           expected_entries: int) -> QueueRebuild:
+    """Write every queue's CQ files under ``out_root/consumequeue`` (LMQ copies included when
+    ``enableMultiDispatch``) from the records below ``end``.
 
-    tran = F.col("sys_flag").bitwiseAND(0xC)
-    dispatchable = records_df.where(tran.isin(0x0, 0x8))
-    if config.enableMultiDispatch:
-        arrow_schema = MESSAGE.arrow(dispatchable.columns)
-        copies = dispatchable.mapInArrow(
-            lambda batches: (repair.multi_dispatch_copies(b.cast(arrow_schema), config, broker_5x)
-                             for b in batches), dispatchable.schema)
-        dispatchable = dispatchable.unionByName(copies)
-    return dispatchable.groupBy("topic", "queue_id").applyInArrow(build, result_schema).toArrow()
+    One task per bucket of parts, ``expected_entries / ENTRIES_PER_REBUILD_TASK`` buckets (at least
+    one per core): a huge queue is split by CQ file, its files spread over the buckets, and many
+    small queues are packed into few tasks. A queue whose files do not join up into the broker's
+    sequential put (a gap, a repeat or a reordering across a file boundary,
+    ``repair.irregular_queues``) is rebuilt again in one piece, so the bytes never depend on the
+    split."""
+    cfg = store.config
+    buckets = max(spark.sparkContext.defaultParallelism, -(-expected_entries // ENTRIES_PER_REBUILD_TASK))
+    input_root = str(store.root)
+
+    def build(items):
+        parts: dict[tuple[str, int, int], list[pa.Table]] = {}
+        for _, (key, table) in items:
+            parts.setdefault(key, []).append(table)
+        for key in sorted(parts):
+            topic, qid, file_no = key
+            yield repair.rebuild_queue_part(
+                topic, qid, file_no, pa.concat_tables(parts.pop(key)), cfg.cq_file_size,
+                os.path.join(out_root, "consumequeue", topic, str(qid)),
+                os.path.join(input_root, "consumequeue", topic, str(qid)))
+
+    def run(only: set[tuple[str, int]] | None) -> list[repair.QueuePart]:
+        rdd = surviving_records(spark, store, end, broker_5x, buckets, only)
+        return rdd.partitionBy(buckets, lambda bucket: bucket).mapPartitions(build).collect()
+
+    parts = run(None)
+    irregular = repair.irregular_queues(parts)
+    if irregular:
+        log.info("rebuild consume queues: %d queue(s) do not split by CQ file, rebuilt whole: %s",
+                 len(irregular), sorted(irregular)[:10])
+        for topic, qid in irregular:
+            shutil.rmtree(os.path.join(out_root, "consumequeue", topic, str(qid)), ignore_errors=True)
+        parts = [p for p in parts if (p.topic, p.queue_id) not in irregular] + run(irregular)
+    return QueueRebuild(repair.queue_table(parts), buckets, len(parts), sorted(irregular))
+
+
+def index_put_counts(spark, store: Store, end: int, broker_5x: bool) -> list[tuple[int, int]]:
+    """Per commitlog file below ``end`` (one task each): its records' index puts and their latest
+    store time, which cut the puts into index files (``repair.index_file_plan``)."""
+    files = [f.path for f in store.commitlog_files if f.start < end]
+    if not files:
+        return []
+    opts = _rebuild_scan_options(store, broker_5x)
+    return spark.sparkContext.parallelize(files, len(files)).map(
+        lambda p: repair.segment_index_counts(p, opts, end)).collect()
+
+
+def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_dir: str,
+                        counts: list[tuple[int, int]]) -> list[IndexHeader]:
+    """Fresh index files under ``index_dir`` from every record below ``end`` (``counts``: from
+    ``index_put_counts``); returns their headers in creation order.
+
+    One task per index file reads the commitlog files its puts come from and writes the file
+    (memory: the hash slots and a few batches), so nothing per record reaches the driver."""
+    cfg = store.config
+    if not cfg.messageIndexEnable or not counts:
+        return []
+    files = [f.path for f in store.commitlog_files if f.start < end]
+    opts = _rebuild_scan_options(store, broker_5x)
+    plan = repair.index_file_plan([n for n, _ in counts], cfg.maxIndexNum)
+    tasks = [(k, [(files[i], lo, hi) for i, lo, hi in ranges]) for k, ranges in enumerate(plan)]
+    if not tasks:
+        return []
+    written = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: repair.write_index_file_part(
+        os.path.join(index_dir, f".building-{t[0]:06d}"), t[1], opts, end, cfg, t[0] == 0)).collect()
+    for w, name in zip(written, repair.name_index_files(written)):
+        os.rename(w.path, os.path.join(index_dir, name))
+    return [w.header for w in written]
 
 
 # -- the run ------------------------------------------------------------------------------------------
@@ -168,7 +232,7 @@ def _check_paths(store_root: Path, out: Path) -> None:
 
 
 def write_repaired_store(spark, store: Store, report: RunReport, out: Path, overwrite: bool) -> None:
-    """Passes 4-6 into ``<out>.tmp-<run id>``, then an atomic rename to ``out``."""
+    """Passes 4-7 into ``<out>.tmp-<run id>``, then an atomic rename to ``out``."""
     pred = report.prediction
     version_5x = pred.broker_version == recovery.V5X
     cfg = store.config
@@ -181,43 +245,67 @@ def write_repaired_store(spark, store: Store, report: RunReport, out: Path, over
     tmp.mkdir(parents=True)
     (tmp / TMP_MARKER).write_text(report.run_id)
     try:
-        t = time.monotonic()
+        # passes 4-5 and the commitlog copy write disjoint parts of tmp and run side by side: the
+        # copy on driver threads from the start; once the index puts are counted, the index files'
+        # job first (FIFO: its long tasks start at once) and the consume queue job next to it
         (tmp / "consumequeue").mkdir()
-        records = surviving_records(spark, store, end, version_5x).cache()
-        queues = rebuild_consume_queues(records, str(tmp), cfg, version_5x, str(store.root))
-        report.log_pass("rebuild consume queues", t, f"{queues.num_rows} queues, "
-                        f"{sum(queues['entries'].to_pylist())} entries")
-        t = time.monotonic()
-        rec_table = records.select("stored_phy_offset", "sys_flag", "uniq_key", "key_list", "topic",
-                                   "store_timestamp").toArrow()
-        records.unpersist()
-        files = repair.build_index(repair.index_puts(rec_table), cfg) if cfg.messageIndexEnable else []
         (tmp / "index").mkdir()
-        for name, built in files:
-            write_index_file(tmp / "index" / name, built)
-        report.log_pass("rebuild index", t, f"{len(files)} files, "
-                        f"{sum(b.puts for _, b in files)} entries")
-        t = time.monotonic()
         (tmp / "commitlog").mkdir()
-        kept = 0
-        for f in pred.commitlog_files:
-            src = next(c.path for c in store.commitlog_files if c.name == f.name)
-            repair.copy_commitlog_file(src, str(tmp / "commitlog" / f.name), f.wrote, f.size)
-            kept += 1
-        last_ts = rec_table["store_timestamp"].to_numpy().max() if rec_table.num_rows else 0
+        expected = sum(s.records for s in report.summaries if s.file_start < end)
+        index_submitted = threading.Event()
+
+        def commitlog():
+            t = time.monotonic()
+            srcs = {c.name: c.path for c in store.commitlog_files}
+            with ThreadPoolExecutor(max_workers=2) as copies:
+                for done in [copies.submit(repair.copy_commitlog_file, srcs[f.name],
+                                           str(tmp / "commitlog" / f.name), f.wrote, f.size)
+                             for f in pred.commitlog_files]:
+                    done.result()
+            report.log_pass("write commitlog", t, f"{len(pred.commitlog_files)} files kept, end at "
+                            f"phy {end}, {len(pred.deleted_commitlog_files)} dropped")
+
+        def index_files(counts: list[tuple[int, int]], t: float):
+            index_submitted.set()      # the queue job builds its RDD first: this job is queued ahead
+            headers = rebuild_index_files(spark, store, end, version_5x, str(tmp / "index"), counts)
+            report.log_pass("rebuild index", t, f"{len(headers)} files, "
+                            f"{sum(h.index_count - 1 for h in headers)} entries")
+            return headers
+
+        def consume_queues():
+            index_submitted.wait()
+            t = time.monotonic()
+            rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected)
+            report.log_pass("rebuild consume queues", t, f"{rebuilt.queues.num_rows} queues, "
+                            f"{sum(rebuilt.queues['entries'].to_pylist())} entries, {rebuilt.parts} "
+                            f"parts in {rebuilt.tasks} tasks, {len(rebuilt.rebuilt_whole)} rebuilt whole")
+            return rebuilt.queues
+
+        with ThreadPoolExecutor(max_workers=3) as passes:
+            copying = passes.submit(commitlog)
+            t = time.monotonic()
+            try:
+                counts = index_put_counts(spark, store, end, version_5x)
+            except BaseException:
+                wait([copying])
+                raise
+            running = [passes.submit(index_files, counts, t), passes.submit(consume_queues), copying]
+            wait(running)
+        headers, queues, _ = (r.result() for r in running)
+        last_ts = max((ts for _, ts in counts), default=0)
         last_cq_ts = max(queues["last_store_timestamp"].to_pylist(), default=0)
         confirm = next((s.file_start + s.last_record_position for s in reversed(report.summaries)
                         if s.last_record_position is not None and
                         s.file_start + s.last_record_position < end), 0)
         ckpt = repair.repaired_checkpoint(int(last_ts), int(last_cq_ts),
-                                          repair.full_index_end_timestamp(files, cfg.maxIndexNum),
+                                          repair.full_index_end_timestamp(headers, cfg.maxIndexNum),
                                           confirm, version_5x)
         repair.write_checkpoint_file(tmp, ckpt, version_5x)
         repair.copy_config(store.root, tmp)
-        report.log_pass("write commitlog", t, f"{kept} files kept, end at phy {end}, "
-                        f"{len(pred.deleted_commitlog_files)} dropped")
         (tmp / TMP_MARKER).unlink()
+        t = time.monotonic()
         repair.write_manifest(str(tmp), manifest(store, report, repair.tree_manifest(str(tmp))))
+        report.log_pass("write manifest", t, "sizes and SHA-256 of every output file")
         _place(tmp, out, overwrite)
         report.written = True
     except OSError as exc:

@@ -16,21 +16,20 @@ import numpy as np
 import pyarrow as pa
 
 from . import recordformat as rf
-from . import storefs
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, read_checkpoint
 from .commitlog import SegmentSummary
 from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, list_queue_files,
                            list_queues, read_queue_file)
 from .exceptions import StoreReaderError
-from .indexfile import (IndexFile, IndexHeader, build_index_files, list_index_files, query_key_hash,
-                        read_header)
-from .javahash import index_key, index_key_hash, index_key_hashes, tags_hash
+from .indexfile import (INDEX_HEADER_SIZE, BuiltIndexFile, IndexFile, IndexHeader, _put_all,
+                        list_index_files, query_key_hash, read_header)
+from .javahash import index_key, index_key_hash, index_key_hashes, java_string_hashes
 from .javalang import java_parse_int, java_split
 from .store import Store
+from .storefs import location
 
 V49, V5X = "4.9", "5.x"
-_CQ_TYPES = (rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_COMMIT_TYPE)
 
 
 # -- a consume queue as the broker holds it in memory ------------------------------------------------
@@ -116,29 +115,19 @@ class ConsumeQueueState:
         self.max_physic_offset = phy_offset
         while self.files:
             f = self.files[-1]
-            f.wrote = 0
-            for i in range(self.per_file):
-                e = f.slots[i]
-                phy, size = int(e["phy_offset"]), int(e["size"])
-                if i == 0:
-                    if phy >= phy_offset:      # entry 0 is not validity-checked (E#22)
-                        self.deleted_files.append(f.start)
-                        self.files.pop()
-                        break
-                    f.wrote = CQ_STORE_UNIT_SIZE
-                    self.max_physic_offset = phy + size
-                    continue
-                if phy >= 0 and size > 0:
-                    if phy >= phy_offset:
-                        return
-                    f.wrote = (i + 1) * CQ_STORE_UNIT_SIZE
-                    self.max_physic_offset = phy + size
-                    if f.wrote == self.file_size:
-                        return
-                else:
-                    return
-            else:
-                return
+            phys, sizes = f.slots["phy_offset"], f.slots["size"]
+            if int(phys[0]) >= phy_offset:        # entry 0 is not validity-checked (E#22)
+                self.deleted_files.append(f.start)
+                self.files.pop()
+                continue
+            # entries 1.. are kept while valid and below the cut; the first other one stops the walk
+            stop = ~((phys[1:] >= 0) & (sizes[1:] > 0) & (phys[1:] < phy_offset))
+            hit = np.flatnonzero(stop)
+            kept = 1 + (int(hit[0]) if hit.size else len(stop))
+            f.wrote = kept * CQ_STORE_UNIT_SIZE
+            last = f.slots[kept - 1]
+            self.max_physic_offset = int(last["phy_offset"]) + int(last["size"])
+            return
 
     # R§5.3 ConsumeQueue#putMessagePositionInfo
     def put(self, phy: int, size: int, tags_code: int, cq_offset: int) -> None:
@@ -170,6 +159,100 @@ class ConsumeQueueState:
         self.max_physic_offset = phy + size
         f.slots[f.wrote // CQ_STORE_UNIT_SIZE] = (phy, size, tags_code)
         f.wrote += CQ_STORE_UNIT_SIZE
+
+    @property
+    def write_offset(self) -> int:
+        """Queue offset the next put writes at (the last file's start + write position, / 20)."""
+        return self.max_offset
+
+    def put_many(self, phy: np.ndarray, size: np.ndarray, tags_code: np.ndarray,
+                 cq_offset: np.ndarray) -> None:
+        """``put`` for every element, in order, without a Python step per entry.
+
+        The puts alternate between two kinds of runs, each applied at once and exact by
+        construction: an accept run, where every put passes both of ``put``'s checks (its end is
+        above the max phy offset, which is then the running max of the run's ends; its queue offset
+        is 0 or not below the write position, which advances by one per put), and a skip run, where
+        the state does not change and every put is a repeat. Runs are searched in windows that
+        double while the run lasts, so a queue that keeps alternating still costs O(n).
+        """
+        phy = np.asarray(phy, dtype=np.int64)
+        size = np.asarray(size, dtype=np.int64)
+        tags_code = np.asarray(tags_code, dtype=np.int64)
+        cq_offset = np.asarray(cq_offset, dtype=np.int64)
+        ends = phy + size
+        i, n = 0, len(phy)
+        while i < n:
+            if not self.files:            # the first put creates the queue's first file (pre-blank)
+                self.put(int(phy[i]), int(size[i]), int(tags_code[i]), int(cq_offset[i]))
+                i += 1
+                continue
+            i = self._accept_run(phy, size, tags_code, cq_offset, ends, i)
+            if i < n:
+                i = self._skip_run(cq_offset, ends, i)
+
+    def _accept_run(self, phy: np.ndarray, size: np.ndarray, tags_code: np.ndarray,
+                    cq_offset: np.ndarray, ends: np.ndarray, i: int) -> int:
+        """Apply the puts from ``i`` while each one is accepted; returns where the run stopped."""
+        window, n = 64, len(phy)
+        while i < n:
+            hi = min(n, i + window)
+            e, c = ends[i:hi], cq_offset[i:hi]
+            above = np.maximum.accumulate(np.concatenate(([self.max_physic_offset], e[:-1])))
+            write = self.write_offset + np.arange(hi - i, dtype=np.int64)
+            ok = (e > above) & ((c == 0) | (c >= write))
+            bad = np.flatnonzero(~ok)
+            m = int(bad[0]) if bad.size else hi - i
+            if m:
+                self.order_warnings += int(np.count_nonzero((c[:m] != 0) & (c[:m] != write[:m])))
+                self._append(phy[i:i + m], size[i:i + m], tags_code[i:i + m])
+                self.max_physic_offset = int(e[m - 1])
+                i += m
+            if bad.size:
+                return i
+            window *= 2
+        return i
+
+    def _skip_run(self, cq_offset: np.ndarray, ends: np.ndarray, i: int) -> int:
+        """Count the repeats from ``i`` (state unchanged); returns the next accepted put."""
+        window, n = 64, len(ends)
+        top, write = self.max_physic_offset, self.write_offset
+        while i < n:
+            hi = min(n, i + window)
+            c = cq_offset[i:hi]
+            below = ends[i:hi] <= top
+            repeat = below | ((c != 0) & (c < write))
+            good = np.flatnonzero(~repeat)
+            m = int(good[0]) if good.size else hi - i
+            self.skipped_repeats += m
+            if not below[:m].all() and self.files[-1].wrote >= self.file_size:
+                # getLastMappedFile runs before the queue offset check: a full last file gets
+                # its successor even though the put is then skipped
+                last = self.files[-1]
+                self.files.append(_CQFile(last.start + self.file_size,
+                                          np.zeros(self.per_file, CQ_ENTRY_DTYPE), 0))
+            i += m
+            if good.size:
+                return i
+            window *= 2
+        return i
+
+    def _append(self, phy: np.ndarray, size: np.ndarray, tags_code: np.ndarray) -> None:
+        """Write entries at the write position, rolling to a new file when the last one is full."""
+        done, m = 0, len(phy)
+        while done < m:
+            f = self.files[-1]
+            if f.wrote >= self.file_size:
+                f = _CQFile(f.start + self.file_size, np.zeros(self.per_file, CQ_ENTRY_DTYPE), 0)
+                self.files.append(f)
+            at = f.wrote // CQ_STORE_UNIT_SIZE
+            take = min(self.per_file - at, m - done)
+            slots = f.slots[at:at + take]
+            slots["phy_offset"] = phy[done:done + take]
+            slots["size"] = size[done:done + take]
+            slots["tags_code"] = tags_code[done:done + take]
+            f.wrote += take * CQ_STORE_UNIT_SIZE
+            done += take
 
     # R§7.2 ConsumeQueue#correctMinOffset
     def correct_min_offset(self, min_phy: int, version: str) -> None:
@@ -343,18 +426,152 @@ def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config:
     return start, end, files, deleted
 
 
+class IndexDispatch:
+    """``IndexService#buildIndex`` fed batch by batch as the records are dispatched (R§8, F§7.4),
+    on a thread of its own so the key hashing and slot chains overlap the consume queue puts:
+    the index files ``build_index_files`` makes from the same puts, without holding them.
+
+    A record below the current file's endPhyOffset is skipped; that end is the phy of the last
+    record that put keys and only grows, so it is a running max over the records with keys
+    (ROLLBACK records and records without keys put nothing)."""
+
+    PENDING = 4          # batches queued for the thread at most
+
+    def __init__(self, config: BrokerConfig, start_header: IndexHeader, base: bytes | None) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.hash_slot_num, self.index_num = config.maxHashSlotNum, config.maxIndexNum
+        self.size = config.index_file_size
+        self.end_phy = start_header.end_phy_offset
+        self.built: list[BuiltIndexFile] = []
+        self.header, self.data, self.continued = start_header, None, False
+        if base is not None:
+            loaded = IndexHeader.unpack(base[:INDEX_HEADER_SIZE])
+            loaded = replace(loaded, index_count=loaded.loaded_index_count)
+            if loaded.index_count < self.index_num:
+                self.header, self.continued = loaded, True
+                self.data = np.frombuffer(base, dtype=np.uint8).copy()
+            else:
+                self.header = loaded.successor()     # full: the broker creates the next file at once
+        self.puts = self.file_first_put = 0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-dispatch")
+        self._pending: list = []
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self._pending.append(self._pool.submit(self._add, batch))
+        if len(self._pending) > self.PENDING:
+            self._pending.pop(0).result()
+
+    def _add(self, batch: pa.RecordBatch) -> None:
+        counts, _, keys = index_put_keys(batch)
+        cand = np.flatnonzero(counts > 0)
+        if not cand.size:
+            return
+        phy = batch.column("stored_phy_offset").to_numpy()
+        bound = np.maximum.accumulate(np.concatenate(([self.end_phy], phy[cand][:-1])))
+        self.end_phy = max(self.end_phy, int(phy[cand].max()))
+        indexed = np.zeros(len(phy), dtype=bool)
+        indexed[cand] = phy[cand] >= bound
+        if not indexed.any():
+            return
+        if not indexed[cand].all():
+            keys = keys.filter(pa.array(np.repeat(indexed, counts)))
+        n = counts[indexed]
+        self._put(index_key_hashes(keys).astype(np.int64), np.repeat(phy[indexed], n),
+                  np.repeat(batch.column("store_timestamp").to_numpy()[indexed], n))
+
+    def _put(self, kh: np.ndarray, phy: np.ndarray, ts: np.ndarray) -> None:
+        lo = 0
+        while lo < len(kh):
+            if self.data is None:
+                self.data, self.continued = np.zeros(self.size, np.uint8), False
+                self.file_first_put = self.puts
+            hi = min(len(kh), lo + self.index_num - self.header.index_count)
+            self.header = _put_all(self.data, self.header, kh[lo:hi], phy[lo:hi], ts[lo:hi],
+                                   self.hash_slot_num)
+            self.puts += hi - lo
+            lo = hi
+            if self.header.index_count >= self.index_num:
+                self._close_file()
+
+    def _close_file(self) -> None:
+        self.built.append(BuiltIndexFile(self.header, self.data, self.file_first_put,
+                                         self.puts - self.file_first_put, self.continued))
+        self.header, self.data = self.header.successor(), None
+
+    def finish(self) -> list[BuiltIndexFile]:
+        """The files that got puts, in creation order (the last one possibly not full)."""
+        try:
+            for f in self._pending:
+                f.result()
+        finally:
+            self._pool.shutdown()
+        if self.data is not None and self.puts > self.file_first_put:
+            self._close_file()
+        return self.built
+
+
 @dataclass
 class Dispatched:
-    """Records handed to ``doDispatch``, in order: what the index builder and checkpoint need."""
+    """Records handed to ``doDispatch``, in order: what the checkpoint needs, and the index
+    dispatch they feed (None when ``messageIndexEnable`` is off)."""
 
-    stored_phy: list[int] = field(default_factory=list)
-    store_timestamp: list[int] = field(default_factory=list)
-    topic: list[str] = field(default_factory=list)
-    keys: list[list[str]] = field(default_factory=list)      # UNIQ_KEY first, then KEYS tokens
-    sys_flag: list[int] = field(default_factory=list)
+    index: IndexDispatch | None = None
+    records: int = 0
     last_cq_store_timestamp: int | None = None
     early_delivery: list[tuple[int, int]] = field(default_factory=list)
     """(schedule queue id, phy) of delayed records given the TAGS hash as tags code (E#30b)."""
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Dispatched records (columns stored_phy_offset, store_timestamp, sys_flag, topic,
+        uniq_key, key_list) to the index: every record but a ROLLBACK one puts ``topic#UNIQ_KEY``
+        then ``topic#token`` per KEYS token (F§7.4)."""
+        self.records += batch.num_rows
+        if self.index is not None:
+            self.index.add(batch)
+
+
+def index_put_keys(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, pa.Array, pa.Array]:
+    """``IndexService#buildIndex`` keys of records in commitlog order, vectorised: the number of
+    keys each record puts (0 for a ROLLBACK record), then per put (UNIQ_KEY, if any, then the KEYS
+    tokens of each record) its topic and its ``topic#key`` string."""
+    import pyarrow.compute as pc
+
+    def column(name: str) -> pa.Array:
+        c = records.column(name)
+        return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+
+    rollback = (column("sys_flag").to_numpy(zero_copy_only=False) & rf.TRANSACTION_MASK) \
+        == rf.TRANSACTION_ROLLBACK_TYPE
+    uniq, key_lists = column("uniq_key").cast(pa.string()), column("key_list")
+    has_uniq = pc.is_valid(uniq).to_numpy(zero_copy_only=False) & ~rollback
+    n_keys = np.where(rollback, 0, pc.list_value_length(key_lists).to_numpy(zero_copy_only=False)
+                      .astype(np.int64))
+    counts = has_uniq.astype(np.int64) + n_keys
+    total = int(counts.sum())
+    if not total:
+        return counts, pa.array([], pa.string()), pa.array([], pa.string())
+    uniq_values = uniq.filter(pa.array(has_uniq))
+    keep = np.repeat(~rollback, pc.list_value_length(key_lists).to_numpy(zero_copy_only=False)
+                     .astype(np.int64))
+    tokens_flat = pc.list_flatten(key_lists).cast(pa.string())
+    if not keep.all():
+        tokens_flat = tokens_flat.filter(pa.array(keep))
+    # position of every key in the put order: a record's UNIQ_KEY first, then its tokens
+    starts = np.cumsum(counts) - counts
+    order = np.empty(total, dtype=np.int64)
+    order[starts[has_uniq]] = np.arange(len(uniq_values))
+    owner = np.repeat(np.arange(len(counts)), n_keys)
+    within = np.arange(len(tokens_flat)) - np.repeat(np.cumsum(n_keys) - n_keys, n_keys)
+    order[starts[owner] + has_uniq[owner] + within] = len(uniq_values) + np.arange(len(tokens_flat))
+    tokens = pa.concat_arrays([uniq_values, tokens_flat]).take(pa.array(order))
+    topics = column("topic").cast(pa.string()).take(pa.array(np.repeat(np.arange(len(counts)), counts)))
+    return counts, topics, pc.binary_join_element_wise(topics, tokens, "#")
+
+
+# Records per scanned batch on the driver's dispatch: large enough that the per-batch NumPy work
+# dominates the per-batch Python overhead, small enough to stay a few MB.
+DISPATCH_BATCH = 65536
 
 
 def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_index: int, begin: int,
@@ -366,48 +583,115 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
     ``DefaultMessageStore#doDispatch``). With ``min_stored_phy``, only records whose stored
     PHYSICALOFFSET is greater are dispatched (5.x normal recovery, E#20). ``no_delay_levels``:
     4.9.7 recovers before ``ScheduleMessageService#load``, so a schedule-topic record gets its
-    TAGS hash as tags code, not its deliver time (E#30b)."""
+    TAGS hash as tags code, not its deliver time (E#30b).
+
+    Vectorised per batch: queues are independent, so each queue gets its puts of the batch in
+    one ``ConsumeQueueState.put_many`` (in commitlog order within the queue)."""
     from .commitlog import SegmentScan
 
     cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
-            "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list", "tags",
-            "delay_level"] + (["properties"] if store.config.enableMultiDispatch else [])
+            "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list"]
+    cols += ["tags", "delay_level"] if no_delay_levels else []
+    cols += ["properties"] if store.config.enableMultiDispatch else []
     for s in summaries[from_index:]:
         if s.file_start + s.file_size <= begin or s.file_start >= end:
             continue
-        for batch in SegmentScan(s.path, opts, columns=cols):
-            d = batch.to_pydict()
-            for i in range(batch.num_rows):
-                pos = d["phy_offset"][i]
-                if pos < begin or pos >= end:
-                    continue
-                stored = d["stored_phy_offset"][i]
-                if min_stored_phy is not None and stored <= min_stored_phy:
-                    continue
-                uniq = d["uniq_key"][i]
-                out.stored_phy.append(stored)
-                out.store_timestamp.append(d["store_timestamp"][i])
-                out.topic.append(d["topic"][i])
-                out.keys.append(([uniq] if uniq is not None else []) + d["key_list"][i])
-                out.sys_flag.append(d["sys_flag"][i])
-                if d["sys_flag"][i] & rf.TRANSACTION_MASK not in _CQ_TYPES:
-                    continue
-                out.last_cq_store_timestamp = d["store_timestamp"][i]
-                key = (d["topic"][i], d["queue_id"][i])
-                tags_code = d["tags_code"][i]
-                if no_delay_levels and key[0] == rf.SCHEDULE_TOPIC and d["delay_level"][i] is not None:
-                    tags_code = tags_hash(d["tags"][i])
-                    out.early_delivery.append((key[1], stored))
-                targets = [(key, d["queue_offset"][i])]
-                if store.config.enableMultiDispatch:
-                    props = dict(d["properties"][i] or [])
-                    targets += [((t, qid), off) for t, qid, off in multi_dispatch_targets(
-                        store.config, opts.broker_5x, key[0], key[1], props)]
-                for target, cq_offset in targets:
-                    q = queues.get(target)
-                    if q is None:
-                        q = queues[target] = ConsumeQueueState(*target, store.config.cq_file_size)
-                    q.put(stored, d["total_size"][i], tags_code, cq_offset)
+        for batch in SegmentScan(s.path, opts, columns=cols, batch_size=DISPATCH_BATCH):
+            pos = batch["phy_offset"].to_numpy()
+            keep = (pos >= begin) & (pos < end)
+            if min_stored_phy is not None:
+                keep &= batch["stored_phy_offset"].to_numpy() > min_stored_phy
+            if not keep.all():
+                batch = batch.filter(pa.array(keep))
+            if batch.num_rows:
+                out.add(batch)
+                _dispatch_to_queues(store.config, opts.broker_5x, batch, queues, out, no_delay_levels)
+
+
+def _dispatch_to_queues(config: BrokerConfig, broker_5x: bool, batch: pa.RecordBatch,
+                        queues: dict[tuple[str, int], ConsumeQueueState], out: Dispatched,
+                        no_delay_levels: bool) -> None:
+    """The CQ puts of one batch of dispatched records (NOT / COMMIT types, LMQ copies included)."""
+    tran = batch["sys_flag"].to_numpy() & rf.TRANSACTION_MASK
+    rows = np.flatnonzero((tran == rf.TRANSACTION_NOT_TYPE) | (tran == rf.TRANSACTION_COMMIT_TYPE))
+    if not rows.size:
+        return
+    b = batch.take(pa.array(rows))
+    out.last_cq_store_timestamp = int(b["store_timestamp"][-1].as_py())
+    phy, size = b["stored_phy_offset"].to_numpy(), b["total_size"].to_numpy().astype(np.int64)
+    qid, offset = b["queue_id"].to_numpy(), b["queue_offset"].to_numpy()
+    tags_code = b["tags_code"].to_numpy().copy()
+    topics = b["topic"].dictionary_encode()
+    names = topics.dictionary.to_pylist()
+    topic_code = topics.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    if no_delay_levels:
+        import pyarrow.compute as pc
+
+        delayed = np.flatnonzero((topic_code == (names.index(rf.SCHEDULE_TOPIC)
+                                                 if rf.SCHEDULE_TOPIC in names else -1))
+                                 & pc.is_valid(b["delay_level"]).to_numpy(zero_copy_only=False))
+        if delayed.size:
+            tags_code[delayed] = java_string_hashes(b["tags"].take(pa.array(delayed)))
+            out.early_delivery += list(zip(qid[delayed].tolist(), phy[delayed].tolist()))
+    # one group per target queue: (topic code, queue id) of the record, then its LMQ copies
+    group = topic_code << 32 | (qid.astype(np.int64) & 0xFFFFFFFF)
+    order = np.arange(len(rows), dtype=np.int64)
+    copies = _multi_dispatch_puts(config, broker_5x, b, names) if config.enableMultiDispatch else None
+    if copies:
+        extra_group, extra_row, extra_qid, extra_offset = copies
+        group = np.concatenate([group, extra_group])
+        order = np.concatenate([order, extra_row])
+        phy, size = np.concatenate([phy, phy[extra_row]]), np.concatenate([size, size[extra_row]])
+        tags_code = np.concatenate([tags_code, tags_code[extra_row]])
+        offset = np.concatenate([offset, extra_offset])
+        qid = np.concatenate([qid, extra_qid])
+        topic_code = group >> 32
+    sort = np.lexsort((order, group))           # by queue, then commitlog order (base put first)
+    group = group[sort]
+    cut = np.flatnonzero(np.diff(group)) + 1
+    for lo, hi in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [len(group)]]).tolist()):
+        i = sort[lo:hi]
+        key = (names[int(topic_code[i[0]])], int(qid[i[0]]))
+        q = queues.get(key)
+        if q is None:
+            q = queues[key] = ConsumeQueueState(*key, config.cq_file_size)
+        q.put_many(phy[i], size[i], tags_code[i], offset[i])
+
+
+def multi_dispatch_rows(config: BrokerConfig, broker_5x: bool, records: pa.RecordBatch | pa.Table
+                        ) -> list[tuple[int, str, int, int]]:
+    """Every LMQ copy of ``records`` (dispatchable ones, with a ``properties`` column): (row, queue
+    topic, queue id, queue offset) in row order, a row's copies in property order
+    (``multi_dispatch_targets``; only rows carrying INNER_MULTI_DISPATCH are looked at)."""
+    import pyarrow.compute as pc
+
+    props = records.column("properties")
+    has = pc.is_valid(pc.map_lookup(props, rf.PROPERTY_INNER_MULTI_DISPATCH, "first"))
+    rows = np.flatnonzero(has.to_numpy(zero_copy_only=False))
+    out = []
+    for r in rows.tolist():
+        topic, qid = records.column("topic")[r].as_py(), records.column("queue_id")[r].as_py()
+        for name, copy_qid, offset in multi_dispatch_targets(config, broker_5x, topic, qid,
+                                                             dict(props[r].as_py() or [])):
+            out.append((r, name, copy_qid, offset))
+    return out
+
+
+def _multi_dispatch_puts(config: BrokerConfig, broker_5x: bool, b: pa.RecordBatch, names: list[str]
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The LMQ copies of a batch's CQ puts as (group, row, queue id, queue offset) arrays;
+    ``names`` grows by the LMQ topics."""
+    copies = multi_dispatch_rows(config, broker_5x, b)
+    if not copies:
+        return None
+    code = {name: i for i, name in enumerate(names)}
+    for _, name, _, _ in copies:
+        if name not in code:
+            code[name] = len(names)
+            names.append(name)
+    g = np.array([(code[name] << 32) | (qid & 0xFFFFFFFF) for _, name, qid, _ in copies], np.int64)
+    r, q, o = (np.array(c, dtype=np.int64) for c in zip(*[(r, q, o) for r, _, q, o in copies]))
+    return g, r, q.astype(np.int32), o
 
 
 def predict(store: Store, broker_version: str | None = None,
@@ -458,6 +742,7 @@ def predict(store: Store, broker_version: str | None = None,
         summaries, version, store.config, abnormal, ckpt.min_timestamp, ckpt.min_timestamp_index, cq_max)
     pred.start_file = summaries[start].segment if summaries else None
     pred.max_phy_offset, pred.commitlog_files, pred.deleted_commitlog_files = end, files, deleted
+    kept_index, index_dispatch = index_files_at_load(store, abnormal, ckpt.index_msg_timestamp)
     if not summaries:           # R§4.6: every consume queue is destroyed (the queues stay, empty)
         for q in queues.values():
             q.deleted_files += [f.start for f in q.files]
@@ -465,12 +750,12 @@ def predict(store: Store, broker_version: str | None = None,
         pred.consume_queues = queues
         pred.min_phy_offset = -1
         pred.reput_from_offset = 0
-        pred.index_files, _ = predict_index(store, abnormal, ckpt.index_msg_timestamp, Dispatched())
+        pred.index_files, _ = predict_index(kept_index, ckpt.index_msg_timestamp, Dispatched())
         pred.checkpoint = ckpt
         return pred
     pred.min_phy_offset = files[0].start if files else -1
-    # 3. dispatch during the scan (R§4.4)
-    dispatched = Dispatched()
+    # 3. dispatch during the scan (R§4.4); the index is built alongside (R§8)
+    dispatched = Dispatched(index=index_dispatch)
     if abnormal:
         dispatch_records(store, summaries, start, summaries[start].file_start, end, None, queues,
                          opts, dispatched, no_delay_levels=not broker_5x)
@@ -499,7 +784,7 @@ def predict(store: Store, broker_version: str | None = None,
         q.correct_min_offset(pred.min_phy_offset, version)
     pred.consume_queues = queues
     # 7. index files: dropped at load after a crash, then fed by the same dispatch (R§8)
-    pred.index_files, index_msg_ts = predict_index(store, abnormal, ckpt.index_msg_timestamp, dispatched)
+    pred.index_files, index_msg_ts = predict_index(kept_index, ckpt.index_msg_timestamp, dispatched)
     # 8. the checkpoint the broker holds afterwards
     pred.checkpoint = replace(
         ckpt,
@@ -526,9 +811,11 @@ class PredictedIndexFile:
         return IndexFile(self.path, config.maxHashSlotNum, config.maxIndexNum)
 
 
-def predict_index(store: Store, abnormal: bool, index_msg_timestamp: int, dispatched: Dispatched
-                  ) -> tuple[list[PredictedIndexFile], int]:
-    """R§8 and F§7.4: (index files after recovery, checkpoint indexMsgTimestamp)."""
+def index_files_at_load(store: Store, abnormal: bool, index_msg_timestamp: int
+                        ) -> tuple[list[PredictedIndexFile], IndexDispatch | None]:
+    """R§8: the index files ``IndexService#load`` keeps (after a crash, none that ends after the
+    checkpoint's indexMsgTimestamp) and the index dispatch that continues them (None when
+    ``messageIndexEnable`` is off): into the last file unless it is full."""
     cfg = store.config
     files = []
     for ref in list_index_files(store.index_dir, cfg.index_file_size, strict=False):
@@ -536,39 +823,28 @@ def predict_index(store: Store, abnormal: bool, index_msg_timestamp: int, dispat
         if abnormal and header.end_timestamp > index_msg_timestamp:
             continue                                  # IndexService#load(lastExitOK=false)
         files.append(PredictedIndexFile(ref.name, header, path=ref.path))
-    if not cfg.messageIndexEnable or not dispatched.stored_phy:
+    if not cfg.messageIndexEnable:
+        return files, None
+    last = files[-1] if files else None
+    if last is None:
+        return files, IndexDispatch(cfg, IndexHeader().successor(), None)   # a fresh first file
+    if last.header.loaded_index_count >= cfg.maxIndexNum:
+        return files, IndexDispatch(cfg, last.header.successor(), None)
+    return files, IndexDispatch(cfg, last.header, location(last.path).read_bytes())
+
+
+def predict_index(files: list[PredictedIndexFile], index_msg_timestamp: int, dispatched: Dispatched
+                  ) -> tuple[list[PredictedIndexFile], int]:
+    """R§8 and F§7.4: (index files after recovery, checkpoint indexMsgTimestamp), from the files
+    kept at load (``index_files_at_load``) and what the dispatch built."""
+    built = dispatched.index.finish() if dispatched.index is not None else []
+    if not built:
         return files, index_msg_timestamp
     last = files[-1] if files else None
-    full = last is not None and last.header.loaded_index_count >= cfg.maxIndexNum
-    base = None
-    if last is None:
-        start_header = IndexHeader().successor()        # a fresh first file: indexCount 1
-    elif full:
-        start_header = last.header.successor()
-    else:
-        start_header = last.header
-        base = storefs.location(last.path).read_bytes()      # local or remote store alike
-    # IndexService#buildIndex: skip a record below the current file's endPhyOffset, and ROLLBACK ones
-    end_phy = start_header.end_phy_offset
-    keys, phys, stamps = [], [], []
-    for phy, ts, topic, rec_keys, flag in zip(dispatched.stored_phy, dispatched.store_timestamp,
-                                              dispatched.topic, dispatched.keys, dispatched.sys_flag):
-        if phy < end_phy or flag & rf.TRANSACTION_MASK == rf.TRANSACTION_ROLLBACK_TYPE or not rec_keys:
-            continue
-        keys += [index_key(topic, k) for k in rec_keys]
-        phys += [phy] * len(rec_keys)
-        stamps += [ts] * len(rec_keys)
-        end_phy = phy
-    if not keys:
-        return files, index_msg_timestamp
-    built = build_index_files(index_key_hashes(keys), np.array(phys, np.int64), np.array(stamps, np.int64),
-                              hash_slot_num=cfg.maxHashSlotNum, index_num=cfg.maxIndexNum,
-                              start_header=start_header if base is None else None, base=base)
-    if base is not None:
-        files.pop()
+    files = list(files)
     for b in built:
         if b.continued:
-            files.append(PredictedIndexFile(last.name, b.header, data=b.data, path=last.path))
+            files[-1] = PredictedIndexFile(last.name, b.header, data=b.data, path=last.path)
         else:
             # the file before a new one was full: IndexService#flush moves indexMsgTimestamp
             if files:

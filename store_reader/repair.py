@@ -1,18 +1,25 @@
 """Write a repaired store: the commitlog cut at the broker's truncation point, consume queues and
 index files rebuilt from every surviving record, a consistent checkpoint, no ``abort``.
 
-Spark-free building blocks; ``jobs/recover.py`` runs them in parallel (one task per queue / index
-file) and places the result atomically. Everything here writes only below the directory it is given.
+Spark-free building blocks; ``jobs/recover.py`` runs them in parallel (consume queues: one task
+per bucket of CQ files or queues; index: one task per index file) and places the result atomically.
+Everything here writes only below the directory it is given, and holds at most one segment's
+records, one bucket's queue entries or one index file's hash slots in memory, whatever the store's
+size.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import mmap
 import os
 import shutil
+import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -20,46 +27,220 @@ import pyarrow as pa
 from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
+from .consumequeue import CQ_STORE_UNIT_SIZE
 from .consumequeue import file_name as cq_file_name
-from .indexfile import BuiltIndexFile, build_index_files, index_file_name
+from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
-from .recovery import ConsumeQueueState
+from .recovery import ConsumeQueueState, index_put_keys, multi_dispatch_rows
 
 COPY_CHUNK = 8 << 20
+SCAN_BATCH = 65536
 
-# Columns of a dispatched record that the rebuilders need (schemas.MESSAGE names).
-DISPATCH_COLUMNS = ["stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
-                    "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list"]
+# Columns of a record the consume queue rebuild reads (schemas.MESSAGE names).
+DISPATCH_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
+                    "sys_flag", "tags_code", "store_timestamp"]
+# ... and the index rebuild.
+INDEX_COLUMNS = ["phy_offset", "stored_phy_offset", "store_timestamp", "sys_flag", "topic", "uniq_key",
+                 "key_list"]
+
+# One consume queue put of a record below the truncation point: its queue, its position in the
+# commitlog (``phy_offset``, then ``copy``: 0 for the record's own queue, k for its k-th LMQ copy),
+# and the entry it writes.
+ENTRY_SCHEMA = pa.schema([
+    pa.field("topic", pa.string(), False), pa.field("queue_id", pa.int32(), False),
+    pa.field("queue_offset", pa.int64(), False), pa.field("phy_offset", pa.int64(), False),
+    pa.field("copy", pa.int32(), False), pa.field("stored_phy_offset", pa.int64(), False),
+    pa.field("total_size", pa.int32(), False), pa.field("tags_code", pa.int64(), False),
+    pa.field("store_timestamp", pa.int64(), False)])
 
 
 def copy_commitlog_file(src: str, dest: str, keep: int, file_size: int) -> None:
     """Copy ``[0, keep)`` of a segment and zero the rest (stale bytes past the end are never
-    carried over, spec E#10); the file keeps its preallocated size."""
+    carried over, spec E#10); the file keeps its preallocated size. The kernel copies
+    (``copy_file_range``: no trip through user space, a reflink where the filesystem can) and
+    read/write is the fallback."""
     with open(src, "rb") as fin, open(dest, "xb") as fout:
-        left = keep
-        while left:
-            chunk = fin.read(min(COPY_CHUNK, left))
-            if not chunk:
-                break
-            fout.write(chunk)
-            left -= len(chunk)
+        done = 0
+        try:
+            while done < keep:
+                n = os.copy_file_range(fin.fileno(), fout.fileno(), min(keep - done, 1 << 30))
+                if not n:
+                    break
+                done += n
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            fin.seek(done)
+            fout.seek(done)
+            while done < keep:
+                chunk = fin.read(min(COPY_CHUNK, keep - done))
+                if not chunk:
+                    break
+                fout.write(chunk)
+                done += len(chunk)
         fout.truncate(file_size)
+
+
+# -- consume queues -----------------------------------------------------------------------------------
+
+def dispatch_entries(path: str, opts: rf.ScanOptions, end: int, config: BrokerConfig,
+                     broker_5x: bool) -> Iterator[pa.Table]:
+    """The consume queue puts (``ENTRY_SCHEMA``) of one commitlog file's records below ``end``:
+    dispatchable records (F§3.5) and their LMQ copies (R§5.3, E#33), batch by batch."""
+    from .commitlog import SegmentScan
+
+    cols = DISPATCH_COLUMNS + (["properties"] if config.enableMultiDispatch else [])
+    for rb in SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH):
+        tran = rb.column("sys_flag").to_numpy() & rf.TRANSACTION_MASK
+        keep = (rb.column("phy_offset").to_numpy() < end) & (
+            (tran == rf.TRANSACTION_NOT_TYPE) | (tran == rf.TRANSACTION_COMMIT_TYPE))
+        b = rb.filter(pa.array(keep))
+        if not b.num_rows:
+            continue
+        own = pa.table([b.column(c) if c != "copy" else pa.array(np.zeros(b.num_rows, np.int32))
+                        for c in ENTRY_SCHEMA.names], schema=ENTRY_SCHEMA)
+        copies = multi_dispatch_rows(config, broker_5x, b) if config.enableMultiDispatch else []
+        if not copies:
+            yield own
+            continue
+        rows = np.array([r for r, _, _, _ in copies], dtype=np.int64)
+        nth = np.ones(len(rows), dtype=np.int32)         # k-th copy of its record
+        for i in range(1, len(rows)):
+            if rows[i] == rows[i - 1]:
+                nth[i] = nth[i - 1] + 1
+        base = own.take(pa.array(rows))
+        replaced = {"topic": pa.array([c[1] for c in copies], pa.string()),
+                    "queue_id": pa.array([c[2] for c in copies], pa.int32()),
+                    "queue_offset": pa.array([c[3] for c in copies], pa.int64()),
+                    "copy": pa.array(nth)}
+        yield own
+        yield pa.table([replaced.get(c, base.column(c)) for c in ENTRY_SCHEMA.names], schema=ENTRY_SCHEMA)
+
+
+def queue_parts(entries: pa.Table, per_file: int | None) -> Iterator[tuple[tuple[str, int, int], pa.Table]]:
+    """``entries`` cut into rebuild parts: ``((topic, queue id, CQ file number), rows)`` with the
+    file number ``queue_offset // per_file`` (the CQ file the entry lands in when its queue is
+    regular), or -1 (whole queues) when ``per_file`` is None."""
+    if not entries.num_rows:
+        return
+    topics = entries.column("topic").combine_chunks().dictionary_encode()
+    names = topics.dictionary.to_pylist()
+    code = topics.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    qid = entries.column("queue_id").to_numpy()
+    file_no = (entries.column("queue_offset").to_numpy() // per_file if per_file
+               else np.full(entries.num_rows, -1, np.int64))
+    order = np.lexsort((file_no, qid, code))
+    key = np.stack([code[order], qid[order].astype(np.int64), file_no[order]])
+    cut = np.flatnonzero((np.diff(key, axis=1) != 0).any(axis=0)) + 1
+    rows = pa.array(order)
+    for lo, hi in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [len(order)]]).tolist()):
+        i = order[lo]
+        yield (names[code[i]], int(qid[i]), int(file_no[i])), entries.take(rows[lo:hi])
+
+
+def part_bucket(topic: str, queue_id: int, file_no: int, buckets: int) -> int:
+    """The rebuild task of a part: a queue's CQ files go to consecutive tasks (a huge queue is
+    spread evenly), queues are packed by a stable hash (same on every worker)."""
+    return (zlib.crc32(f"{topic}\x00{queue_id}".encode()) + max(file_no, 0)) % buckets
 
 
 def rebuild_queue(topic: str, queue_id: int, records: pa.Table, cq_file_size: int) -> ConsumeQueueState:
     """A queue as the broker's dispatch builds it from nothing (R§5.3) over ``records`` (the
-    queue's dispatchable records, any order; they are put in commitlog order)."""
-    t = records.sort_by("stored_phy_offset")
+    queue's dispatchable records or ``ENTRY_SCHEMA`` rows, any order; put in commitlog order)."""
+    order = [(c, "ascending") for c in ("phy_offset", "copy") if c in records.column_names]
+    t = records.sort_by(order or "stored_phy_offset")
     q = ConsumeQueueState(topic, queue_id, cq_file_size)
-    for phy, size, tags, qoff in zip(t["stored_phy_offset"].to_numpy(), t["total_size"].to_numpy(),
-                                     t["tags_code"].to_numpy(), t["queue_offset"].to_numpy()):
-        q.put(int(phy), int(size), int(tags), int(qoff))
+    q.put_many(t.column("stored_phy_offset").to_numpy(), t.column("total_size").to_numpy(),
+               t.column("tags_code").to_numpy(), t.column("queue_offset").to_numpy())
     return q
+
+
+@dataclass
+class QueuePart:
+    """What a rebuild task wrote for one part (a CQ file of a queue, or a whole queue), and what
+    the driver needs to check that a queue cut into parts gives the bytes of one sequential
+    rebuild (``irregular_queues``)."""
+
+    topic: str
+    queue_id: int
+    file_no: int                      # -1: the whole queue
+    regular: bool                     # consecutive queue offsets, strictly increasing ends
+    entries: int
+    first_offset: int
+    last_offset: int
+    first_position: tuple[int, int]   # (phy_offset, copy) of the first and last put
+    last_position: tuple[int, int]
+    first_end: int                    # stored phy + size of the first and last put
+    last_end: int
+    min_offset: int
+    max_offset: int
+    last_store_timestamp: int
+
+
+def rebuild_queue_part(topic: str, queue_id: int, file_no: int, entries: pa.Table, cq_file_size: int,
+                       queue_dir: str, input_queue_dir: str | None) -> QueuePart:
+    """Rebuild one part and write its CQ file(s) under ``queue_dir``.
+
+    A whole queue (``file_no`` -1) is the broker's sequential put. A CQ file of a queue
+    (``file_no`` >= 0) is written only if its puts are regular: queue offsets consecutive and
+    ends strictly increasing in commitlog order, so that every put is accepted at its own queue
+    offset and the file's bytes do not depend on the other files. Whether the neighbouring
+    parts continue it is the driver's check."""
+    t = entries.sort_by([("phy_offset", "ascending"), ("copy", "ascending")])
+    stored, size = t.column("stored_phy_offset").to_numpy(), t.column("total_size").to_numpy()
+    offsets, ends = t.column("queue_offset").to_numpy(), stored + size.astype(np.int64)
+    regular = bool(offsets[0] >= 0 and ends[0] > -1 and (np.diff(offsets) == 1).all()
+                   and (np.diff(ends) > 0).all())
+    q = ConsumeQueueState(topic, queue_id, cq_file_size)
+    if file_no < 0 or regular:
+        q.put_many(stored, size, t.column("tags_code").to_numpy(), offsets)
+        write_queue_state(q, queue_dir, input_queue_dir)
+    pos, copy = t.column("phy_offset").to_numpy(), t.column("copy").to_numpy()
+    return QueuePart(topic, queue_id, file_no, regular, t.num_rows, int(offsets[0]), int(offsets[-1]),
+                     (int(pos[0]), int(copy[0])), (int(pos[-1]), int(copy[-1])), int(ends[0]),
+                     int(ends[-1]), q.min_offset, q.max_offset,
+                     int(t.column("store_timestamp").to_numpy().max()))
+
+
+def irregular_queues(parts: Iterable[QueuePart]) -> set[tuple[str, int]]:
+    """Queues rebuilt file by file whose files do not join up into one sequential rebuild: a part
+    that is not regular itself, or one that does not continue the previous file's queue offsets,
+    commitlog positions and ends (a gap, a repeat or a reordering across a file boundary)."""
+    by_queue: dict[tuple[str, int], list[QueuePart]] = {}
+    for p in parts:
+        if p.file_no >= 0:
+            by_queue.setdefault((p.topic, p.queue_id), []).append(p)
+    bad = set()
+    for key, ps in by_queue.items():
+        ps.sort(key=lambda p: p.file_no)
+        if not all(p.regular for p in ps) or any(
+                b.first_offset != a.last_offset + 1 or b.first_position <= a.last_position
+                or b.first_end <= a.last_end for a, b in zip(ps, ps[1:])):
+            bad.add(key)
+    return bad
+
+
+def queue_table(parts: Iterable[QueuePart]) -> pa.Table:
+    """One row per rebuilt queue: topic, queue_id, min/max offset, entries, last store time."""
+    by_queue: dict[tuple[str, int], list[QueuePart]] = {}
+    for p in parts:
+        by_queue.setdefault((p.topic, p.queue_id), []).append(p)
+    rows = []
+    for (topic, qid), ps in sorted(by_queue.items()):
+        ps.sort(key=lambda p: p.file_no)
+        lo, hi = ps[0].min_offset, ps[-1].max_offset
+        rows.append({"topic": topic, "queue_id": qid, "min_offset": lo, "max_offset": hi,
+                     "entries": hi - lo, "last_store_timestamp": max(p.last_store_timestamp for p in ps)})
+    return pa.Table.from_pylist(rows, schema=pa.schema([
+        pa.field("topic", pa.string()), pa.field("queue_id", pa.int32()), pa.field("min_offset", pa.int64()),
+        pa.field("max_offset", pa.int64()), pa.field("entries", pa.int64()),
+        pa.field("last_store_timestamp", pa.int64())]))
 
 
 def write_queue_state(q: ConsumeQueueState, queue_dir: str, input_queue_dir: str | None = None
                       ) -> list[str]:
-    """The CQ files of ``q`` (zero past each file's write position).
+    """The CQ files of ``q`` (zero past each file's write position; the zeros are a sparse tail,
+    so a queue with few entries does not cost a whole file of writes).
 
     When the queue starts inside its first file (older commitlog files are gone), the slots before
     its min offset keep what the input's file holds there, as the broker keeps them (they are below
@@ -69,27 +250,18 @@ def write_queue_state(q: ConsumeQueueState, queue_dir: str, input_queue_dir: str
     written = []
     for i, f in enumerate(q.files):
         path = os.path.join(queue_dir, cq_file_name(f.start))
-        slots = f.slots.copy()
-        slots[f.wrote // 20:] = 0
-        head = (q.min_logic_offset - f.start) // 20
+        slots = f.slots[:f.wrote // CQ_STORE_UNIT_SIZE].copy()
+        head = (q.min_logic_offset - f.start) // CQ_STORE_UNIT_SIZE
         if i == 0 and head > 0 and input_queue_dir is not None:
             old = os.path.join(input_queue_dir, cq_file_name(f.start))
             if os.path.isfile(old) and os.path.getsize(old) == q.file_size:
                 with open(old, "rb") as fh:
-                    slots[:head] = np.frombuffer(fh.read(), dtype=slots.dtype)[:head]
+                    slots[:head] = np.frombuffer(fh.read(head * CQ_STORE_UNIT_SIZE), dtype=slots.dtype)
         with open(path, "xb") as fh:
             fh.write(slots.tobytes())
+            fh.truncate(q.file_size)
         written.append(path)
     return written
-
-
-def dispatchable(records: pa.Table) -> pa.Table:
-    """Records that get a consume queue entry: transaction type NOT or COMMIT (F§3.5)."""
-    import pyarrow.compute as pc
-
-    tran = pc.bit_wise_and(records["sys_flag"], rf.TRANSACTION_MASK)
-    return records.filter(pc.is_in(tran, pa.array([rf.TRANSACTION_NOT_TYPE,
-                                                    rf.TRANSACTION_COMMIT_TYPE], pa.int32())))
 
 
 def multi_dispatch_copies(batch: pa.RecordBatch, config: BrokerConfig, broker_5x: bool) -> pa.RecordBatch:
@@ -115,47 +287,234 @@ class IndexPuts:
     topic: pa.Array
 
 
-def index_puts(records: pa.Table) -> IndexPuts:
-    """``IndexService#buildIndex`` over records in commitlog order, vectorised: every record but a
-    ROLLBACK one puts ``topic#UNIQ_KEY`` then ``topic#token`` for each KEYS token."""
+def index_puts(records: pa.Table | pa.RecordBatch, ordered: bool = False) -> IndexPuts:
+    """``IndexService#buildIndex`` over records (sorted by stored phy offset unless ``ordered``),
+    vectorised: every record but a ROLLBACK one puts ``topic#UNIQ_KEY`` then ``topic#token`` for
+    each KEYS token."""
+    if not ordered:
+        records = records.sort_by("stored_phy_offset")
+    counts, topics, keys = index_put_keys(records)
+    return IndexPuts(index_key_hashes(keys),
+                     np.repeat(records.column("stored_phy_offset").to_numpy(), counts),
+                     np.repeat(records.column("store_timestamp").to_numpy(), counts), topics)
+
+
+def segment_index_puts(path: str, opts: rf.ScanOptions, end: int) -> Iterator[tuple[IndexPuts, int]]:
+    """The index puts of one commitlog file's records below ``end``, batch by batch, in commitlog
+    order, each with the largest store time of the batch's records (the checkpoint's
+    physicMsgTimestamp is the store's latest)."""
+    from .commitlog import SegmentScan
+
+    for rb in SegmentScan(path, opts, columns=INDEX_COLUMNS, batch_size=SCAN_BATCH):
+        pos = rb.column("phy_offset").to_numpy()
+        if pos[0] >= end:
+            return
+        b = rb if pos[-1] < end else rb.filter(pa.array(pos < end))
+        yield index_puts(b, ordered=True), int(b.column("store_timestamp").to_numpy().max())
+
+
+def segment_index_counts(path: str, opts: rf.ScanOptions, end: int) -> tuple[int, int]:
+    """(index puts, largest store time) of one commitlog file's records below ``end``: per record
+    but a ROLLBACK one, its UNIQ_KEY (if any) and KEYS tokens, counted without building keys."""
     import pyarrow.compute as pc
 
-    records = records.sort_by("stored_phy_offset")
-    tran = pc.bit_wise_and(records["sys_flag"], rf.TRANSACTION_MASK)
-    records = records.filter(pc.not_equal(tran, rf.TRANSACTION_ROLLBACK_TYPE))
-    uniq = records["uniq_key"].combine_chunks().cast(pa.string())
-    key_lists = records["key_list"].combine_chunks()
-    keys_flat = pc.list_flatten(key_lists).cast(pa.string())
-    # put order per record: UNIQ_KEY (if any) then the KEYS tokens; positions in the flat output
-    has_uniq = pc.is_valid(uniq).to_numpy(zero_copy_only=False)
-    n_keys = pc.list_value_length(key_lists).to_numpy(zero_copy_only=False).astype(np.int64)
-    counts = has_uniq.astype(np.int64) + n_keys
-    starts = np.concatenate([[0], np.cumsum(counts)])[:-1]
-    order = np.empty(int(counts.sum()), dtype=np.int64)
-    uniq_values = pc.drop_null(uniq)
-    order[starts[has_uniq]] = np.arange(len(uniq_values))
-    owner = np.repeat(np.arange(len(counts)), n_keys)
-    within = np.arange(len(keys_flat)) - np.repeat(np.concatenate([[0], np.cumsum(n_keys)])[:-1], n_keys)
-    order[starts[owner] + has_uniq[owner] + within] = len(uniq_values) + np.arange(len(keys_flat))
-    tokens = pa.concat_arrays([uniq_values, keys_flat]).take(pa.array(order))
-    topics = records["topic"].combine_chunks().cast(pa.string()).take(pa.array(np.repeat(np.arange(len(counts)), counts)))
-    keys = pc.binary_join_element_wise(topics, tokens, "#")
-    return IndexPuts(index_key_hashes(keys),
-                     np.repeat(records["stored_phy_offset"].to_numpy(), counts),
-                     np.repeat(records["store_timestamp"].to_numpy(), counts), topics)
+    from .commitlog import SegmentScan
+
+    puts, last_ts = 0, 0
+    cols = ["phy_offset", "sys_flag", "store_timestamp", "uniq_key", "key_list"]
+    for rb in SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH):
+        pos = rb.column("phy_offset").to_numpy()
+        below = pos < end
+        if not below.any():
+            break
+        keep = below & ((rb.column("sys_flag").to_numpy() & rf.TRANSACTION_MASK)
+                        != rf.TRANSACTION_ROLLBACK_TYPE)
+        uniq = pc.is_valid(rb.column("uniq_key")).to_numpy(zero_copy_only=False)
+        tokens = pc.list_value_length(rb.column("key_list")).to_numpy(zero_copy_only=False)
+        puts += int(uniq[keep].sum()) + int(tokens[keep].sum())
+        last_ts = max(last_ts, int(rb.column("store_timestamp").to_numpy()[below].max()))
+    return puts, last_ts
 
 
-def build_index(puts: IndexPuts, config: BrokerConfig) -> list[tuple[str, BuiltIndexFile]]:
-    """Fresh index files for ``puts`` with broker-style names (first put's store time, UTC),
-    made strictly increasing so they sort in creation order."""
-    built = build_index_files(puts.key_hash, puts.phy, puts.store_timestamp,
-                              hash_slot_num=config.maxHashSlotNum, index_num=config.maxIndexNum)
-    out, last = [], -1
-    for b in built:
-        stamp = max(int(puts.store_timestamp[b.first_put]), last + 1)
-        out.append((index_file_name(stamp, "UTC"), b))
+def index_file_plan(puts_per_segment: Sequence[int], index_num: int) -> list[list[tuple[int, int, int]]]:
+    """Which puts go into which fresh index file: file k holds puts [k(n-1), (k+1)(n-1)) of the
+    store (an index file holds ``maxIndexNum - 1`` entries, its entry 0 is unused). Per file, the
+    (segment, first put, end put) ranges to read, starting one put early for every file but the
+    first: a file's header starts from its predecessor's last put (``IndexHeader.successor``)."""
+    per_file = index_num - 1
+    starts = np.concatenate([[0], np.cumsum(puts_per_segment)]).astype(np.int64)
+    total = int(starts[-1])
+    plan = []
+    for lo in range(0, total, per_file):
+        hi = min(total, lo + per_file)
+        first = max(lo - 1, 0)
+        ranges = [(i, int(max(first, starts[i]) - starts[i]), int(min(hi, starts[i + 1]) - starts[i]))
+                  for i in range(len(puts_per_segment)) if starts[i] < hi and starts[i + 1] > first]
+        plan.append(ranges)
+    return plan
+
+
+@dataclass
+class WrittenIndexFile:
+    """An index file a task wrote (under a temporary name until the driver names it)."""
+
+    path: str
+    header: IndexHeader
+    first_put_timestamp: int
+
+
+class IndexFileWriter:
+    """A fresh index file filled by successive batches of ``IndexFile#putKey`` calls and written to
+    ``path`` as it fills: the entries are appended to the file batch by batch and their memory
+    handed back, so only the header and hash slots stay resident (what a put reads: a slot's
+    current head), not the up to ``20 x maxIndexNum`` bytes of entries."""
+
+    def __init__(self, path: str, config: BrokerConfig, start_header: IndexHeader) -> None:
+        self.path, self.header = path, start_header
+        self.hash_slot_num, self.index_num = config.maxHashSlotNum, config.maxIndexNum
+        self.size = index_file_size(self.hash_slot_num, self.index_num)
+        self.entries_pos = INDEX_HEADER_SIZE + 4 * self.hash_slot_num
+        self.first_put_timestamp: int | None = None
+        # private anonymous memory: zero pages until touched, handed back by MADV_DONTNEED
+        self._buf = mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._data = np.frombuffer(self._buf, dtype=np.uint8)
+        self._fh = open(path, "xb")
+        self._written = self.entries_pos                  # file bytes written so far (after the slots)
+        self._released = -(-self.entries_pos // mmap.PAGESIZE) * mmap.PAGESIZE
+
+    @property
+    def room(self) -> int:
+        return self.index_num - self.header.index_count
+
+    def put(self, key_hash: np.ndarray, phy: np.ndarray, store_timestamp: np.ndarray) -> None:
+        if not len(key_hash):
+            return
+        if len(key_hash) > self.room:
+            raise ValueError(f"{len(key_hash)} puts do not fit the {self.room} entries left in {self.path}")
+        if self.first_put_timestamp is None:
+            self.first_put_timestamp = int(store_timestamp[0])
+        self.header = _put_all(self._data, self.header, np.asarray(key_hash, dtype=np.int64),
+                               np.asarray(phy, dtype=np.int64), np.asarray(store_timestamp, dtype=np.int64),
+                               self.hash_slot_num)
+        # the new entries go to the file; _put_all never reads an older entry back
+        end = self.entries_pos + self.header.index_count * 20
+        self._fh.seek(self._written)
+        self._fh.write(self._data[self._written:end])
+        self._written = end
+        done = end // mmap.PAGESIZE * mmap.PAGESIZE
+        if done > self._released:
+            self._buf.madvise(mmap.MADV_DONTNEED, self._released, done - self._released)
+            self._released = done
+
+    def close(self) -> WrittenIndexFile:
+        """Header and hash slots to the file, the rest of it zeros (sparse); the file's size is the
+        broker's index file size."""
+        self._fh.seek(0)
+        self._fh.write(self._data[:self.entries_pos])
+        self._fh.truncate(self.size)
+        self._fh.close()
+        del self._data
+        self._buf.close()
+        return WrittenIndexFile(self.path, self.header, self.first_put_timestamp or 0)
+
+    def abort(self) -> None:
+        self._fh.close()
+        del self._data
+        self._buf.close()
+        os.unlink(self.path)
+
+
+def _prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+    """``items`` produced on a thread of their own, at most ``depth`` ahead of the consumer: the
+    scanner and the key hashing release the GIL, so they overlap the consumer's work."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                q.put((item, None))
+            q.put((done, None))
+        except BaseException as exc:      # handed to the consumer, raised there
+            q.put((done, exc))
+
+    worker = threading.Thread(target=produce, daemon=True)
+    worker.start()
+    try:
+        while True:
+            item, exc = q.get()
+            if exc is not None:
+                raise exc
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():          # unblock a producer waiting on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                worker.join(0.01)
+
+
+def _range_puts(segments: Sequence[tuple[str, int, int]], opts: rf.ScanOptions, end: int
+                ) -> Iterator[tuple[IndexPuts, int, int]]:
+    """(puts of a batch, first, end) for the puts ``[lo, hi)`` of each (commitlog file, lo, hi)."""
+    for seg_path, lo, hi in segments:
+        seen = 0
+        for p, _ in segment_index_puts(seg_path, opts, end):
+            n = len(p.key_hash)
+            a, b = max(lo - seen, 0), min(hi - seen, n)
+            seen += n
+            if a < b:
+                yield p, a, b
+            if seen >= hi:
+                break
+
+
+def write_index_file_part(path: str, segments: Sequence[tuple[str, int, int]], opts: rf.ScanOptions,
+                          end: int, config: BrokerConfig, first: bool) -> WrittenIndexFile:
+    """One fresh index file from the puts ``[lo, hi)`` of each (commitlog file, lo, hi) in
+    ``segments`` (``index_file_plan``), reading those files itself (scanned and hashed a little
+    ahead, on a second thread): memory is a few batches plus the hash slots. Unless ``first``,
+    the first put read is the previous file's last one, which only sets the starting header."""
+    writer: IndexFileWriter | None = None
+    skip = 0 if first else 1
+    try:
+        for p, a, b in _prefetched(_range_puts(segments, opts, end)):
+            if writer is None:
+                start = IndexHeader(0, 0, 0, 0, 0, 1)
+                if skip:
+                    start = IndexHeader(end_timestamp=int(p.store_timestamp[a]),
+                                        end_phy_offset=int(p.phy[a])).successor()
+                    a += skip
+                    skip = 0
+                writer = IndexFileWriter(path, config, start)
+            writer.put(p.key_hash[a:b], p.phy[a:b], p.store_timestamp[a:b])
+        if writer is None:
+            raise ValueError(f"no index puts in {segments}")
+        return writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+
+
+def name_index_files(written: Sequence[WrittenIndexFile]) -> list[str]:
+    """Broker-style names of fresh index files in creation order (their first put's store time,
+    UTC), made strictly increasing so they sort in creation order."""
+    names, last = [], -1
+    for w in written:
+        stamp = max(w.first_put_timestamp, last + 1)
+        names.append(index_file_name(stamp, "UTC"))
         last = stamp
-    return out
+    return names
 
 
 def sha256_file(path: str) -> str:
@@ -167,17 +526,20 @@ def sha256_file(path: str) -> str:
 
 
 def tree_manifest(root: str, skip: Iterable[str] = ()) -> list[dict]:
-    """Relative path, size and SHA-256 of every file under ``root``, sorted by path."""
+    """Relative path, size and SHA-256 of every file under ``root``, sorted by path (files hashed
+    two at a time: hashlib releases the GIL on large reads)."""
     skip = set(skip)
-    out = []
+    paths = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
             p = os.path.join(dirpath, name)
             rel = os.path.relpath(p, root)
-            if rel in skip:
-                continue
-            out.append({"path": rel, "size": os.path.getsize(p), "sha256": sha256_file(p)})
+            if rel not in skip:
+                paths.append((rel, p))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        digests = list(pool.map(sha256_file, [p for _, p in paths]))
+    out = [{"path": rel, "size": os.path.getsize(p), "sha256": d} for (rel, p), d in zip(paths, digests)]
     out.sort(key=lambda e: e["path"])
     return out
 
@@ -212,7 +574,7 @@ def write_checkpoint_file(dest_root: Path, ckpt: Checkpoint, broker_5x: bool) ->
     write_checkpoint(dest_root / "checkpoint", ckpt, rocketmq5=broker_5x)
 
 
-def full_index_end_timestamp(files: Sequence[tuple[str, BuiltIndexFile]], index_num: int) -> int:
+def full_index_end_timestamp(headers: Sequence[IndexHeader], index_num: int) -> int:
     """``indexMsgTimestamp`` after a full flush: end time of the last index file that is full."""
-    full = [b.header.end_timestamp for _, b in files if b.header.index_count >= index_num]
+    full = [h.end_timestamp for h in headers if h.index_count >= index_num]
     return full[-1] if full else 0

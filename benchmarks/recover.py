@@ -1,0 +1,423 @@
+"""End-to-end recovery at two store sizes: ``jobs.recover`` on Spark vs the same passes in one process.
+
+    .venv/bin/python benchmarks/recover.py [--sizes 1.5GiB,6GiB] [--dir DIR] [--no-reference]
+
+Makes (or reuses, keyed by their spec) two crashed synthetic stores with ``store_reader.synthetic``:
+about 1 KiB messages, 256 MiB segments, 32 queues over four topics, keys on every message, killed
+with a stale checkpoint, a torn last record and a flipped body byte in the middle of the last
+segment holding records (``CrashSpec(abort=True, stale_checkpoint=True, torn_tail=True,
+corrupt="crc")``). Then, per size, a fresh ``python -m jobs.recover --store S --out O
+--broker-config S/broker.conf --audit-path A --overwrite`` (its own Spark, spark-conf/local.conf)
+while this process samples the job's process tree and the machine's cores with psutil.
+
+Printed side by side: seconds per pass (the job's ``pass <name> <secs>s`` log lines; the three
+write passes run concurrently, so their seconds overlap), the wall total, the marginal throughput
+(the slope between the two sizes), the fixed overhead (the total extrapolated to 0 bytes, and the
+session start measured alone), peak RSS of the driver JVM, the driver Python and the Python
+workers, and per-core CPU during the scan pass. Next to it the reference: the same passes in ONE
+process without Spark (segment summaries, ``recovery.predict``, the ``repair`` functions writing
+to a temporary directory; no audit, which needs Spark).
+
+Figures are only valid on a quiet machine: the 1-minute load average is printed first, and above 3
+every figure is flagged as not valid.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import psutil  # noqa: E402
+
+from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, parse_size, write_store  # noqa: E402
+
+GB = 1e9
+MAX_LOAD = 3.0
+CRASH = CrashSpec(abort=True, stale_checkpoint=True, torn_tail=True, corrupt="crc")
+PASS_LINE = re.compile(r"pass (\S.*?)\s+([0-9.]+)s\b")
+PASSES = ["discover", "scan + plan", "audit", "rebuild consume queues", "rebuild index",
+          "write commitlog", "write manifest", "write audit tables"]
+REFERENCE_PASSES = ["scan", "plan", "rebuild consume queues", "rebuild index", "write commitlog",
+                    "checkpoint + manifest"]
+
+
+# -- the stores ---------------------------------------------------------------------------------------
+
+def spec_for(size: int) -> SyntheticStoreSpec:
+    """~1 KiB messages, 256 MiB segments, the default 32 queues over four topics, keys everywhere."""
+    return SyntheticStoreSpec(total_bytes=size, segment_size=256 << 20, message_size=1024, seed=1)
+
+
+def ensure_store(root: Path, size: int) -> dict:
+    """The crashed store of ``size`` at ``root``, made unless one with the same spec is there."""
+    stamp = root / "bench-spec.json"
+    want = {"spec": asdict(spec_for(size)), "crash": asdict(CRASH)}
+    if stamp.exists():
+        have = json.loads(stamp.read_text())
+        if {k: have.get(k) for k in want} == json.loads(json.dumps(want)):
+            return have
+    if root.exists():
+        shutil.rmtree(root)
+    t = time.perf_counter()
+    info = write_store(root, spec_for(size), CRASH, keep_messages=False)
+    print(f"wrote {info.counts['records']:,} records ({info.written_end / GB:.2f} GB) in "
+          f"{time.perf_counter() - t:.0f}s -> {root}", flush=True)
+    have = {**want, "written_end": info.written_end, "records": info.counts["records"],
+            "truncation_offset": info.truncation_offset}
+    stamp.write_text(json.dumps(have))
+    return have
+
+
+# -- watching a run ------------------------------------------------------------------------------------
+
+def _kind(p: psutil.Process, root_pid: int) -> str | None:
+    try:
+        if p.pid == root_pid:
+            return "driver python"
+        name, cmd = p.name(), " ".join(p.cmdline())
+    except psutil.Error:
+        return None
+    if name == "java" or cmd.startswith("java") or "/java " in cmd:
+        return "driver JVM"
+    if "pyspark.daemon" in cmd or "pyspark.worker" in cmd or "pyspark/daemon" in cmd:
+        return "python workers"
+    return None
+
+
+class Sampler(threading.Thread):
+    """Samples a process tree every ``interval`` seconds: RSS per kind of process (peak of one and
+    peak of the sum), CPU seconds per process, and the machine's per-core utilisation."""
+
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.root = psutil.Process(pid)
+        self.interval = interval
+        self.stop = threading.Event()
+        self.peak_one: dict[str, int] = {}
+        self.peak_sum: dict[str, int] = {}
+        self.cpu_seconds: dict[int, float] = {}
+        self.cores: list[tuple[float, list[float]]] = []
+        self.tree_cpu: list[tuple[float, float]] = []
+        psutil.cpu_percent(percpu=True)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.sample()
+            self.stop.wait(self.interval)
+        self.sample()
+
+    def sample(self) -> None:
+        now = time.time()
+        try:
+            procs = [self.root] + self.root.children(recursive=True)
+        except psutil.Error:
+            procs = []
+        sums: dict[str, int] = {}
+        for p in procs:
+            kind = _kind(p, self.root.pid)
+            try:
+                rss = p.memory_info().rss
+                cpu = p.cpu_times()
+            except psutil.Error:
+                continue
+            self.cpu_seconds[p.pid] = max(self.cpu_seconds.get(p.pid, 0.0),
+                                          cpu.user + cpu.system + cpu.children_user + cpu.children_system)
+            if kind is None:
+                continue
+            sums[kind] = sums.get(kind, 0) + rss
+            self.peak_one[kind] = max(self.peak_one.get(kind, 0), rss)
+        for kind, total in sums.items():
+            self.peak_sum[kind] = max(self.peak_sum.get(kind, 0), total)
+        self.cores.append((now, psutil.cpu_percent(percpu=True)))
+        self.tree_cpu.append((now, sum(self.cpu_seconds.values())))
+
+    def core_use(self, start: float, end: float) -> list[float]:
+        """Mean utilisation (%) of every core between two wall-clock times."""
+        rows = [c for t, c in self.cores if start <= t <= end]
+        if not rows:
+            return []
+        return [sum(r[i] for r in rows) / len(rows) for i in range(len(rows[0]))]
+
+    def own_cores(self, start: float, end: float) -> float:
+        """Cores this process tree kept busy on average between two wall-clock times (its own
+        CPU seconds over the window, whatever else ran on the machine)."""
+        rows = [(t, c) for t, c in self.tree_cpu if start <= t <= end]
+        if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
+            return 0.0
+        return (rows[-1][1] - rows[0][1]) / (rows[-1][0] - rows[0][0])
+
+
+def watched(cmd: list[str], cwd: Path) -> tuple[float, list[tuple[float, str]], Sampler, int]:
+    """Run ``cmd`` under the sampler: (wall seconds, output lines with their arrival time,
+    sampler, exit code)."""
+    t = time.time()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    sampler = Sampler(proc.pid)
+    sampler.start()
+    lines = []
+    buf = b""
+    assert proc.stdout is not None
+    while True:
+        chunk = proc.stdout.read1(65536)
+        if not chunk:
+            break
+        buf += chunk
+        *done, buf = re.split(rb"[\r\n]", buf)
+        now = time.time()
+        lines += [(now, d.decode(errors="replace")) for d in done if d.strip()]
+    rc = proc.wait()
+    wall = time.time() - t
+    sampler.stop.set()
+    sampler.join()
+    if buf.strip():
+        lines.append((time.time(), buf.decode(errors="replace")))
+    return wall, lines, sampler, rc
+
+
+def passes_of(lines: list[tuple[float, str]]) -> dict[str, tuple[float, float]]:
+    """``pass <name> <secs>s`` log lines -> {name: (seconds, wall time the line arrived)}."""
+    out = {}
+    for at, line in lines:
+        m = PASS_LINE.search(line)
+        if m:
+            out[m.group(1)] = (float(m.group(2)), at)
+    return out
+
+
+# -- the runs ------------------------------------------------------------------------------------------
+
+def spark_run(store: Path, work: Path) -> dict:
+    """``python -m jobs.recover`` on ``store`` as its own process (fresh Spark)."""
+    out, audit = work / "repaired", work / "audit"
+    shutil.rmtree(audit, ignore_errors=True)
+    cmd = [sys.executable, "-m", "jobs.recover", "--store", str(store), "--out", str(out),
+           "--broker-config", str(store / "broker.conf"), "--audit-path", str(audit), "--overwrite"]
+    wall, lines, s, rc = watched(cmd, ROOT)
+    if rc != 0:
+        tail = "\n".join(line for _, line in lines[-30:])
+        raise SystemExit(f"jobs.recover exited {rc}:\n{tail}")
+    passes = passes_of(lines)
+    secs, at = passes.get("scan + plan", (0.0, 0.0))
+    return {"wall": wall, "passes": {k: v[0] for k, v in passes.items()},
+            "peak_one": s.peak_one, "peak_sum": s.peak_sum, "cpu_seconds": sum(s.cpu_seconds.values()),
+            "scan_cores": s.core_use(at - secs, at), "all_cores": s.core_use(0, float("inf")),
+            "scan_own": s.own_cores(at - secs, at), "all_own": s.own_cores(0, float("inf"))}
+
+
+def session_start() -> dict:
+    """A fresh process that only starts the embedded Spark and runs one Python task."""
+    code = ("import time; t = time.monotonic()\n"
+            "from jobs.sparkutil import get_spark\n"
+            "s = get_spark('rocketmq-bench-session', extra={'spark.ui.showConsoleProgress': 'false'})\n"
+            "a = time.monotonic(); s.sparkContext.parallelize([1], 1).map(lambda x: x).collect()\n"
+            "b = time.monotonic(); print('SESSION', a - t, b - a)\n")
+    wall, lines, _, rc = watched([sys.executable, "-c", code], ROOT)
+    for _, line in lines:
+        if line.startswith("SESSION"):
+            _, session, task = line.split()
+            return {"process": wall, "session": float(session), "first_task": float(task)}
+    raise SystemExit(f"session start failed ({rc})")
+
+
+def reference_run(store: Path, work: Path) -> dict:
+    """This script in ``--reference`` mode: the passes without Spark, in one process."""
+    out = work / "reference"
+    wall, lines, s, rc = watched([sys.executable, __file__, "--reference", str(store), str(out)], ROOT)
+    result = next((json.loads(line[len("REFERENCE "):]) for _, line in lines
+                   if line.startswith("REFERENCE ")), None)
+    if rc != 0 or result is None:
+        raise SystemExit("reference run failed:\n" + "\n".join(line for _, line in lines[-30:]))
+    shutil.rmtree(out, ignore_errors=True)
+    return {"wall": wall, "passes": result, "peak_one": s.peak_one,
+            "cpu_seconds": sum(s.cpu_seconds.values())}
+
+
+def reference(store_path: str, out_path: str) -> dict[str, float]:
+    """The recovery's passes in this one process, store_reader alone (no audit)."""
+    from store_reader import open_store, recovery, repair
+    from store_reader.recordformat import ScanOptions
+
+    times: dict[str, float] = {}
+
+    def timed(name: str, t: float) -> None:
+        times[name] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    store = open_store(store_path, Path(store_path) / "broker.conf")
+    version = recovery.V5X if store.looks_5x() else recovery.V49
+    summaries = store.summaries(store.scan_options(broker_5x=version == recovery.V5X))
+    timed("scan", t)
+    t = time.perf_counter()
+    pred = recovery.predict(store, version, summaries=summaries)
+    timed("plan", t)
+    out, cfg, end = Path(out_path), store.config, pred.max_phy_offset
+    five = version == recovery.V5X
+    shutil.rmtree(out, ignore_errors=True)
+    for d in ("consumequeue", "index", "commitlog"):
+        (out / d).mkdir(parents=True)
+    opts = ScanOptions(check_crc=False, compute_crc=False, broker_5x=five,
+                       delay_levels_ms=tuple(cfg.delay_levels_ms))
+    files = [f.path for f in store.commitlog_files if f.start < end]
+    t = time.perf_counter()
+    queues: dict[tuple[str, int], list] = {}
+    for path in files:
+        for entries in repair.dispatch_entries(path, opts, end, cfg, five):
+            for key, part in repair.queue_parts(entries, None):
+                queues.setdefault(key[:2], []).append(part)
+    import pyarrow as pa
+
+    parts = [repair.rebuild_queue_part(topic, qid, -1, pa.concat_tables(queues.pop((topic, qid))),
+                                       cfg.cq_file_size, str(out / "consumequeue" / topic / str(qid)),
+                                       str(store.root / "consumequeue" / topic / str(qid)))
+             for topic, qid in sorted(queues)]
+    last_cq_ts = max((p.last_store_timestamp for p in parts), default=0)
+    timed("rebuild consume queues", t)
+    t = time.perf_counter()
+    counts = [repair.segment_index_counts(p, opts, end) for p in files]
+    plan = repair.index_file_plan([n for n, _ in counts], cfg.maxIndexNum)
+    written = [repair.write_index_file_part(str(out / "index" / f".building-{k}"),
+                                            [(files[i], lo, hi) for i, lo, hi in ranges], opts, end,
+                                            cfg, k == 0) for k, ranges in enumerate(plan)]
+    for w, name in zip(written, repair.name_index_files(written)):
+        os.rename(w.path, out / "index" / name)
+    timed("rebuild index", t)
+    t = time.perf_counter()
+    srcs = {c.name: c.path for c in store.commitlog_files}
+    for f in pred.commitlog_files:
+        repair.copy_commitlog_file(srcs[f.name], str(out / "commitlog" / f.name), f.wrote, f.size)
+    timed("write commitlog", t)
+    t = time.perf_counter()
+    ckpt = repair.repaired_checkpoint(max((ts for _, ts in counts), default=0), last_cq_ts,
+                                      repair.full_index_end_timestamp([w.header for w in written],
+                                                                      cfg.maxIndexNum), 0, five)
+    repair.write_checkpoint_file(out, ckpt, five)
+    repair.write_manifest(str(out), {"outputs": repair.tree_manifest(str(out))})
+    timed("checkpoint + manifest", t)
+    return times
+
+
+# -- the report ----------------------------------------------------------------------------------------
+
+def _mb(v: int | None) -> str:
+    return f"{v / 2**20:,.0f} MiB" if v else "-"
+
+
+def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session: dict, load: float) -> None:
+    cols = [f"{s['written_end'] / GB:.2f} GB" for s in sizes]
+    head = f"{'':<34}" + "".join(f"{'spark ' + c:>18}" for c in cols)
+    if any(refs):
+        head += "".join(f"{'1 process ' + c:>20}" for c in cols)
+    print("\n" + head)
+
+    def row(label: str, spark_vals: list[str], ref_vals: list[str] | None = None) -> None:
+        line = f"{label:<34}" + "".join(f"{v:>18}" for v in spark_vals)
+        if any(refs):
+            line += "".join(f"{v:>20}" for v in (ref_vals or [""] * len(refs)))
+        print(line)
+
+    for name in PASSES:
+        row(f"pass {name} (s)", [f"{r['passes'].get(name, 0):.2f}" for r in runs])
+    for name in REFERENCE_PASSES:
+        row(f"  reference {name} (s)", [""] * len(runs),
+            [f"{r['passes'][name]:.2f}" if r else "-" for r in refs])
+    row("total wall (s)", [f"{r['wall']:.2f}" for r in runs],
+        [f"{r['wall']:.2f}" if r else "-" for r in refs])
+    row("throughput (GB/s, whole run)",
+        [f"{s['written_end'] / r['wall'] / GB:.3f}" for s, r in zip(sizes, runs)],
+        [f"{s['written_end'] / r['wall'] / GB:.3f}" if r else "-" for s, r in zip(sizes, refs)])
+    row("CPU seconds (process tree)", [f"{r['cpu_seconds']:.1f}" for r in runs],
+        [f"{r['cpu_seconds']:.1f}" if r else "-" for r in refs])
+    for kind in ("driver JVM", "driver python", "python workers"):
+        row(f"peak RSS {kind}", [_mb(r["peak_one"].get(kind)) for r in runs],
+            [_mb(r["peak_one"].get(kind)) if r else "-" for r in refs] if kind == "driver python" else None)
+    row("peak RSS python workers (sum)", [_mb(r["peak_sum"].get("python workers")) for r in runs])
+    row("CPU % per core, scan pass", [" / ".join(f"{c:.0f}" for c in r["scan_cores"]) for r in runs])
+    row("CPU % per core, whole run", [" / ".join(f"{c:.0f}" for c in r["all_cores"]) for r in runs])
+    row("cores busy with the job, scan pass", [f"{r['scan_own']:.2f}" for r in runs])
+    row("cores busy with the job, whole run", [f"{r['all_own']:.2f}" for r in runs])
+
+    print()
+    if len(runs) >= 2:
+        (a, ra), (b, rb) = (sizes[0], runs[0]), (sizes[-1], runs[-1])
+        slope = (b["written_end"] - a["written_end"]) / max(rb["wall"] - ra["wall"], 1e-9)
+        fixed = ra["wall"] - a["written_end"] / slope
+        print(f"marginal throughput      {slope / GB:.3f} GB/s  (target >= 1 GB/s: "
+              f"{'met' if slope >= GB else 'MISSED'})")
+        print(f"fixed overhead           {fixed:.1f} s extrapolated to 0 bytes (target <= 8 s: "
+              f"{'met' if fixed <= 8 else 'MISSED'})")
+        for name in PASSES:
+            pa_, pb = ra["passes"].get(name, 0), rb["passes"].get(name, 0)
+            if pb > pa_:
+                rate = (b["written_end"] - a["written_end"]) / (pb - pa_) / GB
+                print(f"  marginal {name:<24} {rate:8.3f} GB/s")
+        mem = {k: rb["peak_one"].get(k, 0) / max(ra["peak_one"].get(k, 1), 1)
+               for k in ("driver JVM", "driver python", "python workers")}
+        print("peak memory 6 GB / 1.5 GB  " + ", ".join(f"{k} x{v:.2f}" for k, v in mem.items())
+              + f" (target: the same: {'met' if max(mem.values()) <= 1.15 else 'MISSED'})")
+    busy = [min(r["scan_cores"] or [0]) for r in runs]
+    print(f"scan pass, least busy core: {', '.join(f'{b:.0f} %' for b in busy)} (target: both cores busy: "
+          f"{'met' if all(b >= 75 for b in busy) else 'MISSED'})")
+    print(f"session start alone      {session['session']:.2f} s to a session, {session['first_task']:.2f} s "
+          f"for the first Python task ({session['process']:.2f} s for the whole process)")
+    print(f"\nload average at start   {load:.2f} (1 min); {os.cpu_count()} cores; warm page cache "
+          "(each store is read once before it is timed)")
+    if load > MAX_LOAD:
+        print("\n" + "!" * 78
+              + f"\n!! THE 1-MIN LOAD AVERAGE WAS {load:.1f} (> {MAX_LOAD:.0f}): OTHER WORK SHARED THE CORES."
+              "\n!! THESE FIGURES ARE NOT VALID MEASUREMENTS; rerun on a quiet machine.\n" + "!" * 78)
+
+
+def warm(store: Path) -> None:
+    """Read the store once so every run starts from the same (warm) page cache."""
+    for f in sorted((store / "commitlog").iterdir()):
+        with open(f, "rb") as fh:
+            while fh.read(64 << 20):
+                pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="1.5GiB,6GiB", help="comma-separated commitlog sizes")
+    ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "rmq-bench-recover"))
+    ap.add_argument("--no-reference", action="store_true", help="skip the one-process reference")
+    ap.add_argument("--reference", nargs=2, metavar=("STORE", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.reference:
+        print("REFERENCE " + json.dumps(reference(*args.reference)), flush=True)
+        return 0
+    load = os.getloadavg()[0]
+    print(f"load average at start: {load:.2f} (1 min), {os.cpu_count()} cores")
+    if load > MAX_LOAD:
+        print(f"WARNING: 1-min load average {load:.1f} > {MAX_LOAD:.0f}: the figures below will NOT be valid")
+    base = Path(args.dir)
+    sizes, runs, refs = [], [], []
+    for text in args.sizes.split(","):
+        size = parse_size(text)
+        store = base / f"store-{text.strip()}"
+        sizes.append(ensure_store(store, size))
+        warm(store)
+        work = base / f"work-{text.strip()}"
+        work.mkdir(parents=True, exist_ok=True)
+        print(f"recovering {store} ({sizes[-1]['written_end'] / GB:.2f} GB) ...", flush=True)
+        runs.append(spark_run(store, work))
+        refs.append(None if args.no_reference else reference_run(store, work))
+    session = session_start()
+    report(sizes, runs, refs, session, load)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
