@@ -61,13 +61,11 @@ class AuditRun:
 
     @property
     def status(self) -> str:
-        if not self.prediction.load_result:
-            return "refused"
-        return "findings" if any(fnd.alerting_counts(self.findings).values()) or self.bad_segments else "clean"
+        return fnd.run_status(self.prediction, self.summaries, self.findings)
 
     @property
     def bad_segments(self) -> list[SegmentSummary]:
-        return [s for s in self.summaries if s.end_reason in ("corrupt", "torn_tail")]
+        return fnd.bad_segments(self.summaries)
 
 
 def mtimes(store: Store) -> dict[str, int]:

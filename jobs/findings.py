@@ -714,6 +714,18 @@ def alerting_counts(f: Findings) -> dict[str, int]:
     }
 
 
+def bad_segments(summaries: Sequence[SegmentSummary]) -> list[SegmentSummary]:
+    """Segments whose valid data ends at a corrupt record or a torn tail."""
+    return [s for s in summaries if s.end_reason in ("corrupt", "torn_tail")]
+
+
+def run_status(pred: recovery.Prediction, summaries: Sequence[SegmentSummary], f: Findings) -> str:
+    """``runs.status``: refused (the broker would not load the store), findings, or clean."""
+    if not pred.load_result:
+        return "refused"
+    return "findings" if any(alerting_counts(f).values()) or bad_segments(summaries) else "clean"
+
+
 def run_tables(f: Findings, run: dict, segments: list[dict], run_id: str, store_id: str,
                audited_at) -> dict[str, pa.Table]:
     """Every audit table's rows for this run (``schemas.audit``), run keys filled in."""

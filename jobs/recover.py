@@ -431,11 +431,8 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     if audit_path:
         t = time.monotonic()
         counts = fnd.alerting_counts(report.findings)
-        status = "refused" if not pred.load_result else \
-            "findings" if any(counts.values()) or any(s.end_reason in ("corrupt", "torn_tail")
-                                                      for s in summaries) else "clean"
-        row = audit_job.run_row("recover", mode, status, pred, summaries, summaries, report.findings,
-                                counts, started, report.passes,
+        row = audit_job.run_row("recover", mode, fnd.run_status(pred, summaries, report.findings), pred,
+                                summaries, summaries, report.findings, counts, started, report.passes,
                                 repaired=str(Path(out).resolve()) if report.written else None)
         store_id = store_id_for(str(store.root))
         mtimes = {s.segment: os.stat(s.path).st_mtime_ns for s in summaries if os.path.exists(s.path)}
