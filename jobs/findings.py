@@ -1,8 +1,9 @@
 """The consistency audit: what is inconsistent in a store, and what a broker restart would lose,
-duplicate or rewind. Each finding is a Spark transformation over what ``store_reader`` reads, and
-is range-encoded: one row per run of consecutive queue offsets (or phy offsets), never one per entry.
+duplicate or rewind. Every finding is range-encoded: one row per run of consecutive queue offsets
+(or phy offsets), never one per entry.
 
-Three views of every consume queue entry, joined per (topic, queue id, queue offset):
+Four views of every consume queue entry meet per (topic, queue id) and are compared there
+(``compare_queue``):
 
 ``disk``
     the entry in the CQ files as they are (all-zero slots are absent);
@@ -10,16 +11,27 @@ Three views of every consume queue entry, joined per (topic, queue id, queue off
     the entry after the broker's own recovery (``store_reader.recovery.predict``);
 ``rebuilt``
     the entry the commitlog's records below the truncation point give (what the repaired store
-    holds): every dispatchable record at its QUEUEOFFSET.
+    holds): every dispatchable record at its QUEUEOFFSET, LMQ copies included;
+``rec``
+    every record the scan finds, intact ones behind a bad record included, with its damage flag.
+
+The audit is ONE Spark job of two stages. Stage 1: one task per commitlog file scans its records
+once and cuts them into compact Arrow tables keyed for the shuffle; one task per index file on disk
+does the same with its entries. Stage 2: one task per key (``AuditPlan``) compares a bucket of
+queues, or the index puts and entries of one commitlog file's phy range, or passes the rows for the
+driver through. Memory per task is bounded by a bucket or a segment, and the driver holds only the
+prediction and the findings: nothing per record.
 
 Queue finding kinds (``QUEUE_KINDS``): the first five explain exactly how the broker's recovery turns
 the disk view into its own; the others say what the broker's result still gets wrong.
 """
 from __future__ import annotations
 
+import heapq
 import json
+from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -27,11 +39,13 @@ import pyarrow.compute as pc
 
 from store_reader import recordformat as rf
 from store_reader import recovery
+from store_reader.brokerconf import BrokerConfig
+from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
 from store_reader.config import read_consumer_offsets
 from store_reader.consumequeue import list_queue_files, list_queues, read_queue_file
-from store_reader.indexfile import IndexFile
-from store_reader.repair import index_puts, multi_dispatch_copies
+from store_reader.indexfile import IndexFile, list_index_files
+from store_reader.repair import index_puts, part_bucket
 from store_reader.store import Store
 
 QUEUE_KINDS = {
@@ -68,169 +82,589 @@ INDEX_KINDS = {
     "bad_header": "header inconsistent with the file's entries",
 }
 
-# Record columns the audit needs (schemas.MESSAGE names); bodies and properties only where lost.
-RECORD_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
-                  "sys_flag", "tags_code", "store_timestamp", "born_timestamp", "keys", "key_list",
-                  "tags", "uniq_key", "msg_id", "body_crc", "body_crc_ok", "record_crc_ok",
-                  "valid_prefix", "properties", "body"]
-_LOST_ONLY = ("properties", "body")
 _CQ_TYPES = (rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_COMMIT_TYPE)
 _PRE_BLANK = 0x7FFFFFFF
+# the views a queue row belongs to (bits: a record below the cut is both a record and its rebuilt entry)
+_DISK, _BROKER, _REBUILT, _REC = 1, 2, 4, 8
+# flag of a record row: 1 its CRC fails, 2 it lies behind a bad record (not in the valid prefix)
+_CRC_BAD, _BEHIND_BAD = 1, 2
 
+# What the scan reads: headers and keys always; bodies and properties only in files reaching past
+# the truncation point (lost messages), properties also when LMQ copies are dispatched.
+_SCAN_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
+                 "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list", "body_crc_ok",
+                 "record_crc_ok", "valid_prefix"]
+_LOST_COLUMNS = ["born_timestamp", "keys", "tags", "msg_id", "body_crc", "properties", "body"]
+# rows (records and the views' entries) per compare task: bounds a task's memory (~50 bytes a row)
+ENTRIES_PER_AUDIT_TASK = 4_000_000
 
-def _record_schema():
-    from schemas import MESSAGE
+QUEUE_ROWS = pa.schema([pa.field("queue_offset", pa.int64(), False), pa.field("phy_offset", pa.int64(), False),
+                        pa.field("size", pa.int32(), False), pa.field("tags_code", pa.int64(), False),
+                        pa.field("src", pa.int8(), False), pa.field("flag", pa.int8(), False)])
+INDEX_ENTRIES = pa.schema([pa.field("source", pa.int32(), False), pa.field("entry_number", pa.int32(), False),
+                           pa.field("key_hash", pa.int32(), False), pa.field("phy_offset", pa.int64(), False)])
+INDEX_PUTS = pa.schema([pa.field("topic", pa.string(), False), pa.field("key_hash", pa.int32(), False),
+                        pa.field("phy_offset", pa.int64(), False)])
+_TS = pa.timestamp("us", tz="UTC")
 
-    return MESSAGE.arrow(RECORD_COLUMNS).append(pa.field("segment", pa.string(), nullable=False))
-
-
-# -- the records -------------------------------------------------------------------------------------
 
 def audit_scan_options(store: Store, broker_5x: bool) -> rf.ScanOptions:
     """Header checks only (as the broker's dispatch reads records), CRCs computed to flag damage."""
     return replace(store.scan_options(broker_5x=broker_5x), check_crc=False, compute_crc=True)
 
 
-def records_df(spark, store: Store, end: int, broker_5x: bool,
-               segments: Sequence[SegmentSummary]):
-    """Every record of ``segments`` (one Spark task per file), intact ones behind a bad record
-    included (``valid_prefix`` false). Bodies and properties are read only in files that reach
-    past the truncation point ``end``, where records are lost."""
-    schema = _record_schema()
-    opts = audit_scan_options(store, broker_5x)
-    files = [(s.path, s.segment, s.file_start + s.file_size > end) for s in segments]
-    if not files:
-        return spark.createDataFrame(schema.empty_table())
+@dataclass(frozen=True)
+class IndexSource:
+    """One index file whose entries the audit reads: its place in each lens (-1: not in it) and
+    where its bytes are (``path`` on disk; None: built by the predicted re-dispatch, read on the
+    driver)."""
 
-    def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            for path, name, lost in zip(*(b.column(i).to_pylist() for i in range(3))):
-                cols = RECORD_COLUMNS if lost else [c for c in RECORD_COLUMNS if c not in _LOST_ONLY]
-                for rb in SegmentScan(path, opts, columns=cols, include_lost=True):
-                    n = rb.num_rows
-                    arrays = [rb.column(c) if c in cols else pa.nulls(n, schema.field(c).type)
-                              for c in schema.names[:-1]]
-                    yield pa.RecordBatch.from_arrays(
-                        arrays + [pa.repeat(pa.scalar(name, pa.string()), n)], schema=schema)
-
-    df = spark.createDataFrame(files, "path string, segment string, lost boolean").repartition(len(files))
-    return df.mapInArrow(scan, _spark_schema(schema))
+    name: str | None
+    on_disk: int
+    recovered: int
+    path: str | None
 
 
-def _spark_schema(schema: pa.Schema):
-    from pyspark.sql.pandas.types import from_arrow_schema
+@dataclass(frozen=True)
+class AuditPlan:
+    """What every task of the audit job needs (pickled once with the job).
 
-    return from_arrow_schema(schema)
+    Shuffle keys: ``[0, buckets)`` buckets of queues; then one key per commitlog file number from
+    ``first_segment - 1`` to ``first_segment + segments`` (phy offsets below and past the files
+    clamp to the ends); the last key, ``driver_key``, carries rows to the driver as they are."""
 
+    end: int
+    min_phy: int
+    broker_5x: bool
+    config: BrokerConfig
+    opts: rf.ScanOptions
+    buckets: int
+    file_size: int
+    first_segment: int
+    segments: int
+    scope: tuple[int, int] | None
+    broker_min: dict[tuple[str, int], int]
+    queue_buckets: dict[tuple[str, int], int]
+    disk_queues: dict[tuple[str, int], list[tuple[str, int]]]
+    cut_segment: str | None
+    windows: tuple[tuple[str, int], ...]
+    index_sources: tuple[IndexSource, ...]
 
-def rebuilt_entries(records, end: int, config, broker_5x: bool):
-    """(topic, queue_id, queue_offset, phy_offset, size, tags_code) of every dispatchable record
-    below ``end`` in a valid prefix: the consume queues the commitlog gives (LMQ copies included)."""
-    from pyspark.sql import functions as F
+    @property
+    def driver_key(self) -> int:
+        return self.buckets + self.segments + 2
 
-    tran = F.col("sys_flag").bitwiseAND(rf.TRANSACTION_MASK)
-    rec = records.where((F.col("phy_offset") < end) & F.col("valid_prefix") & tran.isin(*_CQ_TYPES))
-    if config.enableMultiDispatch:
-        cols = ["stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag",
-                "tags_code", "properties"]
-        base = rec.select(*cols)
-        full = _record_schema()
-        arrow_schema = pa.schema([full.field(c) for c in cols])
-        copies = base.mapInArrow(
-            lambda batches: (multi_dispatch_copies(b.cast(arrow_schema), config, broker_5x)
-                             for b in batches), base.schema)
-        rec = base.unionByName(copies)
-    return rec.select("topic", "queue_id", "queue_offset", F.col("stored_phy_offset").alias("phy_offset"),
-                      F.col("total_size").alias("size"), "tags_code")
+    @property
+    def partitions(self) -> int:
+        return self.driver_key + 1
 
+    def queue_key(self, topic: str, queue_id: int) -> int:
+        key = self.queue_buckets.get((topic, queue_id))
+        return part_bucket(topic, queue_id, 0, self.buckets) if key is None else key
 
-# -- the consume queues as they are on disk ------------------------------------------------------------
-
-CQ_SCHEMA = pa.schema([pa.field("topic", pa.string(), False), pa.field("queue_id", pa.int32(), False),
-                       pa.field("queue_offset", pa.int64(), False), pa.field("phy_offset", pa.int64(), False),
-                       pa.field("size", pa.int32(), False), pa.field("tags_code", pa.int64(), False)])
-
-
-def disk_entries(spark, store: Store, broker_5x: bool):
-    """Every non-zero slot of every CQ file (one Spark task per batch of files)."""
-    files = []
-    for ref in list_queues(store.root):
-        for f in list_queue_files(ref.path, store.config.cq_file_size, rocketmq5=broker_5x):
-            files.append((ref.topic, ref.queue_id, f.path, f.start))
-    if not files:
-        return spark.createDataFrame(CQ_SCHEMA.empty_table())
-
-    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            for topic, qid, path, start in zip(*(b.column(i).to_pylist() for i in range(4))):
-                e = read_queue_file(path)
-                phy, size, tags = (np.asarray(e.phy_offset), np.asarray(e.size), np.asarray(e.tags_code))
-                keep = np.flatnonzero((phy != 0) | (size != 0) | (tags != 0))
-                n = len(keep)
-                yield pa.RecordBatch.from_arrays([
-                    pa.repeat(pa.scalar(topic, pa.string()), n),
-                    pa.array(np.full(n, qid, np.int32)),
-                    pa.array(start // 20 + keep.astype(np.int64)),
-                    pa.array(phy[keep].astype(np.int64)), pa.array(size[keep].astype(np.int32)),
-                    pa.array(tags[keep].astype(np.int64))], schema=CQ_SCHEMA)
-
-    slices = max(1, min(len(files), spark.sparkContext.defaultParallelism * 4))
-    df = spark.createDataFrame(files, "topic string, queue_id int, path string, start long")
-    return df.repartition(slices).mapInArrow(read, _spark_schema(CQ_SCHEMA))
+    def phy_keys(self, phy: np.ndarray) -> np.ndarray:
+        seg = phy // self.file_size - self.first_segment + 1
+        return self.buckets + np.clip(seg, 0, self.segments + 1)
 
 
-def broker_entries(spark, pred: recovery.Prediction):
-    """The entries each queue serves after the broker's recovery, min to max offset."""
-    parts = []
-    for (topic, qid), q in sorted(pred.consume_queues.items()):
+def _keyed(keys: np.ndarray, table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
+    """``table``'s rows grouped by ``keys`` (one int per row), each group in row order."""
+    if not table.num_rows:
+        return
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    cut = np.flatnonzero(np.diff(k)) + 1
+    for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(k)]):
+        yield int(k[lo]), table.take(pa.array(order[lo:hi]))
+
+
+# -- stage 1: one commitlog file ----------------------------------------------------------------------
+
+def _column(rb: pa.RecordBatch, name: str) -> np.ndarray:
+    return rb.column(name).to_numpy(zero_copy_only=False)
+
+
+def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
+                out: dict[tuple[str, int], list[pa.Table]]) -> None:
+    """The batch's records as ``QUEUE_ROWS`` per queue: every record (``_REC``, with its damage
+    flag) and the rebuilt entry of each dispatchable one below the cut (at its stored phy offset;
+    the same row when that is where it lies), LMQ copies in their own queues."""
+    phy, stored = _column(rb, "phy_offset"), _column(rb, "stored_phy_offset")
+    size, tags = _column(rb, "total_size").astype(np.int32), _column(rb, "tags_code")
+    qoff, qid = _column(rb, "queue_offset"), _column(rb, "queue_id")
+    ok = pc.fill_null(pc.and_(pc.fill_null(rb.column("body_crc_ok"), True),
+                              pc.fill_null(rb.column("record_crc_ok"), True)), True)
+    flag = np.where(ok.to_numpy(zero_copy_only=False), 0, _CRC_BAD) \
+        + np.where(_column(rb, "valid_prefix"), 0, _BEHIND_BAD)
+    tran = _column(rb, "sys_flag") & rf.TRANSACTION_MASK
+    rebuilt = below & np.isin(tran, _CQ_TYPES)
+    same = rebuilt & (stored == phy)
+    extra = np.flatnonzero(rebuilt & ~same)
+    topics = rb.column("topic").dictionary_encode()
+    code = topics.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    names = topics.dictionary.to_pylist()
+    cols = [np.concatenate([qoff, qoff[extra]]), np.concatenate([phy, stored[extra]]),
+            np.concatenate([size, size[extra]]), np.concatenate([tags, tags[extra]]),
+            np.concatenate([np.where(same, _REC | _REBUILT, _REC), np.full(len(extra), _REBUILT)]),
+            np.concatenate([flag, np.zeros(len(extra), np.int64)])]
+    code, qids = np.concatenate([code, code[extra]]), np.concatenate([qid, qid[extra]])
+    if plan.config.enableMultiDispatch and rebuilt.any():
+        rows = np.flatnonzero(rebuilt)
+        copies = recovery.multi_dispatch_rows(plan.config, plan.broker_5x, rb.take(pa.array(rows)))
+        if copies:
+            at = rows[np.array([c[0] for c in copies], dtype=np.int64)]
+            for name in {c[1] for c in copies} - set(names):
+                names.append(name)
+            index = {n: i for i, n in enumerate(names)}
+            cols = [np.concatenate([cols[0], np.array([c[3] for c in copies], np.int64)]),
+                    np.concatenate([cols[1], stored[at]]), np.concatenate([cols[2], size[at]]),
+                    np.concatenate([cols[3], tags[at]]), np.concatenate([cols[4], np.full(len(at), _REBUILT)]),
+                    np.concatenate([cols[5], np.zeros(len(at), np.int64)])]
+            code = np.concatenate([code, np.array([index[c[1]] for c in copies], np.int64)])
+            qids = np.concatenate([qids, np.array([c[2] for c in copies], np.int64)])
+    table = pa.table([pa.array(c.astype(f.type.to_pandas_dtype())) for c, f in zip(cols, QUEUE_ROWS)],
+                     schema=QUEUE_ROWS)
+    for key, part in _keyed((code << 32) | (qids.astype(np.int64) & 0xFFFFFFFF), table):
+        qid32 = np.int64(key & 0xFFFFFFFF).astype(np.uint32).astype(np.int32)
+        out[(names[key >> 32], int(qid32))].append(part)
+
+
+def _lost_rows(rb: pa.RecordBatch, segment: str, plan: AuditPlan) -> pa.Table:
+    """Intact records at or past the truncation point (the broker's recovery discards them)."""
+    ok = pc.and_(pc.fill_null(rb.column("body_crc_ok"), True), pc.fill_null(rb.column("record_crc_ok"), True))
+    keep = (_column(rb, "phy_offset") >= plan.end) & (_column(rb, "stored_phy_offset") == _column(rb, "phy_offset")) \
+        & ok.to_numpy(zero_copy_only=False)
+    b = rb.filter(pa.array(keep))
+    n = b.num_rows
+    reason = "behind_cut" if segment == plan.cut_segment else "deleted_file"
+    return pa.table({
+        "phy_offset": b.column("phy_offset"), "segment": pa.array([segment] * n, pa.string()),
+        "reason": pa.array([reason] * n, pa.string()), "topic": b.column("topic"),
+        "queue_id": b.column("queue_id"), "queue_offset": b.column("queue_offset"),
+        "total_size": b.column("total_size"), "sys_flag": b.column("sys_flag"),
+        "store_time": _timestamps(b.column("store_timestamp")),
+        "born_time": _timestamps(b.column("born_timestamp")),
+        **{c: b.column(c) for c in ("keys", "tags", "uniq_key", "msg_id", "body_crc", "properties", "body")}})
+
+
+def _timestamps(ms) -> pa.Array:
+    return pc.cast(pc.cast(ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC")), _TS)
+
+
+def _flush_partials(rb: pa.RecordBatch, plan: AuditPlan) -> list[pa.Table]:
+    """Per (flush window, queue): how many of the batch's records (below the cut, in the valid
+    prefix) were stored after the checkpoint's timestamp of that window, their offsets and times."""
+    tran = _column(rb, "sys_flag") & rf.TRANSACTION_MASK
+    ts = _column(rb, "store_timestamp")
+    conds = {"commitlog": np.ones(len(ts), bool), "consume_queue": np.isin(tran, _CQ_TYPES),
+             "index": tran != rf.TRANSACTION_ROLLBACK_TYPE}
+    phy, size = _column(rb, "phy_offset"), _column(rb, "total_size").astype(np.int64)
+    out = []
+    for window, stamp in plan.windows:
+        keep = conds[window] & (ts > stamp)
+        if not keep.any():
+            continue
+        t = pa.table({"topic": rb.column("topic").filter(pa.array(keep)),
+                      "queue_id": rb.column("queue_id").filter(pa.array(keep)),
+                      "queue_offset": rb.column("queue_offset").filter(pa.array(keep)),
+                      "phy_from": pa.array(phy[keep]), "phy_to": pa.array(phy[keep] + size[keep]),
+                      "ts": pa.array(ts[keep])})
+        g = t.group_by(["topic", "queue_id"]).aggregate([
+            ("queue_offset", "count"), ("queue_offset", "min"), ("queue_offset", "max"), ("phy_from", "min"),
+            ("phy_to", "max"), ("ts", "min"), ("ts", "max")])
+        out.append(g.append_column("window", pa.array([window] * g.num_rows, pa.string())))
+    return out
+
+
+def scan_segment(path: str, segment: str, lost: bool, plan: AuditPlan) -> Iterator[tuple[int, tuple]]:
+    """Stage 1 for one commitlog file: its records once, cut into shuffle items (``AuditPlan``).
+    ``lost``: the file reaches past the truncation point (bodies are read for the lost messages)."""
+    cols = _SCAN_COLUMNS + (_LOST_COLUMNS if lost else ["properties"] if plan.config.enableMultiDispatch else [])
+    queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
+    puts, lost_rows, flush = [], [], []
+    for rb in SegmentScan(path, plan.opts, columns=cols, include_lost=True, batch_size=65536):
+        below = (_column(rb, "phy_offset") < plan.end) & _column(rb, "valid_prefix")
+        _queue_rows(rb, plan, below, queues)
+        if lost:
+            lost_rows.append(_lost_rows(rb, segment, plan))
+        if below.any():
+            b = rb.filter(pa.array(below))
+            flush += _flush_partials(b, plan)
+            p = index_puts(b, ordered=True)
+            puts.append(pa.table([p.topic, pa.array(p.key_hash.astype(np.int32)), pa.array(p.phy)],
+                                 schema=INDEX_PUTS))
+    for (topic, qid), parts in queues.items():
+        yield plan.queue_key(topic, qid), ("queue", (topic, qid), pa.concat_tables(parts))
+    if puts:
+        t = pa.concat_tables(puts)
+        for key, part in _keyed(plan.phy_keys(t["phy_offset"].to_numpy()), t):
+            yield key, ("puts", part)
+    if lost_rows:
+        yield plan.driver_key, ("lost", pa.concat_tables(lost_rows))
+    if flush:
+        yield plan.driver_key, ("flush", pa.concat_tables(flush))
+
+
+def index_source_items(source: int, plan: AuditPlan, idx: IndexFile | None = None
+                       ) -> Iterator[tuple[int, tuple]]:
+    """Stage 1 for one index file: its entries keyed by the commitlog file they point into, and
+    (for a file on disk) what in its header disagrees with them."""
+    src = plan.index_sources[source]
+    own = idx is None
+    if own:
+        idx = IndexFile(src.path, plan.config.maxHashSlotNum, plan.config.maxIndexNum)
+    try:
+        if src.on_disk >= 0:
+            rows = [{"kind": "bad_header", "index": "on_disk", "file": src.name, "count": 1, "detail": p}
+                    for p in header_problems(idx)]
+            if rows:
+                yield plan.driver_key, ("index_rows", rows)
+        e = idx.entries_table()
+    finally:
+        if own:
+            idx.close()
+    t = pa.table([pa.array(np.full(e.num_rows, source, np.int32)), e["entry_number"], e["key_hash"],
+                  e["phy_offset"]], schema=INDEX_ENTRIES)
+    for key, part in _keyed(plan.phy_keys(t["phy_offset"].to_numpy()), t):
+        yield key, ("entries", part)
+
+
+# -- stage 2 -------------------------------------------------------------------------------------------
+
+def audit_partition(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) -> Iterator[tuple]:
+    """Stage 2 for one shuffle key: a bucket of queues, one commitlog file's phy range, or the
+    driver's rows."""
+    if key < plan.buckets:
+        yield from _compare_bucket(key, items, plan)
+    elif key < plan.driver_key:
+        yield from _index_range(key, items, plan)
+    else:
+        for _, item in items:
+            yield item
+
+
+def _disk_rows(files: list[tuple[str, int]]) -> list[pa.Table]:
+    """Every non-zero slot of a queue's CQ files as ``QUEUE_ROWS``."""
+    out = []
+    for path, start in files:
+        e = read_queue_file(path)
+        phy, size, tags = np.asarray(e.phy_offset), np.asarray(e.size), np.asarray(e.tags_code)
+        keep = np.flatnonzero((phy != 0) | (size != 0) | (tags != 0))
+        n = len(keep)
+        out.append(pa.table([pa.array(start // 20 + keep.astype(np.int64)), pa.array(phy[keep].astype(np.int64)),
+                             pa.array(size[keep].astype(np.int32)), pa.array(tags[keep].astype(np.int64)),
+                             pa.array(np.full(n, _DISK, np.int8)), pa.array(np.zeros(n, np.int8))],
+                            schema=QUEUE_ROWS))
+    return out
+
+
+def _range(t: pa.Table, view: int) -> tuple[int, int] | None:
+    """[min, max + 1) of the queue offsets of ``view``'s entries with a positive size."""
+    src, size = t["src"].to_numpy(), t["size"].to_numpy()
+    off = t["queue_offset"].to_numpy()[((src & view) != 0) & (size > 0)]
+    return (int(off.min()), int(off.max()) + 1) if len(off) else None
+
+
+def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) -> Iterator[tuple]:
+    queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
+    for _, (_, key, table) in items:
+        queues[key].append(table)
+    for key, files in plan.disk_queues.items():
+        if plan.queue_key(*key) == bucket:
+            queues[key] += _disk_rows(files)
+    rows, ranges = [], []
+    for key in sorted(queues):
+        t = pa.concat_tables(queues.pop(key))
+        if not t.num_rows:
+            continue
+        rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key), key in plan.disk_queues,
+                              plan.scope)
+        ranges.append((key, _range(t, _DISK), _range(t, _REBUILT)))
+    yield "queue_findings", pa.Table.from_pylist(rows, schema=QUEUE_FINDING_ROWS)
+    yield "ranges", ranges
+
+
+def _index_range(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) -> Iterator[tuple]:
+    """The index entries pointing into one commitlog file's phy range, per lens: dangling and
+    repeated entries (a (key hash, phy) pair lives in one range), and which index puts of the
+    range's records no entry holds (unfindable keys, as runs numbered within the range)."""
+    entries, puts = [], []
+    for _, (kind, table) in items:
+        (entries if kind == "entries" else puts).append(table)
+    e = pa.concat_tables(entries) if entries else INDEX_ENTRIES.empty_table()
+    source = e["source"].to_numpy()
+    kh, phy = e["key_hash"].to_numpy(), e["phy_offset"].to_numpy()
+    rows, lenses = [], {}
+    for lens in ("on_disk", "recovered"):
+        order = np.array([getattr(s, lens) for s in plan.index_sources] or [-1], np.int64)
+        names = {getattr(s, lens): s.name for s in plan.index_sources}
+        file_order = order[source] if len(source) else np.zeros(0, np.int64)
+        sel = file_order >= 0
+        rows += _entry_findings(kh[sel], phy[sel], e["entry_number"].to_numpy()[sel], file_order[sel],
+                                names, lens, plan.min_phy, plan.end)
+        lenses[lens] = (kh[sel], phy[sel])
+    yield "index_rows", rows
+    if puts:
+        yield "unfindable", (key, _unfindable_runs(pa.concat_tables(puts), lenses))
+
+
+# -- index findings ------------------------------------------------------------------------------------
+
+def header_problems(idx: IndexFile) -> list[str]:
+    """What in an index file's header disagrees with its entries (IndexService trusts the header)."""
+    h, out = idx.header, []
+    t = idx.entries_table()
+    if h.index_count > idx.index_num:
+        out.append(f"indexCount {h.index_count} > maxIndexNum {idx.index_num}")
+    if t.num_rows:
+        phy = t["phy_offset"].to_numpy()
+        if h.begin_phy_offset > phy.min() or h.end_phy_offset < phy.max():
+            out.append(f"phy range [{h.begin_phy_offset}, {h.end_phy_offset}] does not cover its entries "
+                       f"[{phy.min()}, {phy.max()}]")
+        if (t["time_diff"].to_numpy() < 0).any():
+            out.append("negative timeDiff in entries (queries stop there)")
+    if h.begin_timestamp > h.end_timestamp and h.end_timestamp:
+        out.append(f"beginTimestamp {h.begin_timestamp} > endTimestamp {h.end_timestamp}")
+    slots = np.asarray(idx.slots)
+    over = int(((slots < 0) | (slots > max(h.index_count, 0))).sum())
+    if over:
+        out.append(f"{over} hash slots point outside [0, indexCount]")
+    return out
+
+INDEX_FINDING_ROWS = pa.schema([
+    pa.field("kind", pa.string(), False), pa.field("index", pa.string(), False),
+    pa.field("file", pa.string(), True), pa.field("topic", pa.string(), True),
+    pa.field("phy_from", pa.int64(), True), pa.field("phy_to", pa.int64(), True),
+    pa.field("count", pa.int64(), False), pa.field("detail", pa.string(), True)])
+
+
+def _entry_findings(kh: np.ndarray, phy: np.ndarray, entry_number: np.ndarray, file_order: np.ndarray,
+                    names: dict[int, str | None], lens: str, lo: int, end: int) -> list[dict]:
+    """Dangling entries (below ``lo``, at or past ``end``) and repeated (key hash, phy offset)
+    pairs (all but the first in put order), per index file of the lens."""
+    if not len(phy):
+        return []
+    order = np.lexsort((entry_number, file_order))            # put order
+    pair = (kh[order].astype(np.int64) << 40) ^ phy[order]
+    _, first = np.unique(pair, return_index=True)
+    repeat = np.ones(len(order), bool)
+    repeat[first] = False
+    masks = {"dangling_below_min": phy < lo, "dangling_beyond_end": phy >= end,
+             "duplicate_entry": np.zeros(len(phy), bool)}
+    masks["duplicate_entry"][order[repeat]] = True
+    out = []
+    for kind, m in masks.items():
+        for fo in np.unique(file_order[m]):
+            sel = m & (file_order == fo)
+            out.append({"kind": kind, "index": lens, "file": names[int(fo)], "topic": None,
+                        "phy_from": int(phy[sel].min()), "phy_to": int(phy[sel].max()) + 1,
+                        "count": int(sel.sum()), "detail": None, "file_order": int(fo)})
+    return out
+
+
+def _unfindable_runs(puts: pa.Table, lenses: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict:
+    """For one phy range: per topic, how many indexed records it has (distinct phy offsets) and,
+    per lens, the runs of consecutive ones (numbered from 0 in phy order) with a key no entry holds."""
+    kh, phy = puts["key_hash"].to_numpy().astype(np.int64), puts["phy_offset"].to_numpy()
+    missing = {lens: ~_held(lk, lp, kh, phy) for lens, (lk, lp) in lenses.items()}
+    topics = puts["topic"].combine_chunks().dictionary_encode()
+    code = topics.indices.to_numpy(zero_copy_only=False)
+    records, runs = {}, []
+    for c, topic in enumerate(topics.dictionary.to_pylist()):
+        sel = np.flatnonzero(code == c)
+        uphy, inv = np.unique(phy[sel], return_inverse=True)
+        records[topic] = len(uphy)
+        for lens, miss_put in missing.items():
+            miss = np.bincount(inv, weights=miss_put[sel], minlength=len(uphy))
+            hit = np.flatnonzero(miss > 0)         # records (in phy order) missing a key
+            cut = np.flatnonzero(np.diff(hit) != 1) + 1
+            for a, b in zip(np.r_[0, cut], np.r_[cut, len(hit)]) if len(hit) else ():
+                run = hit[a:b]
+                runs.append((lens, topic, int(run[0]), int(run[-1]) + 1, int(uphy[run[0]]),
+                             int(uphy[run[-1]]) + 1, int(miss[run].sum())))
+    return {"records": records, "runs": runs}
+
+
+def _unfindable_rows(parts: list[tuple[int, dict]]) -> list[dict]:
+    """The per-range runs joined up in phy order: a run that ends at a range's last record of a
+    topic continues into the next range's run that starts at that topic's first record."""
+    base: dict[str, int] = defaultdict(int)
+    merged: dict[tuple[str, str], list[list]] = defaultdict(list)
+    for _, part in sorted(parts, key=lambda p: p[0]):
+        for lens, topic, lo, hi, phy_from, phy_to, count in part["runs"]:
+            lo, hi = lo + base[topic], hi + base[topic]
+            runs = merged[(lens, topic)]
+            if runs and runs[-1][1] == lo:
+                runs[-1][1], runs[-1][3] = hi, phy_to
+                runs[-1][4] += count
+            else:
+                runs.append([lo, hi, phy_from, phy_to, count])
+        for topic, n in part["records"].items():
+            base[topic] += n
+    return [{"kind": "unfindable_key", "index": lens, "file": None, "topic": topic, "phy_from": r[2],
+             "phy_to": r[3], "count": r[4], "detail": f"{r[1] - r[0]} records"}
+            for (lens, topic), runs in sorted(merged.items(), key=lambda x: (x[0][1], x[0][0]))
+            for r in runs]
+
+
+def _merge_entry_findings(rows: list[dict]) -> list[dict]:
+    """Per-range dangling/duplicate rows summed per (kind, lens, index file)."""
+    total: dict[tuple, dict] = {}
+    for r in rows:
+        k = (r["index"], r["kind"], r["file_order"])
+        if k not in total:
+            total[k] = dict(r)
+        else:
+            t = total[k]
+            t["phy_from"], t["phy_to"] = min(t["phy_from"], r["phy_from"]), max(t["phy_to"], r["phy_to"])
+            t["count"] += r["count"]
+    lens_order = {"on_disk": 0, "recovered": 1}
+    kind_order = {"dangling_below_min": 0, "dangling_beyond_end": 1, "duplicate_entry": 2}
+    out = sorted(total.values(), key=lambda r: (lens_order[r["index"]], kind_order[r["kind"]], r["file_order"]))
+    for r in out:
+        del r["file_order"]
+    return out
+
+
+def _held(lens_kh: np.ndarray, lens_phy: np.ndarray, key_hash: np.ndarray, phy: np.ndarray) -> np.ndarray:
+    """Whether each (key hash, phy offset) pair is among a lens's entries. Per 4 GiB window of phy
+    offsets, (phy - window start) << 31 | key hash packs a pair into one int64 (key hashes are
+    non-negative int32; an entry with a negative one matches nothing), so the lookup is a sort and
+    a binary search; puts and entries come in commitlog order, which the stable sort by window
+    leaves nearly as it is."""
+    out = np.zeros(len(key_hash), bool)
+    lk, lp = lens_kh.astype(np.int64), lens_phy.astype(np.int64)
+    keep = lk >= 0
+    lk, lp = lk[keep], lp[keep]
+    if not len(lk) or not len(key_hash):
+        return out
+    lw, ww = lp >> 32, phy >> 32
+    lorder, worder = np.argsort(lw, kind="stable"), np.argsort(ww, kind="stable")
+    lw_sorted, ww_sorted = lw[lorder], ww[worder]
+    for w in np.unique(ww_sorted[np.r_[0, np.flatnonzero(np.diff(ww_sorted)) + 1]]):
+        li = lorder[np.searchsorted(lw_sorted, w):np.searchsorted(lw_sorted, w, "right")]
+        wi = worder[np.searchsorted(ww_sorted, w):np.searchsorted(ww_sorted, w, "right")]
+        if not len(li):
+            continue
+        base = int(w) << 32
+        packed = np.sort(((lp[li] - base) << 31) | lk[li])
+        want = ((phy[wi] - base) << 31) | key_hash[wi]
+        at = np.minimum(np.searchsorted(packed, want), len(packed) - 1)
+        out[wi] = packed[at] == want
+    return out
+
+
+# -- the driver: plan, run, merge ----------------------------------------------------------------------
+
+def audit_plan(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
+               scan: Sequence[SegmentSummary], scope: tuple[int, int] | None) -> AuditPlan:
+    broker_5x = pred.broker_version == recovery.V5X
+    cfg = store.config
+    disk_queues = {(ref.topic, ref.queue_id): [(f.path, f.start) for f in
+                                               list_queue_files(ref.path, cfg.cq_file_size, rocketmq5=broker_5x)]
+                   for ref in list_queues(store.root)}
+    # a queue's rows: its broker entries, about as many records and rebuilt entries, its CQ files'
+    # slots; queues are packed by that weight, largest first, into the lightest bucket
+    per_file = cfg.cq_file_size // 20
+    weight: dict[tuple[str, int], int] = defaultdict(int)
+    for key, q in pred.consume_queues.items():
+        weight[key] += 3 * max(0, q.max_offset - q.min_offset)
+    for key, files in disk_queues.items():
+        weight[key] += per_file * len(files)
+    entries = max(sum(weight.values()), 2 * sum(s.records for s in scan))
+    buckets = max(spark.sparkContext.defaultParallelism, -(-entries // ENTRIES_PER_AUDIT_TASK))
+    load = [(0, b) for b in range(buckets)]
+    queue_buckets = {}
+    for key in sorted(weight, key=lambda k: (-weight[k], k)):
+        w, b = heapq.heappop(load)
+        queue_buckets[key] = b
+        heapq.heappush(load, (w + weight[key], b))
+    file_size = summaries[0].file_size if summaries else cfg.mappedFileSizeCommitLog
+    first = summaries[0].file_start // file_size if summaries else 0
+    last = (summaries[-1].file_start // file_size) if summaries else -1
+    sources: list[IndexSource] = []
+    recovered = {f.path: i for i, f in enumerate(pred.index_files) if f.data is None and f.path}
+    for i, ref in enumerate(list_index_files(store.index_dir, cfg.index_file_size, strict=False)):
+        sources.append(IndexSource(ref.name, i, recovered.get(ref.path, -1), ref.path))
+    sources += [IndexSource(f.name, -1, i, None) for i, f in enumerate(pred.index_files) if f.data is not None]
+    ckpt = read_checkpoint(store.checkpoint_path)
+    return AuditPlan(
+        end=pred.max_phy_offset, min_phy=pred.min_phy_offset, broker_5x=broker_5x, config=cfg,
+        opts=audit_scan_options(store, broker_5x), buckets=buckets, file_size=file_size,
+        first_segment=first, segments=last - first + 1, scope=scope,
+        broker_min={k: q.min_offset for k, q in pred.consume_queues.items()}, queue_buckets=queue_buckets,
+        disk_queues=disk_queues,
+        cut_segment=next((f.name for f in pred.commitlog_files if f.wrote < f.size), None),
+        windows=(("commitlog", ckpt.physic_msg_timestamp), ("consume_queue", ckpt.logics_msg_timestamp),
+                 ("index", ckpt.index_msg_timestamp)),
+        index_sources=tuple(sources))
+
+
+def _driver_items(plan: AuditPlan, pred: recovery.Prediction) -> list[tuple[int, tuple]]:
+    """The shuffle items only the driver has: the broker's predicted queues and the index files
+    its re-dispatch builds (in memory)."""
+    items = []
+    for key, q in pred.consume_queues.items():
         e = q.entries()
         n = len(e)
-        if not n:
-            continue
-        parts.append(pa.table([pa.repeat(pa.scalar(topic, pa.string()), n),
-                               pa.array(np.full(n, qid, np.int32)),
-                               pa.array(np.arange(q.min_offset, q.min_offset + n, dtype=np.int64)),
-                               pa.array(e["phy_offset"].astype(np.int64)),
-                               pa.array(e["size"].astype(np.int32)),
-                               pa.array(e["tags_code"].astype(np.int64))], schema=CQ_SCHEMA))
-    # one chunk: pyspark 4.2's createDataFrame(pa.Table) drops the rows after an empty chunk
-    return spark.createDataFrame(pa.concat_tables(parts).combine_chunks() if parts else CQ_SCHEMA.empty_table())
+        if n:
+            items.append((plan.queue_key(*key), ("queue", key, pa.table([
+                pa.array(np.arange(q.min_offset, q.min_offset + n, dtype=np.int64)),
+                pa.array(e["phy_offset"].astype(np.int64)), pa.array(e["size"].astype(np.int32)),
+                pa.array(e["tags_code"].astype(np.int64)), pa.array(np.full(n, _BROKER, np.int8)),
+                pa.array(np.zeros(n, np.int8))], schema=QUEUE_ROWS))))
+    for i, src in enumerate(plan.index_sources):
+        if src.path is None:
+            with pred.index_files[src.recovered].view(plan.config) as idx:
+                items += index_source_items(i, plan, idx)
+    return items
 
 
-# -- queue findings ----------------------------------------------------------------------------------------
-
-def queue_findings(spark, disk, broker, rebuilt, records, pred: recovery.Prediction, disk_queues: set,
-                   scope: tuple[int, int] | None = None) -> pa.Table:
-    """``QUEUE_KINDS`` rows (without run keys): the four views of every queue (disk, broker,
-    rebuilt, the records themselves) brought together by one shuffle, one group per queue, and
-    compared there (``compare_queue``). ``scope`` = the phy range whose records were scanned
-    (--since-last); kinds that need the records are judged only inside it."""
-    from pyspark.sql import functions as F
-
-    end = pred.max_phy_offset
-    b_min = {k: q.min_offset for k, q in pred.consume_queues.items()}
-    cols = ["topic", "queue_id", "queue_offset", "phy_offset", "size", "tags_code"]
-    crc_ok = F.coalesce(F.col("body_crc_ok"), F.lit(True)) & F.coalesce(F.col("record_crc_ok"), F.lit(True))
-    bad = F.when(crc_ok, 0).otherwise(1) + F.when(F.col("valid_prefix"), 0).otherwise(2)
-    rec = records.select("topic", "queue_id", "queue_offset", "phy_offset",
-                         F.col("total_size").alias("size"), "tags_code", F.lit(_REC).alias("src"),
-                         bad.alias("flag"))
-    views = [df.select(*cols).withColumn("src", F.lit(src)).withColumn("flag", F.lit(0))
-             for df, src in ((disk, _DISK), (broker, _BROKER), (rebuilt, _REBUILT))]
-    allv = views[0].unionByName(views[1]).unionByName(views[2]).unionByName(rec)
-    schema = _spark_schema(QUEUE_FINDING_ROWS)
-
-    def compare(t: pa.Table) -> pa.Table:
-        topic, qid = t["topic"][0].as_py(), t["queue_id"][0].as_py()
-        rows = compare_queue(topic, qid, t, end, b_min.get((topic, qid)), (topic, qid) in disk_queues, scope)
-        return pa.Table.from_pylist(rows, schema=QUEUE_FINDING_ROWS)
-
-    out = allv.groupBy("topic", "queue_id").applyInArrow(compare, schema).toArrow()
-    return out.sort_by([("topic", "ascending"), ("queue_id", "ascending"), ("kind", "ascending"),
-                        ("from_offset", "ascending")])
+def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver_items: list) -> list:
+    """The audit's one Spark job: stage 1 (segments, index files, the driver's items) shuffled by
+    key into stage 2 (``audit_partition``); returns stage 2's results in key order."""
+    sc = spark.sparkContext
+    files = [(s.path, s.segment, s.file_start + s.file_size > plan.end) for s in scan]
+    rdds = []
+    if files:
+        rdds.append(sc.parallelize(files, len(files)).flatMap(lambda f: scan_segment(*f, plan)))
+    disk_sources = [i for i, s in enumerate(plan.index_sources) if s.path is not None]
+    if disk_sources:
+        rdds.append(sc.parallelize(disk_sources, len(disk_sources))
+                    .flatMap(lambda i: index_source_items(i, plan)))
+    if driver_items:
+        rdds.append(sc.parallelize(driver_items, min(len(driver_items), sc.defaultParallelism)))
+    if not rdds:
+        return []
+    return (sc.union(rdds).partitionBy(plan.partitions, lambda k: k)
+            .mapPartitionsWithIndex(lambda k, items: audit_partition(k, items, plan)).collect())
 
 
-_DISK, _BROKER, _REBUILT, _REC = 0, 1, 2, 3
+LOST_ORDER = ["phy_offset", "segment", "reason", "topic", "queue_id", "queue_offset", "total_size", "sys_flag",
+              "store_time", "born_time", "keys", "tags", "uniq_key", "msg_id", "body_crc", "properties", "body"]
+
+
+def _flush_window(partials: list[pa.Table], windows: tuple[tuple[str, int], ...]) -> pa.Table:
+    """The per-batch flush partials summed per (window, queue)."""
+    if not partials:
+        return pa.table({})
+    g = pa.concat_tables(partials).group_by(["window", "topic", "queue_id"]).aggregate([
+        ("queue_offset_count", "sum"), ("queue_offset_min", "min"), ("queue_offset_max", "max"),
+        ("phy_from_min", "min"), ("phy_to_max", "max"), ("ts_min", "min"), ("ts_max", "max")])
+    stamps = dict(windows)
+    stamp = [stamps[w] for w in g["window"].to_pylist()]
+    out = pa.table({
+        "window": g["window"],
+        "checkpoint_time": _timestamps(pa.array([s if s > 0 else None for s in stamp], pa.int64())),
+        "topic": g["topic"], "queue_id": g["queue_id"], "records": g["queue_offset_count_sum"],
+        "from_offset": g["queue_offset_min_min"], "to_offset": pc.add(g["queue_offset_max_max"], 1),
+        "phy_from": g["phy_from_min_min"], "phy_to": g["phy_to_max_max"],
+        "first_store_time": _timestamps(g["ts_min_min"]), "last_store_time": _timestamps(g["ts_max_max"])})
+    return out.sort_by([("window", "ascending"), ("topic", "ascending"), ("queue_id", "ascending")])
+
+
+# -- queue findings ------------------------------------------------------------------------------------
+
 QUEUE_FINDING_ROWS = pa.schema([
     pa.field("kind", pa.string(), False), pa.field("topic", pa.string(), False),
     pa.field("queue_id", pa.int32(), False), pa.field("from_offset", pa.int64(), False),
@@ -257,36 +691,67 @@ def _runs(kind: str, topic: str, qid: int, offsets: np.ndarray, phy: np.ndarray 
     return rows
 
 
+def _aligner(*offsets: np.ndarray):
+    """The union of sorted, distinct queue offsets of several views, and a function giving a view's
+    columns on it (with whether each offset has an entry in the view). Dense offsets (the usual
+    queue) are looked up by position, sparse ones by binary search."""
+    allo = np.concatenate(offsets)
+    if not len(allo):
+        keys = allo.astype(np.int64)
+    else:
+        lo, hi = int(allo.min()), int(allo.max())
+        if hi - lo < 4 * len(allo) + 1024:
+            present = np.zeros(hi - lo + 1, bool)
+            present[allo - lo] = True
+            keys = np.flatnonzero(present) + lo
+            rank = np.cumsum(present) - 1          # offset -> position in keys
+
+            def align(v):
+                has = np.zeros(len(keys), bool)
+                pos = np.zeros(len(keys), np.int64)
+                at = rank[v[0] - lo]
+                has[at] = True
+                pos[at] = np.arange(len(v[0]))
+                return has, [c[pos] if len(c) else np.zeros(len(keys), np.int64) for c in v[1:4]]
+            return keys, align
+        keys = np.unique(allo)
+
+    def align(v):
+        pos = np.searchsorted(v[0], keys)
+        has = (pos < len(v[0])) & (v[0][np.minimum(pos, max(len(v[0]) - 1, 0))] == keys) if len(v[0]) \
+            else np.zeros(len(keys), bool)
+        pos = np.minimum(pos, max(len(v[0]) - 1, 0))
+        return has, [c[pos] if len(c) else np.zeros(len(keys), np.int64) for c in v[1:4]]
+    return keys, align
+
+
 def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None, on_disk: bool,
                   scope: tuple[int, int] | None) -> list[dict]:
-    """Every ``QUEUE_KINDS`` finding of one queue from its entries: rows of ``t`` with ``src`` =
-    disk / broker / rebuilt entry or a record (``flag`` 1: CRC mismatch, 2: behind a bad record)."""
+    """Every ``QUEUE_KINDS`` finding of one queue from its entries: ``QUEUE_ROWS`` whose ``src``
+    bits say which views (disk, broker, rebuilt, record) a row belongs to (``flag`` of a record
+    row: 1 CRC mismatch, 2 behind a bad record)."""
     src = t["src"].to_numpy()
     off, phy = t["queue_offset"].to_numpy(), t["phy_offset"].to_numpy()
     size, tags = t["size"].to_numpy().astype(np.int64), t["tags_code"].to_numpy()
     flag = t["flag"].to_numpy()
 
+    by_offset = np.argsort(off, kind="stable")     # timsort: the parts arrive as sorted runs
+
     def view(s: int):
-        i = np.flatnonzero(src == s)
-        i = i[np.argsort(off[i], kind="stable")]
+        i = by_offset[(src[by_offset] & s) != 0]
+        o = off[i]
+        if len(o) > 1 and not (np.diff(o) > 0).all():      # repeated offsets: lowest phy first
+            i = i[np.lexsort((phy[i], o))]
         return off[i], phy[i], size[i], tags[i], flag[i]
 
     d, b, r_all, rec = view(_DISK), view(_BROKER), view(_REBUILT), view(_REC)
     out: list[dict] = []
     # several records claiming one queue offset; the first (lowest phy) stands for it
-    uniq, first, counts = np.unique(r_all[0], return_index=True, return_counts=True)
-    dup = np.isin(r_all[0], uniq[counts > 1])
-    r = tuple(a[first] for a in r_all)
-    keys = np.union1d(np.union1d(d[0], b[0]), r[0])
-
-    def align(v):
-        """v's columns on ``keys`` and whether each key has an entry in v."""
-        pos = np.searchsorted(v[0], keys)
-        has = (pos < len(v[0])) & (v[0][np.minimum(pos, max(len(v[0]) - 1, 0))] == keys) if len(v[0]) \
-            else np.zeros(len(keys), bool)
-        pos = np.minimum(pos, max(len(v[0]) - 1, 0))
-        cols = [c[pos] if len(c) else np.zeros(len(keys), np.int64) for c in v[1:4]]
-        return has, cols
+    starts = np.flatnonzero(np.r_[True, np.diff(r_all[0]) != 0]) if len(r_all[0]) else np.zeros(0, np.int64)
+    counts = np.diff(np.r_[starts, len(r_all[0])])
+    dup = np.repeat(counts > 1, counts)
+    r = tuple(a[starts] for a in r_all)
+    keys, align = _aligner(d[0], b[0], r[0])
 
     (hd, (dp, ds, dt)), (hb, (bp, bs, bt)), (hr, (rp, rs, rt)) = align(d), align(b), align(r)
     # the flag of the record starting at each broker entry's phy offset, -1: none starts there
@@ -332,6 +797,8 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
             out += _runs("hole", topic, qid, np.arange(vo[g] + 1, vo[g + 1]))
     for kind, v, keep in (("duplicate_phy_on_disk", d, d[2] > 0), ("duplicate_phy", b, b[2] != _PRE_BLANK)):
         o, p, s = v[0][keep], v[1][keep], v[2][keep]
+        if len(p) < 2 or (np.diff(p) > 0).all():        # the usual queue: phy offsets ascend
+            continue
         vals, cnt = np.unique(p, return_counts=True)
         m = np.isin(p, vals[cnt > 1])
         out += _runs(kind, topic, qid, o[m], p[m], s[m], detail="phy offset at several queue offsets")
@@ -341,224 +808,6 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
                     "phy_to": int((r[1] + r[2]).max()), "detail": None})
     return out
 
-
-# -- index findings ------------------------------------------------------------------------------------
-
-INDEX_ENTRY_COLS = pa.schema([pa.field("file", pa.string(), True), pa.field("file_order", pa.int32(), False),
-                              pa.field("entry_number", pa.int32(), False), pa.field("key_hash", pa.int32(), False),
-                              pa.field("phy_offset", pa.int64(), False)])
-
-
-def _index_entries(idx: IndexFile, order: int, name: str | None) -> pa.Table:
-    t = idx.entries_table()
-    n = t.num_rows
-    return pa.table([pa.array([name] * n, pa.string()), pa.array(np.full(n, order, np.int32)),
-                     t["entry_number"], t["key_hash"], t["phy_offset"]], schema=INDEX_ENTRY_COLS)
-
-
-def header_problems(idx: IndexFile) -> list[str]:
-    """What in an index file's header disagrees with its entries (IndexService trusts the header)."""
-    h, out = idx.header, []
-    t = idx.entries_table()
-    if h.index_count > idx.index_num:
-        out.append(f"indexCount {h.index_count} > maxIndexNum {idx.index_num}")
-    if t.num_rows:
-        phy = t["phy_offset"].to_numpy()
-        if h.begin_phy_offset > phy.min() or h.end_phy_offset < phy.max():
-            out.append(f"phy range [{h.begin_phy_offset}, {h.end_phy_offset}] does not cover its entries "
-                       f"[{phy.min()}, {phy.max()}]")
-        if (t["time_diff"].to_numpy() < 0).any():
-            out.append("negative timeDiff in entries (queries stop there)")
-    if h.begin_timestamp > h.end_timestamp and h.end_timestamp:
-        out.append(f"beginTimestamp {h.begin_timestamp} > endTimestamp {h.end_timestamp}")
-    slots = np.asarray(idx.slots)
-    over = int(((slots < 0) | (slots > max(h.index_count, 0))).sum())
-    if over:
-        out.append(f"{over} hash slots point outside [0, indexCount]")
-    return out
-
-
-def index_findings(spark, store: Store, pred: recovery.Prediction, records) -> pa.Table:
-    """``INDEX_KINDS`` rows for the index files on disk and after the broker's recovery.
-
-    Dangling and duplicate entries and bad headers come from the index files themselves (read on
-    the driver, vectorised); unfindable keys from every key the broker would index for the records
-    below the truncation point, joined with the entries of each lens (Spark)."""
-    from store_reader.indexfile import list_index_files
-
-    cfg = store.config
-    lo, end = pred.min_phy_offset, pred.max_phy_offset
-    rows: list[dict] = []
-    lenses: dict[str, pa.Table] = {}
-    disk = []
-    for ref in list_index_files(store.index_dir, cfg.index_file_size, strict=False):
-        with IndexFile(ref.path, cfg.maxHashSlotNum, cfg.maxIndexNum) as idx:
-            disk.append(_index_entries(idx, len(disk), ref.name))
-            rows += [{"kind": "bad_header", "index": "on_disk", "file": ref.name, "count": 1, "detail": p}
-                     for p in header_problems(idx)]
-    recovered = [_index_entries(f.view(cfg), i, f.name) for i, f in enumerate(pred.index_files)]
-    for lens, tables in (("on_disk", disk), ("recovered", recovered)):
-        e = pa.concat_tables(tables) if tables else INDEX_ENTRY_COLS.empty_table()
-        lenses[lens] = e
-        rows += _entry_findings(e, lens, lo, end)
-    rows += _unfindable(spark, records, lenses, end)
-    return pa.Table.from_pylist(rows, schema=INDEX_FINDING_ROWS) if rows else INDEX_FINDING_ROWS.empty_table()
-
-
-INDEX_FINDING_ROWS = pa.schema([
-    pa.field("kind", pa.string(), False), pa.field("index", pa.string(), False),
-    pa.field("file", pa.string(), True), pa.field("topic", pa.string(), True),
-    pa.field("phy_from", pa.int64(), True), pa.field("phy_to", pa.int64(), True),
-    pa.field("count", pa.int64(), False), pa.field("detail", pa.string(), True)])
-
-
-def _entry_findings(e: pa.Table, lens: str, lo: int, end: int) -> list[dict]:
-    """Dangling entries (below ``lo``, at or past ``end``) and repeated (key hash, phy offset)
-    pairs, per index file."""
-    if not e.num_rows:
-        return []
-    phy, kh = e["phy_offset"].to_numpy(), e["key_hash"].to_numpy().astype(np.int64)
-    order = np.lexsort((e["entry_number"].to_numpy(), e["file_order"].to_numpy()))   # put order
-    pair = (kh[order] << 40) ^ phy[order]
-    _, first = np.unique(pair, return_index=True)
-    repeat = np.ones(len(order), bool)
-    repeat[first] = False
-    masks = {"dangling_below_min": phy < lo, "dangling_beyond_end": phy >= end,
-             "duplicate_entry": np.zeros(len(phy), bool)}
-    masks["duplicate_entry"][order[repeat]] = True
-    files = e["file"].to_pylist()
-    file_order = e["file_order"].to_numpy()
-    out = []
-    for kind, m in masks.items():
-        for fo in np.unique(file_order[m]):
-            sel = m & (file_order == fo)
-            out.append({"kind": kind, "index": lens, "file": files[int(np.flatnonzero(sel)[0])],
-                        "topic": None, "phy_from": int(phy[sel].min()), "phy_to": int(phy[sel].max()) + 1,
-                        "count": int(sel.sum()), "detail": None})
-    return out
-
-
-def _unfindable(spark, records, lenses: dict[str, pa.Table], end: int) -> list[dict]:
-    """Keys of records below ``end`` whose (key hash, phy offset) no entry of a lens holds, as runs
-    of consecutive indexed records of one topic (commitlog order), per lens.
-
-    The executors compute every put; the driver, which holds the lenses already, looks the pairs
-    up by sorting (``_held``: no join, no shuffle) and range-encodes per topic."""
-    from pyspark.sql import functions as F
-
-    cols = ["stored_phy_offset", "sys_flag", "uniq_key", "key_list", "topic", "store_timestamp"]
-    rec = records.where((F.col("phy_offset") < end) & F.col("valid_prefix")).select(*cols)
-    put_schema = pa.schema([pa.field("topic", pa.string(), False), pa.field("key_hash", pa.int32(), False),
-                            pa.field("phy_offset", pa.int64(), False)])
-
-    def puts(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            p = index_puts(pa.Table.from_batches([b]))
-            yield pa.RecordBatch.from_arrays([p.topic, pa.array(p.key_hash.astype(np.int32)),
-                                              pa.array(p.phy)], schema=put_schema)
-
-    wanted = rec.mapInArrow(puts, _spark_schema(put_schema)).toArrow()
-    if not wanted.num_rows:
-        return []
-    kh, phy = wanted["key_hash"].to_numpy().astype(np.int64), wanted["phy_offset"].to_numpy()
-    missing = {lens: ~_held(lenses[lens], kh, phy) for lens in lenses}
-    topics = wanted["topic"].combine_chunks().dictionary_encode()
-    code = topics.indices.to_numpy(zero_copy_only=False)
-    rows = []
-    for c, topic in sorted(enumerate(topics.dictionary.to_pylist()), key=lambda x: x[1]):
-        sel = np.flatnonzero(code == c)
-        uphy, inv = np.unique(phy[sel], return_inverse=True)
-        for lens, miss_put in missing.items():
-            miss = np.bincount(inv, weights=miss_put[sel], minlength=len(uphy))
-            hit = np.flatnonzero(miss > 0)         # records (in phy order) missing a key
-            if not len(hit):
-                continue
-            cut = np.flatnonzero(np.diff(hit) != 1) + 1
-            for a, b in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(hit)]])):
-                run = hit[a:b]
-                rows.append({"kind": "unfindable_key", "index": lens, "file": None, "topic": topic,
-                             "phy_from": int(uphy[run[0]]), "phy_to": int(uphy[run[-1]]) + 1,
-                             "count": int(miss[run].sum()), "detail": f"{len(run)} records"})
-    return rows
-
-
-def _held(lens: pa.Table, key_hash: np.ndarray, phy: np.ndarray) -> np.ndarray:
-    """Whether each (key hash, phy offset) pair is among the entries of ``lens``. Per 4 GiB window
-    of phy offsets, (phy - window start) << 31 | key hash packs a pair into one int64 (key hashes
-    are non-negative int32; a lens entry with a negative one matches nothing), so the lookup is a
-    sort and a binary search; the puts and entries come in commitlog order, which the stable sort
-    by window leaves nearly as it is."""
-    out = np.zeros(len(key_hash), bool)
-    lk = lens["key_hash"].to_numpy().astype(np.int64)
-    lp = lens["phy_offset"].to_numpy().astype(np.int64)
-    keep = lk >= 0
-    lk, lp = lk[keep], lp[keep]
-    if not len(lk) or not len(key_hash):
-        return out
-    lw, ww = lp >> 32, phy >> 32
-    lorder, worder = np.argsort(lw, kind="stable"), np.argsort(ww, kind="stable")
-    lw_sorted, ww_sorted = lw[lorder], ww[worder]
-    for w in np.unique(ww_sorted[np.r_[0, np.flatnonzero(np.diff(ww_sorted)) + 1]]):
-        li = lorder[np.searchsorted(lw_sorted, w):np.searchsorted(lw_sorted, w, "right")]
-        wi = worder[np.searchsorted(ww_sorted, w):np.searchsorted(ww_sorted, w, "right")]
-        if not len(li):
-            continue
-        base = int(w) << 32
-        packed = np.sort(((lp[li] - base) << 31) | lk[li])
-        want = ((phy[wi] - base) << 31) | key_hash[wi]
-        at = np.minimum(np.searchsorted(packed, want), len(packed) - 1)
-        out[wi] = packed[at] == want
-    return out
-
-
-# -- lost messages and the flush window --------------------------------------------------------------
-
-def lost_messages(records, end: int, cut_segment: str | None) -> pa.Table:
-    """Intact records at or past the truncation point: the broker's recovery discards them, those
-    behind the bad record in the file it cuts and every record of the files it deletes."""
-    from pyspark.sql import functions as F
-
-    lost = records.where((F.col("phy_offset") >= end) & (F.col("stored_phy_offset") == F.col("phy_offset"))
-                         & F.coalesce(F.col("body_crc_ok"), F.lit(True))
-                         & F.coalesce(F.col("record_crc_ok"), F.lit(True)))
-    return (lost.select(
-        "phy_offset", "segment",
-        F.when(F.col("segment") == F.lit(cut_segment), "behind_cut").otherwise("deleted_file").alias("reason"),
-        "topic", "queue_id", "queue_offset", "total_size", "sys_flag",
-        F.timestamp_millis("store_timestamp").alias("store_time"),
-        F.timestamp_millis("born_timestamp").alias("born_time"),
-        "keys", "tags", "uniq_key", "msg_id", "body_crc", "properties", "body")
-        .orderBy("phy_offset").toArrow())
-
-
-def flush_window(records, end: int, checkpoint) -> pa.Table:
-    """Records below the truncation point stored after each checkpoint flush timestamp, per queue:
-    what an OS crash or power loss under ASYNC_FLUSH may still take."""
-    from pyspark.sql import functions as F
-
-    tran = F.col("sys_flag").bitwiseAND(rf.TRANSACTION_MASK)
-    windows = [("commitlog", checkpoint.physic_msg_timestamp, F.lit(True)),
-               ("consume_queue", checkpoint.logics_msg_timestamp, tran.isin(*_CQ_TYPES)),
-               ("index", checkpoint.index_msg_timestamp, tran != rf.TRANSACTION_ROLLBACK_TYPE)]
-    ts = F.col("store_timestamp")
-    inside = F.array(*[F.when(cond & (ts > stamp), F.struct(F.lit(name).alias("window"),
-                                                            F.lit(stamp).alias("stamp")))
-                       for name, stamp, cond in windows])
-    rec = (records.where((F.col("phy_offset") < end) & F.col("valid_prefix"))
-           .select("*", F.explode(inside).alias("w")).where(F.col("w").isNotNull()))
-    return (rec.groupBy("w.window", "w.stamp", "topic", "queue_id")
-            .agg(F.count(F.lit(1)).alias("records"), F.min("queue_offset").alias("from_offset"),
-                 (F.max("queue_offset") + 1).alias("to_offset"), F.min("phy_offset").alias("phy_from"),
-                 F.max(F.col("phy_offset") + F.col("total_size")).alias("phy_to"),
-                 F.timestamp_millis(F.min(ts)).alias("first_store_time"),
-                 F.timestamp_millis(F.max(ts)).alias("last_store_time"))
-            .select("window", F.when(F.col("stamp") > 0, F.timestamp_millis("stamp")).alias("checkpoint_time"),
-                    "topic", "queue_id", "records", "from_offset", "to_offset", "phy_from", "phy_to",
-                    "first_store_time", "last_store_time")
-            .orderBy("window", "topic", "queue_id").toArrow())
-
-
-# -- consumer offsets --------------------------------------------------------------------------------------
 
 def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_ranges: dict, rebuilt_ranges: dict,
                              lost: pa.Table) -> pa.Table:
@@ -646,19 +895,10 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive")
 
 
-def _ranges(df) -> dict[tuple[str, int], tuple[int, int]]:
-    from pyspark.sql import functions as F
-
-    t = (df.where(F.col("size") > 0).groupBy("topic", "queue_id")
-         .agg(F.min("queue_offset").alias("lo"), (F.max("queue_offset") + 1).alias("hi")).toArrow())
-    return {(a, b): (c, d) for a, b, c, d in zip(*(t.column(i).to_pylist() for i in range(4)))}
-
-
 def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
           scan: Sequence[SegmentSummary] | None = None) -> Findings:
     """Every finding for ``store`` given the broker's predicted recovery. ``scan``: the segments
     whose records are read (default all; --since-last passes only the new ones)."""
-    broker_5x = pred.broker_version == recovery.V5X
     scan = list(summaries if scan is None else scan)
     out = Findings()
     if len(scan) < len(summaries):       # --since-last: records read only in the new segments
@@ -666,27 +906,29 @@ def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[Se
         out.scope = (scan[0].file_start, last) if scan else (last, last)
     if not pred.load_result:
         return out
-    end = pred.max_phy_offset
-    records = records_df(spark, store, end, broker_5x, scan).cache()
-    try:
-        disk = disk_entries(spark, store, broker_5x).cache()
-        broker = broker_entries(spark, pred).cache()
-        rebuilt = rebuilt_entries(records, end, store.config, broker_5x).cache()
-        disk_queues = {(r.topic, r.queue_id) for r in list_queues(store.root)}
-        out.tables["queue_findings"] = queue_findings(spark, disk, broker, rebuilt, records, pred,
-                                                      disk_queues, out.scope)
-        out.tables["index_findings"] = index_findings(spark, store, pred, records)
-        cut = next((f.name for f in pred.commitlog_files if f.wrote < f.size), None)
-        out.tables["lost_messages"] = lost_messages(records, end, cut)
-        from store_reader.checkpoint import read_checkpoint
-
-        out.tables["flush_window"] = flush_window(records, end, read_checkpoint(store.checkpoint_path))
-        out.tables["consumer_offset_findings"] = consumer_offset_findings(
-            store, pred, _ranges(disk), _ranges(rebuilt), out.tables["lost_messages"])
-        for df in (disk, broker, rebuilt):
-            df.unpersist()
-    finally:
-        records.unpersist()
+    plan = audit_plan(spark, store, pred, summaries, scan, out.scope)
+    results = run_audit_job(spark, plan, scan, _driver_items(plan, pred))
+    by_kind: dict[str, list] = defaultdict(list)
+    for kind, value in results:
+        by_kind[kind].append(value)
+    queue = pa.concat_tables(by_kind["queue_findings"]) if by_kind["queue_findings"] \
+        else QUEUE_FINDING_ROWS.empty_table()
+    out.tables["queue_findings"] = queue.sort_by([("topic", "ascending"), ("queue_id", "ascending"),
+                                                  ("kind", "ascending"), ("from_offset", "ascending")])
+    rows = [r for part in by_kind["index_rows"] for r in part]
+    index_rows = [r for r in rows if r["kind"] == "bad_header"] \
+        + _merge_entry_findings([r for r in rows if r["kind"] != "bad_header"]) \
+        + _unfindable_rows(by_kind["unfindable"])
+    out.tables["index_findings"] = pa.Table.from_pylist(index_rows, schema=INDEX_FINDING_ROWS) \
+        if index_rows else INDEX_FINDING_ROWS.empty_table()
+    lost = [t for t in by_kind["lost"] if t.num_rows]
+    out.tables["lost_messages"] = pa.concat_tables(lost).select(LOST_ORDER).sort_by("phy_offset") if lost \
+        else pa.table({})
+    out.tables["flush_window"] = _flush_window(by_kind["flush"], plan.windows)
+    disk_ranges = {k: d for part in by_kind["ranges"] for k, d, _ in part if d is not None}
+    rebuilt_ranges = {k: r for part in by_kind["ranges"] for k, _, r in part if r is not None}
+    out.tables["consumer_offset_findings"] = consumer_offset_findings(
+        store, pred, disk_ranges, rebuilt_ranges, out.tables["lost_messages"])
     return out
 
 
