@@ -101,9 +101,9 @@ ENTRIES_PER_AUDIT_TASK = 4_000_000
 QUEUE_ROWS = pa.schema([pa.field("queue_offset", pa.int64(), False), pa.field("phy_offset", pa.int64(), False),
                         pa.field("size", pa.int32(), False), pa.field("tags_code", pa.int64(), False),
                         pa.field("src", pa.int8(), False), pa.field("flag", pa.int8(), False)])
-INDEX_ENTRIES = pa.schema([pa.field("source", pa.int32(), False), pa.field("entry_number", pa.int32(), False),
-                           pa.field("key_hash", pa.int32(), False), pa.field("phy_offset", pa.int64(), False)])
-INDEX_PUTS = pa.schema([pa.field("topic", pa.string(), False), pa.field("key_hash", pa.int32(), False),
+# index entries of one file (in entry order) and index puts (topic: a number into a list of names)
+INDEX_ENTRIES = pa.schema([pa.field("key_hash", pa.int32(), False), pa.field("phy_offset", pa.int64(), False)])
+INDEX_PUTS = pa.schema([pa.field("topic", pa.int32(), False), pa.field("key_hash", pa.int32(), False),
                         pa.field("phy_offset", pa.int64(), False)])
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -282,6 +282,7 @@ def scan_segment(path: str, segment: str, lost: bool, plan: AuditPlan) -> Iterat
     cols = _SCAN_COLUMNS + (_LOST_COLUMNS if lost else ["properties"] if plan.config.enableMultiDispatch else [])
     queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
     puts, lost_rows, flush = [], [], []
+    topic_no: dict[str, int] = {}
     for rb in SegmentScan(path, plan.opts, columns=cols, include_lost=True, batch_size=65536):
         below = (_column(rb, "phy_offset") < plan.end) & _column(rb, "valid_prefix")
         _queue_rows(rb, plan, below, queues)
@@ -291,14 +292,18 @@ def scan_segment(path: str, segment: str, lost: bool, plan: AuditPlan) -> Iterat
             b = rb.filter(pa.array(below))
             flush += _flush_partials(b, plan)
             p = index_puts(b, ordered=True)
-            puts.append(pa.table([p.topic, pa.array(p.key_hash.astype(np.int32)), pa.array(p.phy)],
+            topics = p.topic.dictionary_encode()
+            code = np.array([topic_no.setdefault(t, len(topic_no)) for t in topics.dictionary.to_pylist()]
+                            or [0], np.int32)[topics.indices.to_numpy(zero_copy_only=False)]
+            puts.append(pa.table([pa.array(code), pa.array(p.key_hash.astype(np.int32)), pa.array(p.phy)],
                                  schema=INDEX_PUTS))
     for (topic, qid), parts in queues.items():
         yield plan.queue_key(topic, qid), ("queue", (topic, qid), pa.concat_tables(parts))
     if puts:
         t = pa.concat_tables(puts)
+        names = list(topic_no)
         for key, part in _keyed(plan.phy_keys(t["phy_offset"].to_numpy()), t):
-            yield key, ("puts", part)
+            yield key, ("puts", names, part)
     if lost_rows:
         yield plan.driver_key, ("lost", pa.concat_tables(lost_rows))
     if flush:
@@ -323,10 +328,9 @@ def index_source_items(source: int, plan: AuditPlan, idx: IndexFile | None = Non
     finally:
         if own:
             idx.close()
-    t = pa.table([pa.array(np.full(e.num_rows, source, np.int32)), e["entry_number"], e["key_hash"],
-                  e["phy_offset"]], schema=INDEX_ENTRIES)
-    for key, part in _keyed(plan.phy_keys(t["phy_offset"].to_numpy()), t):
-        yield key, ("entries", part)
+    t = pa.table([e["key_hash"], e["phy_offset"]], schema=INDEX_ENTRIES)
+    for key, part in _keyed(plan.phy_keys(t["phy_offset"].to_numpy()), t):     # entry order kept
+        yield key, ("entries", source, part)
 
 
 # -- stage 2 -------------------------------------------------------------------------------------------
@@ -389,23 +393,24 @@ def _index_range(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) 
     repeated entries (a (key hash, phy) pair lives in one range), and which index puts of the
     range's records no entry holds (unfindable keys, as runs numbered within the range)."""
     entries, puts = [], []
-    for _, (kind, table) in items:
-        (entries if kind == "entries" else puts).append(table)
-    e = pa.concat_tables(entries) if entries else INDEX_ENTRIES.empty_table()
-    source = e["source"].to_numpy()
-    kh, phy = e["key_hash"].to_numpy(), e["phy_offset"].to_numpy()
+    for _, (kind, meta, table) in items:
+        (entries if kind == "entries" else puts).append((meta, table))
+    source = np.concatenate([np.full(t.num_rows, i, np.int64) for i, t in entries] or [np.zeros(0, np.int64)])
+    entry_number = np.concatenate([np.arange(t.num_rows) for _, t in entries] or [np.zeros(0, np.int64)])
+    kh = np.concatenate([t["key_hash"].to_numpy() for _, t in entries] or [np.zeros(0, np.int32)])
+    phy = np.concatenate([t["phy_offset"].to_numpy() for _, t in entries] or [np.zeros(0, np.int64)])
     rows, lenses = [], {}
     for lens in ("on_disk", "recovered"):
         order = np.array([getattr(s, lens) for s in plan.index_sources] or [-1], np.int64)
         names = {getattr(s, lens): s.name for s in plan.index_sources}
-        file_order = order[source] if len(source) else np.zeros(0, np.int64)
+        file_order = order[source]
         sel = file_order >= 0
-        rows += _entry_findings(kh[sel], phy[sel], e["entry_number"].to_numpy()[sel], file_order[sel],
-                                names, lens, plan.min_phy, plan.end)
+        rows += _entry_findings(kh[sel], phy[sel], entry_number[sel], file_order[sel], names, lens,
+                                plan.min_phy, plan.end)
         lenses[lens] = (kh[sel], phy[sel])
     yield "index_rows", rows
     if puts:
-        yield "unfindable", (key, _unfindable_runs(pa.concat_tables(puts), lenses))
+        yield "unfindable", (key, _unfindable_runs(puts, lenses))
 
 
 # -- index findings ------------------------------------------------------------------------------------
@@ -462,15 +467,18 @@ def _entry_findings(kh: np.ndarray, phy: np.ndarray, entry_number: np.ndarray, f
     return out
 
 
-def _unfindable_runs(puts: pa.Table, lenses: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict:
+def _unfindable_runs(puts: list[tuple[list[str], pa.Table]], lenses: dict[str, tuple[np.ndarray, np.ndarray]]
+                     ) -> dict:
     """For one phy range: per topic, how many indexed records it has (distinct phy offsets) and,
     per lens, the runs of consecutive ones (numbered from 0 in phy order) with a key no entry holds."""
-    kh, phy = puts["key_hash"].to_numpy().astype(np.int64), puts["phy_offset"].to_numpy()
+    kh = np.concatenate([t["key_hash"].to_numpy() for _, t in puts]).astype(np.int64)
+    phy = np.concatenate([t["phy_offset"].to_numpy() for _, t in puts])
+    topic_no: dict[str, int] = {}
+    code = np.concatenate([np.array([topic_no.setdefault(n, len(topic_no)) for n in names] or [0], np.int64)
+                           [t["topic"].to_numpy()] for names, t in puts])
     missing = {lens: ~_held(lk, lp, kh, phy) for lens, (lk, lp) in lenses.items()}
-    topics = puts["topic"].combine_chunks().dictionary_encode()
-    code = topics.indices.to_numpy(zero_copy_only=False)
     records, runs = {}, []
-    for c, topic in enumerate(topics.dictionary.to_pylist()):
+    for topic, c in topic_no.items():
         sel = np.flatnonzero(code == c)
         uphy, inv = np.unique(phy[sel], return_inverse=True)
         records[topic] = len(uphy)
@@ -573,12 +581,7 @@ def audit_plan(spark, store: Store, pred: recovery.Prediction, summaries: Sequen
         weight[key] += per_file * len(files)
     entries = max(sum(weight.values()), 2 * sum(s.records for s in scan))
     buckets = max(spark.sparkContext.defaultParallelism, -(-entries // ENTRIES_PER_AUDIT_TASK))
-    load = [(0, b) for b in range(buckets)]
-    queue_buckets = {}
-    for key in sorted(weight, key=lambda k: (-weight[k], k)):
-        w, b = heapq.heappop(load)
-        queue_buckets[key] = b
-        heapq.heappush(load, (w + weight[key], b))
+    queue_buckets = pack_queues(weight, buckets)
     file_size = summaries[0].file_size if summaries else cfg.mappedFileSizeCommitLog
     first = summaries[0].file_start // file_size if summaries else 0
     last = (summaries[-1].file_start // file_size) if summaries else -1
@@ -598,6 +601,17 @@ def audit_plan(spark, store: Store, pred: recovery.Prediction, summaries: Sequen
         windows=(("commitlog", ckpt.physic_msg_timestamp), ("consume_queue", ckpt.logics_msg_timestamp),
                  ("index", ckpt.index_msg_timestamp)),
         index_sources=tuple(sources))
+
+
+def pack_queues(weight: dict[tuple[str, int], int], buckets: int) -> dict[tuple[str, int], int]:
+    """Each queue's bucket: largest queue first, into the bucket with the least weight so far."""
+    load = [(0, b) for b in range(buckets)]
+    out = {}
+    for key in sorted(weight, key=lambda k: (-weight[k], k)):
+        w, b = heapq.heappop(load)
+        out[key] = b
+        heapq.heappush(load, (w + weight[key], b))
+    return out
 
 
 def _driver_items(plan: AuditPlan, pred: recovery.Prediction) -> list[tuple[int, tuple]]:
@@ -888,13 +902,6 @@ class Findings:
         return t.num_rows if where is None else int(pc.sum(where(t)).as_py() or 0)
 
 
-def _concat(tables: list[pa.Table]) -> pa.Table:
-    tables = [t for t in tables if t.num_rows]
-    if not tables:
-        return pa.table({})
-    return pa.concat_tables(tables, promote_options="permissive")
-
-
 def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
           scan: Sequence[SegmentSummary] | None = None) -> Findings:
     """Every finding for ``store`` given the broker's predicted recovery. ``scan``: the segments
@@ -936,7 +943,7 @@ def passes_json(passes: Sequence[tuple[str, float, str]]) -> str:
     return json.dumps({name: round(secs, 3) for name, secs, _ in passes})
 
 
-__all__ = ["QUEUE_KINDS", "INDEX_KINDS", "Findings", "audit", "records_df", "compare_queue"]
+__all__ = ["QUEUE_KINDS", "INDEX_KINDS", "Findings", "audit", "compare_queue"]
 
 
 # -- the run: rows with their keys, the summary, the exit status -----------------------------------------
