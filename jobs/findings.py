@@ -97,6 +97,7 @@ _SCAN_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queu
 _LOST_COLUMNS = ["born_timestamp", "keys", "tags", "msg_id", "body_crc", "properties", "body"]
 # rows (records and the views' entries) per compare task: bounds a task's memory (~50 bytes a row)
 ENTRIES_PER_AUDIT_TASK = 4_000_000
+DRIVER_SLICE_BYTES = 32 << 20
 
 QUEUE_ROWS = pa.schema([pa.field("queue_offset", pa.int64(), False), pa.field("phy_offset", pa.int64(), False),
                         pa.field("size", pa.int32(), False), pa.field("tags_code", pa.int64(), False),
@@ -647,7 +648,10 @@ def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver
         rdds.append(sc.parallelize(disk_sources, len(disk_sources))
                     .flatMap(lambda i: index_source_items(i, plan)))
     if driver_items:
-        rdds.append(sc.parallelize(driver_items, min(len(driver_items), sc.defaultParallelism)))
+        # slices of about DRIVER_SLICE_BYTES: a worker holds one slice, not the store's share
+        size = sum(item[-1].nbytes for _, item in driver_items)
+        slices = min(len(driver_items), max(sc.defaultParallelism, -(-size // DRIVER_SLICE_BYTES)))
+        rdds.append(sc.parallelize(driver_items, slices))
     if not rdds:
         return []
     return (sc.union(rdds).partitionBy(plan.partitions, lambda k: k)
