@@ -9,7 +9,16 @@ Spark, delta-rs, DuckDB and Polars read.
 """
 from __future__ import annotations
 
+import logging
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Mapping
+
 import pyarrow as pa
+
+log = logging.getLogger("jobs.deltasink")
+
+# Tables committed at a time by ``write_tables``.
+WRITE_THREADS = 4
 
 
 def _quote(value: str) -> str:
@@ -44,6 +53,46 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
                         storage_options=storage_options)
     else:
         write_deltalake(table_uri, rows, mode="append", storage_options=storage_options)
+
+
+def warm_up(spark=None) -> None:
+    """Initialise delta-rs in this process (its runtime and writer: about 0.3 s at the first write
+    of a process, whatever the rows) with a throwaway one-row table in memory, so that the audit
+    tables' commit does not wait for it; meant for a side thread while the run's other passes go
+    on. Nothing to do when Spark writes the tables (delta-spark on the classpath)."""
+    if spark is not None:
+        from jobs.sparkutil import has_delta
+
+        if has_delta(spark):
+            return
+    from deltalake import write_deltalake
+
+    try:
+        write_deltalake("memory:///warm-up", pa.table({"run_id": ["warm-up"]}), mode="overwrite")
+    except Exception as exc:  # only a lost head start: the real write initialises it anyway
+        log.debug("delta-rs warm-up failed: %s", exc)
+
+
+def write_tables(audit_path: str, tables: Mapping[str, pa.Table], run_id: str, spark=None,
+                 storage_options: dict[str, str] | None = None) -> list[str]:
+    """Each table to ``<audit_path>/<name>`` (``write_run_rows``), the tables side by side (each
+    commit is mostly waiting on its log and files; delta-rs and Spark release the GIL), and
+    ``runs`` last, once every other table is committed: a run row exists only when all its
+    findings do. Returns the table URIs, ``runs`` last. If a write fails, the others still finish
+    and the first failure is raised (without writing ``runs``)."""
+    uri = {name: audit_path.rstrip("/") + "/" + name for name in tables}
+    names = [name for name in tables if name != "runs"]
+    if names:
+        with ThreadPoolExecutor(max_workers=min(len(names), WRITE_THREADS)) as pool:
+            writes = [pool.submit(write_run_rows, uri[name], tables[name], run_id, spark, storage_options)
+                      for name in names]
+            wait(writes)
+        for w in writes:
+            w.result()
+    if "runs" in tables:
+        write_run_rows(uri["runs"], tables["runs"], run_id, spark, storage_options)
+        names.append("runs")
+    return [uri[name] for name in names]
 
 
 def read_table(table_uri: str, storage_options: dict[str, str] | None = None) -> pa.Table:

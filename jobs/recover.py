@@ -15,8 +15,10 @@ Passes (each a function the notebooks can call):
      do not join up into one sequential put is rebuilt whole);
   5. rebuild index files from the same records, one task per index file;
   6. audit: what is inconsistent and what the broker's own restart would lose or rewind
-     (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports);
-  7. write the repaired store into a temporary directory and rename it into place;
+     (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports), side by side with 4-5
+     and 7 (both only read the input store and the prediction);
+  7. write the repaired store into a temporary directory (the commitlog copied and hashed for the
+     manifest in one read) and, once the audit succeeded too, rename it into place;
      ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
@@ -34,9 +36,11 @@ import shutil
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+import uuid
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 
@@ -52,6 +56,7 @@ from store_reader.store import Store
 from store_reader import repair
 from jobs import audit as audit_job
 from jobs import findings as fnd
+from jobs import deltasink
 from jobs.deltasink import store_id_for
 
 log = logging.getLogger("jobs.recover")
@@ -231,12 +236,106 @@ def _check_paths(store_root: Path, out: Path) -> None:
         raise StoreReaderError(f"output {o} must not be the store, inside it or contain it", store_root)
 
 
-def write_repaired_store(spark, store: Store, report: RunReport, out: Path, overwrite: bool) -> None:
-    """Passes 4-7 into ``<out>.tmp-<run id>``, then an atomic rename to ``out``."""
+class Cancelled(Exception):
+    """Another pass of the run failed: this one stopped early."""
+
+
+def join_job_group(spark, group: str | None) -> None:
+    """Run this thread's Spark jobs in ``group``, so that ``cancel_job_group`` stops them."""
+    if group is not None:
+        spark.sparkContext.setJobGroup(group, f"jobs.recover {group}", interruptOnCancel=True)
+
+
+def cancel_job_group(spark, group: str) -> None:
+    """Cancel ``group``'s running jobs and every job it submits later (Spark 4's
+    ``cancelJobGroupAndFutureJobs``: a pass between two jobs stops at the next one); older
+    Spark: the running jobs."""
+    from py4j.protocol import Py4JError
+
+    try:
+        spark.sparkContext._jsc.sc().cancelJobGroupAndFutureJobs(group)
+    except Py4JError:
+        spark.sparkContext.cancelJobGroup(group)
+
+
+def await_tasks(spark, group: str, timeout: float = 120.0) -> None:
+    """Wait until no task of ``group``'s jobs runs any more. A cancelled or failed job returns to
+    its caller at once while its running tasks end a little later (a killed Python worker after
+    ``spark.python.task.killTimeout``): their output may only be removed after that."""
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stages = [sid for job in tracker.getJobIdsForGroup(group)
+                  for sid in (getattr(tracker.getJobInfo(job), "stageIds", None) or [])]
+        if all(getattr(tracker.getStageInfo(sid), "numActiveTasks", 0) == 0 for sid in stages):
+            return
+        time.sleep(0.05)
+    log.warning("tasks of %s still running after %.0fs", group, timeout)
+
+
+class Passes:
+    """Passes running side by side on a thread pool, their Spark jobs in one job group: the first
+    failure stops the others (``cancel`` for the driver-side work between files, the job group for
+    Spark) and is the one raised, not the cancellations it caused."""
+
+    def __init__(self, spark, pool: ThreadPoolExecutor, group: str, cancel: threading.Event) -> None:
+        self.spark, self.pool, self.group, self.cancel = spark, pool, group, cancel
+        self.failure: BaseException | None = None
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled("another pass of the run failed")
+
+    def fail(self, exc: BaseException) -> None:
+        """Record a pass's failure; the first one stops the others."""
+        with self._lock:
+            first, self.failure = self.failure is None, self.failure or exc
+        if first:
+            self.cancel.set()
+            cancel_job_group(self.spark, self.group)
+
+    def submit(self, fn, *args) -> Future:
+        def run():
+            join_job_group(self.spark, self.group)
+            try:
+                return fn(*args)
+            except BaseException as exc:
+                self.fail(exc)
+                raise
+        return self.pool.submit(run)
+
+    def result(self, future: Future):
+        try:
+            return future.result()
+        except BaseException:
+            if self.failure is not None:
+                raise self.failure from None
+            raise
+
+
+def _digests(root: Path, sub: str) -> dict[str, str]:
+    """SHA-256 of every file under ``root/sub`` by path relative to ``root`` (for the manifest)."""
+    files = repair.tree_files(str(root / sub))
+    got = repair.sha256_files(p for _, p in files)
+    return {os.path.join(sub, rel): got[p] for rel, p in files}
+
+
+def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
+                         cancel: threading.Event | None = None, group: str | None = None,
+                         queued: threading.Event | None = None) -> Path:
+    """Passes 4-7 into ``<out>.tmp-<run id>``, MANIFEST.json included; returns that directory,
+    still marked incomplete (``TMP_MARKER``) until ``place_repaired_store`` renames it into place.
+    On any failure nothing is left behind. ``cancel``: set when another pass of the run failed (the
+    copy stops between files, no further Spark job starts); ``group``: the Spark job group of this
+    build's jobs, which run on threads of their own; ``queued``: set once the rebuild jobs are
+    being submitted."""
     pred = report.prediction
     version_5x = pred.broker_version == recovery.V5X
     cfg = store.config
     end = pred.max_phy_offset
+    cancel = cancel or threading.Event()
+    group = group or f"{report.run_id}-write-{uuid.uuid4().hex[:8]}"
     tmp = out.parent / f"{out.name}.tmp-{report.run_id}"
     if tmp.exists():                      # left by a killed run of ours: start over
         if not (tmp / TMP_MARKER).exists():
@@ -246,52 +345,64 @@ def write_repaired_store(spark, store: Store, report: RunReport, out: Path, over
     (tmp / TMP_MARKER).write_text(report.run_id)
     try:
         # passes 4-5 and the commitlog copy write disjoint parts of tmp and run side by side: the
-        # copy on driver threads from the start; once the index puts are counted, the index files'
-        # job first (FIFO: its long tasks start at once) and the consume queue job next to it
+        # copy (hashing as it goes) on driver threads from the start; once the index puts are
+        # counted, the index files' job first (FIFO: its long tasks start at once) and the consume
+        # queue job next to it; each hashes its own files for the manifest as soon as it is done
         (tmp / "consumequeue").mkdir()
         (tmp / "index").mkdir()
         (tmp / "commitlog").mkdir()
         expected = sum(s.records for s in report.summaries if s.file_start < end)
+        srcs = {c.name: c.path for c in store.commitlog_files}
         index_submitted = threading.Event()
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="recover-write") as pool:
+            passes = Passes(spark, pool, group, cancel)
 
-        def commitlog():
-            t = time.monotonic()
-            srcs = {c.name: c.path for c in store.commitlog_files}
-            with ThreadPoolExecutor(max_workers=2) as copies:
-                for done in [copies.submit(repair.copy_commitlog_file, srcs[f.name],
-                                           str(tmp / "commitlog" / f.name), f.wrote, f.size)
-                             for f in pred.commitlog_files]:
-                    done.result()
-            report.log_pass("write commitlog", t, f"{len(pred.commitlog_files)} files kept, end at "
-                            f"phy {end}, {len(pred.deleted_commitlog_files)} dropped")
+            def copy(name: str, keep: int, size: int) -> str:
+                passes.check()
+                try:
+                    return repair.copy_commitlog_file(srcs[name], str(tmp / "commitlog" / name), keep, size)
+                except BaseException as exc:
+                    passes.fail(exc)      # the files not copied yet are not tried
+                    raise
 
-        def index_files(counts: list[tuple[int, int]], t: float):
-            index_submitted.set()      # the queue job builds its RDD first: this job is queued ahead
-            headers = rebuild_index_files(spark, store, end, version_5x, str(tmp / "index"), counts)
-            report.log_pass("rebuild index", t, f"{len(headers)} files, "
-                            f"{sum(h.index_count - 1 for h in headers)} entries")
-            return headers
+            def commitlog() -> dict[str, str]:
+                t = time.monotonic()
+                with ThreadPoolExecutor(max_workers=2) as copies:
+                    copied = [copies.submit(copy, f.name, f.wrote, f.size) for f in pred.commitlog_files]
+                digests = {f"commitlog/{f.name}": c.result() for f, c in zip(pred.commitlog_files, copied)}
+                report.log_pass("write commitlog", t, f"{len(pred.commitlog_files)} files kept, end at "
+                                f"phy {end}, {len(pred.deleted_commitlog_files)} dropped")
+                return digests
 
-        def consume_queues():
-            index_submitted.wait()
-            t = time.monotonic()
-            rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected)
-            report.log_pass("rebuild consume queues", t, f"{rebuilt.queues.num_rows} queues, "
-                            f"{sum(rebuilt.queues['entries'].to_pylist())} entries, {rebuilt.parts} "
-                            f"parts in {rebuilt.tasks} tasks, {len(rebuilt.rebuilt_whole)} rebuilt whole")
-            return rebuilt.queues
+            def index_files(counts: list[tuple[int, int]], t: float):
+                index_submitted.set()  # the queue job builds its RDD first: this job is queued ahead
+                passes.check()
+                headers = rebuild_index_files(spark, store, end, version_5x, str(tmp / "index"), counts)
+                report.log_pass("rebuild index", t, f"{len(headers)} files, "
+                                f"{sum(h.index_count - 1 for h in headers)} entries")
+                return headers, _digests(tmp, "index")
 
-        with ThreadPoolExecutor(max_workers=3) as passes:
+            def consume_queues():
+                while not index_submitted.wait(0.05):
+                    passes.check()
+                passes.check()
+                if queued is not None:
+                    queued.set()
+                t = time.monotonic()
+                rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected)
+                report.log_pass("rebuild consume queues", t, f"{rebuilt.queues.num_rows} queues, "
+                                f"{sum(rebuilt.queues['entries'].to_pylist())} entries, {rebuilt.parts} "
+                                f"parts in {rebuilt.tasks} tasks, {len(rebuilt.rebuilt_whole)} rebuilt whole")
+                return rebuilt.queues, _digests(tmp, "consumequeue")
+
             copying = passes.submit(commitlog)
             t = time.monotonic()
-            try:
-                counts = index_put_counts(spark, store, end, version_5x)
-            except BaseException:
-                wait([copying])
-                raise
-            running = [passes.submit(index_files, counts, t), passes.submit(consume_queues), copying]
-            wait(running)
-        headers, queues, _ = (r.result() for r in running)
+            counts = passes.result(passes.submit(index_put_counts, spark, store, end, version_5x))
+            indexing = passes.submit(index_files, counts, t)
+            queueing = passes.submit(consume_queues)
+            headers, index_digests = passes.result(indexing)
+            queues, queue_digests = passes.result(queueing)
+            commitlog_digests = passes.result(copying)
         last_ts = max((ts for _, ts in counts), default=0)
         last_cq_ts = max(queues["last_store_timestamp"].to_pylist(), default=0)
         confirm = next((s.file_start + s.last_record_position for s in reversed(report.summaries)
@@ -302,21 +413,96 @@ def write_repaired_store(spark, store: Store, report: RunReport, out: Path, over
                                           confirm, version_5x)
         repair.write_checkpoint_file(tmp, ckpt, version_5x)
         repair.copy_config(store.root, tmp)
-        (tmp / TMP_MARKER).unlink()
+        passes.check()
         t = time.monotonic()
-        repair.write_manifest(str(tmp), manifest(store, report, repair.tree_manifest(str(tmp))))
-        report.log_pass("write manifest", t, "sizes and SHA-256 of every output file")
-        _place(tmp, out, overwrite)
-        report.written = True
-    except OSError as exc:
+        known = {**commitlog_digests, **index_digests, **queue_digests}
+        repair.write_manifest(str(tmp), manifest(store, report, repair.tree_manifest(
+            str(tmp), skip={TMP_MARKER}, known=known)))
+        report.log_pass("write manifest", t, f"sizes and SHA-256 of every output file "
+                        f"({len(known)} hashed as they were written)")
+        return tmp
+    except BaseException as exc:
+        # a failed or cancelled job returns before its running tasks end: they may still write
+        await_tasks(spark, group)
         shutil.rmtree(tmp, ignore_errors=True)
-        if exc.errno == errno.ENOSPC:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
             raise StoreReaderError("disk full while writing the repaired store; nothing was left "
                                    "behind", tmp) from None
         raise
+
+
+def place_repaired_store(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Pass 7's end: the complete ``tmp`` (``build_repaired_store``) renamed to ``out``; on
+    failure ``tmp`` is removed."""
+    try:
+        (tmp / TMP_MARKER).unlink()
+        _place(tmp, out, overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def write_repaired_store(spark, store: Store, report: RunReport, out: Path, overwrite: bool) -> None:
+    """Passes 4-7 into ``<out>.tmp-<run id>``, then an atomic rename to ``out``."""
+    place_repaired_store(build_repaired_store(spark, store, report, out), out, overwrite)
+    report.written = True
+
+
+def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, overwrite: bool) -> None:
+    """Pass 6 (the audit) and, with ``out``, passes 4-7 side by side: both only read the input
+    store and the prediction. Their Spark jobs share the cores, the write's queued first (Spark
+    schedules FIFO across threads), the commitlog copy is driver I/O. The repaired store is placed
+    only once both succeeded; when either fails the other is cancelled (its Spark job group, and
+    the copy between files), nothing is left behind and the first failure is raised."""
+    pred = report.prediction
+
+    def audit(group: str | None, after: Callable[[], object] | None = None) -> None:
+        join_job_group(spark, group)
+        if after is not None:
+            after()
+        t = time.monotonic()
+        report.findings = fnd.audit(spark, store, pred, report.summaries)
+        report.log_pass("audit", t, ", ".join(f"{v} {k}" for k, v in
+                                              fnd.alerting_counts(report.findings).items()))
+
+    if out is None:
+        audit(None)
+        return
+    tag = uuid.uuid4().hex[:8]
+    groups = {"audit": f"{report.run_id}-audit-{tag}", "write": f"{report.run_id}-write-{tag}"}
+    cancel, queued = threading.Event(), threading.Event()
+
+    def write_queued() -> None:
+        while not queued.wait(0.05) and not building.done():
+            pass
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="recover") as pool:
+        # the write's jobs first (Spark runs jobs FIFO): its single long task per index file
+        # starts at once, and the write never trails the audit; the audit's tasks fill the rest
+        building = pool.submit(build_repaired_store, spark, store, report, out, cancel, groups["write"],
+                               queued)
+        auditing = pool.submit(audit, groups["audit"], write_queued)
+        futures = {building: "write", auditing: "audit"}
+        first: BaseException | None = None
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            first = next((f.exception() for f in done if f.exception() is not None), None)
+        except BaseException as exc:       # interrupted while waiting
+            first = exc
+        if first is not None:
+            cancel.set()
+            for f, name in futures.items():
+                if not f.done():
+                    cancel_job_group(spark, groups[name])
+        wait(futures)
+    if first is None:
+        first = next((f.exception() for f in futures if f.exception() is not None), None)
+    if first is not None:
+        if building.exception() is None:   # complete, but the run failed: it goes too
+            shutil.rmtree(building.result(), ignore_errors=True)
+        raise first
+    place_repaired_store(building.result(), out, overwrite)
+    report.written = True
 
 
 def _place(tmp: Path, out: Path, overwrite: bool) -> None:
@@ -419,17 +605,21 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)
     report.log_pass("scan + plan", t, f"{pred.recovery_path} path, start {pred.start_file}, "
                     f"truncation point {pred.max_phy_offset}")
-    t = time.monotonic()
-    report.findings = fnd.audit(spark, store, pred, summaries)
-    report.log_pass("audit", t, ", ".join(f"{v} {k}" for k, v in fnd.alerting_counts(report.findings).items()))
-    if pred.load_result and not dry_run and out is not None:
-        write_repaired_store(spark, store, report, Path(out), overwrite)
+    writing = pred.load_result and not dry_run and out is not None
+    warming: threading.Thread | None = None
+    if audit_path:      # delta-rs starts up (~0.3 s) while the audit runs, not at the commit
+        warming = threading.Thread(target=deltasink.warm_up, args=(spark,), name="delta-warm-up", daemon=True)
+        warming.start()
+    audit_and_write(spark, store, report, Path(out) if writing else None, overwrite)
+    if writing:
         if backup is not None:
             _check_paths(store.root, Path(backup))
             apply_repaired(store.root, Path(out), Path(backup))
             report.applied_backup = backup
     if audit_path:
         t = time.monotonic()
+        if warming is not None:
+            warming.join()
         counts = fnd.alerting_counts(report.findings)
         row = audit_job.run_row("recover", mode, fnd.run_status(pred, summaries, report.findings), pred,
                                 summaries, summaries, report.findings, counts, started, report.passes,

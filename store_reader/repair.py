@@ -19,7 +19,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +33,13 @@ from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name
 from .javahash import index_key_hashes
 from .recovery import ConsumeQueueState, index_put_keys, multi_dispatch_rows
 
+# Bytes read and hashed at a time while copying: small enough to stay in the core's cache between
+# the read and the hash.
+HASH_CHUNK = 1 << 20
+# Read size when hashing a file; and a block of zeros hashed for zero tails (calloc'd: no memory is
+# touched until it is read, and then only the kernel's zero page).
 COPY_CHUNK = 8 << 20
+_ZEROS = bytes(COPY_CHUNK)
 SCAN_BATCH = 65536
 
 # Columns of a record the consume queue rebuild reads (schemas.MESSAGE names).
@@ -54,31 +60,69 @@ ENTRY_SCHEMA = pa.schema([
     pa.field("store_timestamp", pa.int64(), False)])
 
 
-def copy_commitlog_file(src: str, dest: str, keep: int, file_size: int) -> None:
+def copy_commitlog_file(src: str, dest: str, keep: int, file_size: int) -> str:
     """Copy ``[0, keep)`` of a segment and zero the rest (stale bytes past the end are never
-    carried over, spec E#10); the file keeps its preallocated size. The kernel copies
-    (``copy_file_range``: no trip through user space, a reflink where the filesystem can) and
-    read/write is the fallback."""
-    with open(src, "rb") as fin, open(dest, "xb") as fout:
+    carried over, spec E#10); the file keeps its preallocated size. Returns the SHA-256 of the file
+    as written, so the manifest need not read it back.
+
+    Chunk by chunk, the source is read once into a small buffer and hashed there, and the kernel
+    copies the same range (``copy_file_range``: no second trip through user space, a reflink where
+    the filesystem can); writing the buffer is the fallback. The zeros past ``keep`` are a sparse
+    tail, hashed from memory without reading anything."""
+    keep = min(keep, file_size)
+    digest = hashlib.sha256()
+    view = memoryview(bytearray(HASH_CHUNK))
+    kernel_copy = True
+    with open(src, "rb", buffering=0) as fin, open(dest, "xb", buffering=0) as fout:
         done = 0
-        try:
-            while done < keep:
-                n = os.copy_file_range(fin.fileno(), fout.fileno(), min(keep - done, 1 << 30))
-                if not n:
-                    break
-                done += n
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                raise
-            fin.seek(done)
-            fout.seek(done)
-            while done < keep:
-                chunk = fin.read(min(COPY_CHUNK, keep - done))
-                if not chunk:
-                    break
-                fout.write(chunk)
-                done += len(chunk)
+        while done < keep:
+            n = os.preadv(fin.fileno(), [view[:min(HASH_CHUNK, keep - done)]], done)
+            if not n:
+                break                     # the source ends early: the rest is zeros as well
+            digest.update(view[:n])
+            copied = 0
+            if kernel_copy:
+                try:
+                    while copied < n:
+                        k = os.copy_file_range(fin.fileno(), fout.fileno(), n - copied,
+                                               done + copied, done + copied)
+                        if not k:
+                            break
+                        copied += k
+                except OSError as exc:
+                    if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                        raise
+                    kernel_copy = False
+            while copied < n:             # the rest of the chunk from the hashed buffer itself
+                copied += os.pwrite(fout.fileno(), view[copied:n], done + copied)
+            done += n
         fout.truncate(file_size)
+        _write_behind(fout.fileno())
+    update_zeros(digest, file_size - done)
+    return digest.hexdigest()
+
+
+def _write_behind(fd: int) -> None:
+    """Start writing a finished output file back now and let its pages go once written: nothing
+    reads it again (its digest is known), so it should neither pile up as dirty pages that stall
+    a later commit nor push the input store, which other passes still scan, out of the page
+    cache. A hint only (Linux: ``POSIX_FADV_DONTNEED`` starts write-back of dirty pages)."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        try:
+            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            pass
+
+
+def update_zeros(digest: Any, n: int) -> None:
+    """Feed ``n`` zero bytes to ``digest`` (a zero tail's share of a file's hash) without reading
+    them from anywhere."""
+    zeros = memoryview(_ZEROS)
+    while n > 0:
+        k = min(n, len(zeros))
+        digest.update(zeros[:k])
+        n -= k
 
 
 # -- consume queues -----------------------------------------------------------------------------------
@@ -525,23 +569,38 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def tree_manifest(root: str, skip: Iterable[str] = ()) -> list[dict]:
-    """Relative path, size and SHA-256 of every file under ``root``, sorted by path (files hashed
-    two at a time: hashlib releases the GIL on large reads)."""
+def sha256_files(paths: Iterable[str]) -> dict[str, str]:
+    """SHA-256 of each file, two at a time (hashlib releases the GIL on large reads)."""
+    paths = list(paths)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(paths, pool.map(sha256_file, paths)))
+
+
+def tree_files(root: str, skip: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """(relative path, path) of every file under ``root`` but those in ``skip``, sorted by path."""
     skip = set(skip)
-    paths = []
+    files = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
             p = os.path.join(dirpath, name)
             rel = os.path.relpath(p, root)
             if rel not in skip:
-                paths.append((rel, p))
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        digests = list(pool.map(sha256_file, [p for _, p in paths]))
-    out = [{"path": rel, "size": os.path.getsize(p), "sha256": d} for (rel, p), d in zip(paths, digests)]
-    out.sort(key=lambda e: e["path"])
-    return out
+                files.append((rel, p))
+    files.sort()
+    return files
+
+
+def tree_manifest(root: str, skip: Iterable[str] = (), known: Mapping[str, str] | None = None
+                  ) -> list[dict]:
+    """Relative path, size and SHA-256 of every file under ``root``, sorted by path. ``known``:
+    digests already computed (relative path -> SHA-256, e.g. by ``copy_commitlog_file`` as it
+    wrote the file); only the other files are read."""
+    known = known or {}
+    files = tree_files(root, skip)
+    digests = sha256_files(p for rel, p in files if rel not in known)
+    return [{"path": rel, "size": os.path.getsize(p), "sha256": known[rel] if rel in known else digests[p]}
+            for rel, p in files]
 
 
 def write_manifest(out_dir: str, content: dict) -> None:

@@ -2,6 +2,8 @@
 own recovered store (expected-store) and against the surviving records (commitLogScan)."""
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 
 import pytest
@@ -110,6 +112,20 @@ def test_repaired_index_answers_every_key(case, repaired):
         assert match <= hits, q
         # no dangling candidates: every hit is a surviving record
         assert hits <= {m["phyOffset"] for m in survivors}, q
+
+
+@pytest.mark.parametrize("case", LOADED, ids=support.case_id)
+def test_manifest_lists_every_output_file_as_written(case, repaired):
+    """Digests taken while copying (commitlog) or right after each rebuild (index, consume queues)
+    are those of the files on disk, and every file but the manifest itself is listed."""
+    out, report = repaired(case)
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert manifest["runId"] == report.run_id
+    files = sorted(os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs)
+    assert [e["path"] for e in manifest["outputs"]] == [f for f in files if f != "MANIFEST.json"]
+    for e in manifest["outputs"]:
+        data = (out / e["path"]).read_bytes()
+        assert (e["size"], e["sha256"]) == (len(data), hashlib.sha256(data).hexdigest()), e["path"]
 
 
 @pytest.mark.parametrize("case", LOADED, ids=support.case_id)

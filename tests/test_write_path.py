@@ -1,0 +1,385 @@
+"""The repaired store's write path: the commitlog copied and hashed in one read, the manifest built
+from digests already known, the Delta audit tables written side by side with ``runs`` last, and
+the audit running next to the write with clean failure handling (nothing left behind, the first
+failure raised)."""
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import hashlib
+import json
+import os
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+
+import support
+from jobs import deltasink
+from jobs import recover as job
+from store_reader import open_store, repair
+from store_reader.exceptions import StoreReaderError
+
+V4, V5 = support.VERSIONS
+TS = dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _source(tmp_path, size: int, seed: int = 1) -> tuple[str, bytes]:
+    data = bytes((i * 131 + seed * 7 + (i >> 9)) % 251 for i in range(size))
+    path = tmp_path / f"src-{seed}"
+    path.write_bytes(data)
+    return str(path), data
+
+
+# -- commitlog copy --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("keep", [0, 1, 4095, 4096, 10_000, 20_479, 20_480])
+def test_copy_writes_the_kept_bytes_then_zeros_and_returns_their_digest(tmp_path, monkeypatch, keep):
+    monkeypatch.setattr(repair, "HASH_CHUNK", 4096)           # many chunks, one partial
+    monkeypatch.setattr(repair, "_ZEROS", bytes(3000))        # zero tails fed in several pieces
+    src, data = _source(tmp_path, 20_480)
+    dest = tmp_path / "dest"
+    digest = repair.copy_commitlog_file(src, str(dest), keep, 20_480)
+    want = data[:keep] + bytes(20_480 - keep)
+    assert dest.read_bytes() == want
+    assert digest == _sha(want) == repair.sha256_file(str(dest))
+
+
+def test_copy_of_a_source_shorter_than_keep_zero_fills_to_the_file_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(repair, "HASH_CHUNK", 4096)
+    src, data = _source(tmp_path, 9_000)
+    dest = tmp_path / "dest"
+    digest = repair.copy_commitlog_file(src, str(dest), 12_000, 16_384)
+    want = data + bytes(16_384 - 9_000)
+    assert dest.read_bytes() == want and digest == _sha(want)
+
+
+def test_keep_past_the_file_size_is_cut_at_the_file_size(tmp_path):
+    src, data = _source(tmp_path, 8_192)
+    dest = tmp_path / "dest"
+    assert repair.copy_commitlog_file(src, str(dest), 8_192, 5_000) == _sha(data[:5_000])
+    assert dest.read_bytes() == data[:5_000]
+
+
+@pytest.mark.parametrize("failure", ["unsupported", "short"])
+def test_copy_falls_back_to_writing_the_hashed_buffer(tmp_path, monkeypatch, failure):
+    """No ``copy_file_range`` (another filesystem, an old kernel) or one that stops early: the
+    bytes come from the buffer that was hashed, and the result is the same."""
+    monkeypatch.setattr(repair, "HASH_CHUNK", 4096)
+    src, data = _source(tmp_path, 30_000, seed=3)
+    calls = []
+    real = os.copy_file_range
+
+    def copy_file_range(src_fd, dst_fd, count, offset_src=None, offset_dst=None):
+        calls.append(count)
+        if failure == "unsupported":
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        if len(calls) % 2 == 0:
+            return 0                                          # source "ended" mid-chunk
+        return real(src_fd, dst_fd, min(count, 1000), offset_src, offset_dst)
+
+    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
+    dest = tmp_path / "dest"
+    digest = repair.copy_commitlog_file(src, str(dest), 25_000, 32_768)
+    want = data[:25_000] + bytes(32_768 - 25_000)
+    assert dest.read_bytes() == want and digest == _sha(want)
+    assert calls if failure == "short" else len(calls) == 1  # unsupported: tried once, then never
+
+
+def test_copy_errors_other_than_unsupported_are_raised(tmp_path, monkeypatch):
+    src, _ = _source(tmp_path, 8_192)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "copy_file_range", full)
+    with pytest.raises(OSError) as exc:
+        repair.copy_commitlog_file(src, str(tmp_path / "dest"), 8_192, 8_192)
+    assert exc.value.errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize("n", [0, 1, 2999, 3000, 3001, 9000, 10_001])
+def test_update_zeros_is_the_digest_of_that_many_zero_bytes(monkeypatch, n):
+    monkeypatch.setattr(repair, "_ZEROS", bytes(3000))
+    h = hashlib.sha256(b"head")
+    repair.update_zeros(h, n)
+    assert h.hexdigest() == _sha(b"head" + bytes(n))
+
+
+# -- manifest --------------------------------------------------------------------------------------
+
+def _tree(root):
+    (root / "commitlog").mkdir(parents=True)
+    (root / "consumequeue" / "T" / "0").mkdir(parents=True)
+    files = {"commitlog/00000000000000000000": b"a" * 5000, "commitlog/00000000000000004096": b"",
+             "consumequeue/T/0/00000000000000000000": b"q" * 40, "checkpoint": b"c" * 24,
+             "config/topics.json": b"{}", ".recover-incomplete": b"run"}
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return files
+
+
+def test_tree_manifest_takes_known_digests_and_reads_only_the_rest(tmp_path, monkeypatch):
+    root = tmp_path / "out"
+    files = _tree(root)
+    want = [{"path": rel, "size": len(files[rel]), "sha256": _sha(files[rel])}
+            for rel in sorted(files) if rel != ".recover-incomplete"]
+    known = {rel: _sha(data) for rel, data in files.items() if rel.startswith("commitlog/")}
+    read = []
+    real = repair.sha256_file
+    monkeypatch.setattr(repair, "sha256_file", lambda p: read.append(os.path.relpath(p, root)) or real(p))
+    got = repair.tree_manifest(str(root), skip={".recover-incomplete"}, known=known)
+    assert got == want
+    assert sorted(read) == sorted(rel for rel in files
+                                  if rel not in known and rel != ".recover-incomplete")
+    read.clear()
+    assert repair.tree_manifest(str(root), skip={".recover-incomplete"}) == want
+    assert len(read) == len(want)
+
+
+# -- Delta audit tables ----------------------------------------------------------------------------
+
+def _rows(run_id: str, n: int, value: int = 0) -> pa.Table:
+    return pa.table({"run_id": [run_id] * n, "store_id": ["s"] * n, "value": [value + i for i in range(n)],
+                     "audited_at": pa.array([TS] * n, pa.timestamp("us", tz="UTC"))})
+
+
+def test_write_tables_commits_every_table_and_runs_last(tmp_path, monkeypatch):
+    tables = {"runs": _rows("r1", 1), **{f"t{i}": _rows("r1", i + 1, 10 * i) for i in range(6)}}
+    events, lock = [], threading.Lock()
+    real = deltasink.write_run_rows
+
+    def recorded(uri, rows, run_id, spark=None, storage_options=None):
+        with lock:
+            events.append(("start", os.path.basename(uri)))
+        real(uri, rows, run_id, spark, storage_options)
+        with lock:
+            events.append(("end", os.path.basename(uri)))
+
+    monkeypatch.setattr(deltasink, "write_run_rows", recorded)
+    uris = deltasink.write_tables(str(tmp_path / "audit"), tables, "r1")
+    assert [os.path.basename(u) for u in uris] == [f"t{i}" for i in range(6)] + ["runs"]
+    runs_start = events.index(("start", "runs"))
+    assert {name for kind, name in events[:runs_start] if kind == "end"} == {f"t{i}" for i in range(6)}
+    for name, rows in tables.items():
+        assert deltasink.read_table(str(tmp_path / "audit" / name)).sort_by("value").equals(rows)
+    # a re-run replaces its rows in every table
+    again = {name: _rows("r1", 2, 100) for name in tables}
+    deltasink.write_tables(str(tmp_path / "audit"), again, "r1")
+    for name in tables:
+        assert deltasink.read_table(str(tmp_path / "audit" / name))["value"].to_pylist() == [100, 101]
+
+
+def test_write_tables_failure_leaves_no_run_row(tmp_path):
+    tables = {"a": _rows("r1", 2), "b": _rows("other", 1), "runs": _rows("r1", 1)}
+    with pytest.raises(ValueError, match="another run"):
+        deltasink.write_tables(str(tmp_path / "audit"), tables, "r1")
+    assert deltasink.read_table(str(tmp_path / "audit" / "a")).num_rows == 2   # committed anyway
+    assert not (tmp_path / "audit" / "runs").exists()
+
+
+# -- the run: audit next to the write --------------------------------------------------------------
+
+def _report(spark, case, out):
+    store = open_store(support.input_store(*case), support.broker_conf(*case))
+    version = "5.x" if case[0] == V5 else "4.9"
+    pred, summaries = job.plan(spark, store, version)
+    return store, job.RunReport("test-run", str(store.root), str(out), version, pred, summaries)
+
+
+@pytest.mark.spark
+def test_built_store_stays_marked_incomplete_until_placed(spark, tmp_path):
+    """A kill between the build and the rename (the audit may still be running) leaves a directory
+    the next run recognises as its own and starts over; the manifest never lists the marker and
+    matches the files as written."""
+    case = (V5, "torn-middle-crc")
+    out = tmp_path / "out"
+    store, report = _report(spark, case, out)
+    tmp = job.build_repaired_store(spark, store, report, out)
+    assert (tmp / job.TMP_MARKER).read_text() == "test-run" and not out.exists()
+    job.build_repaired_store(spark, store, report, out)       # "killed": the next run starts over
+    job.place_repaired_store(tmp, out, overwrite=False)
+    assert not tmp.exists() and not (out / job.TMP_MARKER).exists()
+    outputs = json.loads((out / "MANIFEST.json").read_text())["outputs"]
+    files = sorted(os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs)
+    assert [e["path"] for e in outputs] == [f for f in files if f != "MANIFEST.json"]
+    for e in outputs:
+        data = (out / e["path"]).read_bytes()
+        assert e["size"] == len(data) and e["sha256"] == _sha(data), e["path"]
+
+
+@pytest.mark.spark
+def test_audit_failure_removes_the_finished_write(spark, tmp_path, monkeypatch):
+    case = (V4, "crash-tail")
+    out = tmp_path / "out"
+    built = threading.Event()
+    real = job.build_repaired_store
+
+    def build(*a, **k):
+        tmp = real(*a, **k)
+        built.set()
+        return tmp
+
+    def audit(*a, **k):
+        assert built.wait(120)                  # fails only once the repaired store is complete
+        raise StoreReaderError("audit could not read something", "somewhere")
+
+    monkeypatch.setattr(job, "build_repaired_store", build)
+    monkeypatch.setattr(job.fnd, "audit", audit)
+    with pytest.raises(StoreReaderError, match="audit could not read"):
+        job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "4.9")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.spark
+def test_write_failure_cancels_the_audit_and_is_the_error_raised(spark, tmp_path, monkeypatch):
+    case = (V4, "crash-tail")
+    out = tmp_path / "out"
+    write_failed, audit_cancelled = threading.Event(), threading.Event()
+    real_audit = job.fnd.audit
+
+    def audit(*a, **k):
+        assert write_failed.wait(120)           # its jobs start as the write fails
+        try:
+            return real_audit(*a, **k)
+        except Exception:
+            audit_cancelled.set()
+            raise
+
+    def full(*a, **k):
+        write_failed.set()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(job.fnd, "audit", audit)
+    monkeypatch.setattr(job, "rebuild_index_files", full)
+    with pytest.raises(StoreReaderError, match="disk full"):
+        job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "4.9")
+    assert list(tmp_path.iterdir()) == []
+    assert audit_cancelled.is_set()             # stopped, not run to its end
+    monkeypatch.undo()
+    # the session is fine afterwards: the same run succeeds and matches the broker
+    report = job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "4.9")
+    assert report.written and report.findings is not None
+    from test_recover_job import assert_matches_broker
+    assert_matches_broker(out, case, report.prediction.max_phy_offset)
+
+
+@pytest.mark.spark
+def test_tasks_still_running_after_a_failed_job_leave_nothing_behind(spark, tmp_path, monkeypatch):
+    """A job that fails returns while its other tasks still run: the build waits for them before
+    removing its output, so a straggler cannot recreate a directory in it."""
+    case = (V5, "torn-middle-crc")
+    work, sync = tmp_path / "work", tmp_path / "sync"
+    work.mkdir()
+    sync.mkdir()
+    out = work / "out"
+
+    def rebuild_consume_queues(spark_, store, end, broker_5x, out_root, expected):
+        started = str(sync / "straggler-started")
+
+        def task(i):
+            if i == 0:                          # fails once the other task runs
+                while not os.path.exists(started):
+                    time.sleep(0.01)
+                raise RuntimeError("a consume queue task failed")
+            open(started, "w").close()
+            # the straggler: writes as soon as the output is gone (or after 10 s)
+            deadline = time.monotonic() + 10
+            while os.path.exists(out_root) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.makedirs(os.path.join(out_root, "consumequeue", "Straggler", "0"), exist_ok=True)
+            return i
+        return spark_.sparkContext.parallelize([0, 1], 2).map(task).collect()
+
+    monkeypatch.setattr(job, "rebuild_consume_queues", rebuild_consume_queues)
+    with pytest.raises(Exception, match="a consume queue task failed"):
+        job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "5.x")
+    assert list(work.iterdir()) == []
+
+
+# -- fixed costs: the driver's class-data-sharing archive, one class lookup per session -------------
+
+def _fake_spark_home(tmp_path, monkeypatch):
+    jars = tmp_path / "spark" / "jars"
+    jars.mkdir(parents=True)
+    for name in ("spark-core.jar", "spark-sql.jar"):
+        (jars / name).write_bytes(b"jar")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "spark"))
+    monkeypatch.setenv("ROCKETMQ_CDS_DIR", str(tmp_path / "cds"))
+    monkeypatch.delenv("ROCKETMQ_CDS", raising=False)
+    return jars
+
+
+def test_cds_archive_is_keyed_by_the_spark_jars_and_can_be_turned_off(tmp_path, monkeypatch):
+    from jobs import sparkutil
+
+    jars = _fake_spark_home(tmp_path, monkeypatch)
+    first = sparkutil.cds_archive_path()
+    assert first is not None and first.parent == tmp_path / "cds"
+    assert sparkutil.cds_archive_path() == first
+    (jars / "spark-sql.jar").write_bytes(b"a new spark")      # an upgrade: another archive
+    assert sparkutil.cds_archive_path() not in (None, first)
+    monkeypatch.setenv("ROCKETMQ_CDS", "off")
+    assert sparkutil.cds_archive_path() is None
+
+
+def test_embedded_settings_use_an_archive_only_when_one_exists(tmp_path, monkeypatch):
+    from jobs import sparkutil
+
+    _fake_spark_home(tmp_path, monkeypatch)
+    conf = tmp_path / "local.conf"
+    conf.write_text("spark.master local[2]\nspark.ui.enabled false\n")
+    assert sparkutil.JAVA_OPTIONS not in sparkutil.embedded_settings(conf)
+    archive = sparkutil.cds_archive_path()
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"archive")
+    assert sparkutil.JAVA_OPTIONS not in sparkutil.embedded_settings(conf)   # not one a build checked
+    (archive.parent / (archive.name + ".size")).write_text("7\n")
+    got = sparkutil.embedded_settings(conf, {sparkutil.JAVA_OPTIONS: "-Dx=1"})
+    assert got[sparkutil.JAVA_OPTIONS] == f"-Dx=1 -XX:SharedArchiveFile={archive}"
+    assert got["spark.master"] == "local[2]" and got["spark.ui.enabled"] == "false"
+    own = {sparkutil.JAVA_OPTIONS: "-XX:ArchiveClassesAtExit=/tmp/x.jsa"}   # building one: left alone
+    assert sparkutil.embedded_settings(conf, own)[sparkutil.JAVA_OPTIONS] == own[sparkutil.JAVA_OPTIONS]
+    archive.write_bytes(b"arch")                       # cut short: a JVM mapping it would crash
+    assert sparkutil.JAVA_OPTIONS not in sparkutil.embedded_settings(conf)
+
+
+@pytest.mark.spark
+def test_has_delta_asks_the_jvm_once_per_application(spark, monkeypatch):
+    from jobs import sparkutil
+
+    sparkutil._HAS_DELTA.pop(spark.sparkContext.applicationId, None)
+    first = sparkutil.has_delta(spark)
+    monkeypatch.setattr(type(spark), "_jvm", property(lambda s: pytest.fail("asked the JVM again")),
+                        raising=False)
+    assert sparkutil.has_delta(spark) is first
+
+
+@pytest.mark.slow
+def test_built_cds_archive_is_one_the_driver_jvm_maps(tmp_path):
+    """The archive a real build writes is accepted by the JVM: with ``-Xshare:on`` a session
+    whose JVM cannot map it does not start at all."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ROCKETMQ_CDS_DIR=str(tmp_path / "cds"))
+    env.pop("ROCKETMQ_CDS", None)
+    built = subprocess.run([sys.executable, "-m", "jobs.sparkutil", "--build-cds"], env=env, check=True,
+                           capture_output=True, text=True, cwd=support.ROOT)
+    archive = built.stdout.strip().splitlines()[-1]
+    assert archive.startswith(str(tmp_path / "cds")) and os.path.getsize(archive) > 1 << 20
+    name = os.path.basename(archive)
+    assert sorted(p.name for p in (tmp_path / "cds").iterdir()) == [name, name + ".size"]  # no .part
+    code = ("from jobs.sparkutil import get_spark\n"
+            "s = get_spark('cds-check', extra={'spark.driver.extraJavaOptions': '-Xshare:on'})\n"
+            "print('SUM', s.sparkContext.parallelize(range(10), 2).sum())\n")
+    # -Xshare:on holds no "Archive": get_spark adds the archive next to it
+    ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=support.ROOT, timeout=600)
+    assert "SUM 45" in ran.stdout, ran.stderr[-2000:]
