@@ -998,14 +998,9 @@ def run_tables(f: Findings, run: dict, segments: list[dict], run_id: str, store_
 def write_audit(audit_path: str, tables: dict[str, pa.Table], run_id: str, spark=None) -> list[str]:
     """Each table to ``<audit_path>/<table>`` (Delta), replacing the rows of ``run_id``; ``runs``
     last, so a run row exists only once all its findings are committed."""
-    from jobs.deltasink import write_run_rows
+    from jobs.deltasink import write_tables
 
-    written = []
-    for name in [n for n in tables if n != "runs"] + ["runs"]:
-        uri = audit_path.rstrip("/") + "/" + name
-        write_run_rows(uri, tables[name], run_id, spark=spark)
-        written.append(uri)
-    return written
+    return write_tables(audit_path, tables, run_id, spark)
 
 
 def print_summary(f: Findings, out) -> None:
