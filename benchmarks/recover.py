@@ -1,6 +1,6 @@
 """End-to-end recovery at two store sizes: ``jobs.recover`` on Spark vs the same passes in one process.
 
-    .venv/bin/python benchmarks/recover.py [--sizes 1.5GiB,6GiB] [--dir DIR] [--no-reference]
+    .venv/bin/python benchmarks/recover.py [--sizes 1.5GiB,6GiB] [--dir DIR] [--no-reference] [--no-cds]
 
 Makes (or reuses, keyed by their spec) two crashed synthetic stores with ``store_reader.synthetic``:
 about 1 KiB messages, 256 MiB segments, 32 queues over four topics, keys on every message, killed
@@ -14,7 +14,9 @@ Printed side by side: seconds per pass (the job's ``pass <name> <secs>s`` log li
 write passes run concurrently, so their seconds overlap), the wall total, the marginal throughput
 (the slope between the two sizes), the fixed overhead (the total extrapolated to 0 bytes, and the
 session start measured alone), peak RSS of the driver JVM, the driver Python and the Python
-workers, and per-core CPU during the scan pass. Next to it the reference: the same passes in ONE
+workers, and per-core CPU during the scan pass. The driver JVM starts from its class-data-sharing
+archive (built first if missing, as ``python -m jobs.sparkutil --build-cds`` would; ``--no-cds``
+measures without it). Next to it the reference: the same passes in ONE
 process without Spark (segment summaries, ``recovery.predict``, the ``repair`` functions writing
 to a temporary directory; no audit, which needs Spark).
 
@@ -47,7 +49,7 @@ GB = 1e9
 MAX_LOAD = 3.0
 CRASH = CrashSpec(abort=True, stale_checkpoint=True, torn_tail=True, corrupt="crc")
 PASS_LINE = re.compile(r"pass (\S.*?)\s+([0-9.]+)s\b")
-PASSES = ["discover", "scan + plan", "audit", "rebuild consume queues", "rebuild index",
+PASSES = ["discover", "scan", "plan", "audit", "rebuild consume queues", "rebuild index",
           "write commitlog", "write manifest", "write audit tables"]
 REFERENCE_PASSES = ["scan", "plan", "rebuild consume queues", "rebuild index", "write commitlog",
                     "checkpoint + manifest"]
@@ -210,7 +212,10 @@ def spark_run(store: Path, work: Path) -> dict:
         tail = "\n".join(line for _, line in lines[-30:])
         raise SystemExit(f"jobs.recover exited {rc}:\n{tail}")
     passes = passes_of(lines)
-    secs, at = passes.get("scan + plan", (0.0, 0.0))
+    # the scan's line is logged after the plan (with its own end): the scan ended when the plan began
+    secs = passes.get("scan", (0.0, 0.0))[0]
+    plan_secs, plan_at = passes.get("plan", (0.0, 0.0))
+    at = plan_at - plan_secs
     return {"wall": wall, "passes": {k: v[0] for k, v in passes.items()},
             "peak_one": s.peak_one, "peak_sum": s.peak_sum, "cpu_seconds": sum(s.cpu_seconds.values()),
             "scan_cores": s.core_use(at - secs, at), "all_cores": s.core_use(0, float("inf")),
@@ -380,6 +385,24 @@ def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session
               "\n!! THESE FIGURES ARE NOT VALID MEASUREMENTS; rerun on a quiet machine.\n" + "!" * 78)
 
 
+def cds_state(build: bool) -> str:
+    """Build the driver JVM's class-data-sharing archive unless there is one (``jobs.sparkutil``),
+    or switch it off for this script and its children (``--no-cds``); returns what the runs use."""
+    from jobs.sparkutil import build_cds_archive, cds_archive_path, cds_archive_ready
+
+    if not build:
+        os.environ["ROCKETMQ_CDS"] = "off"
+        return "off (--no-cds)"
+    archive = cds_archive_path()
+    if archive is None:
+        return "off (ROCKETMQ_CDS=off or no java)"
+    if not cds_archive_ready(archive):
+        t = time.perf_counter()
+        build_cds_archive(archive)
+        print(f"built {archive} in {time.perf_counter() - t:.0f}s (once per JDK and Spark)", flush=True)
+    return f"on ({archive})"
+
+
 def warm(store: Path) -> None:
     """Read the store once so every run starts from the same (warm) page cache."""
     for f in sorted((store / "commitlog").iterdir()):
@@ -393,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1.5GiB,6GiB", help="comma-separated commitlog sizes")
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "rmq-bench-recover"))
     ap.add_argument("--no-reference", action="store_true", help="skip the one-process reference")
+    ap.add_argument("--no-cds", action="store_true",
+                    help="measure without the driver JVM's class-data-sharing archive")
     ap.add_argument("--reference", nargs=2, metavar=("STORE", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.reference:
@@ -402,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at start: {load:.2f} (1 min), {os.cpu_count()} cores")
     if load > MAX_LOAD:
         print(f"WARNING: 1-min load average {load:.1f} > {MAX_LOAD:.0f}: the figures below will NOT be valid")
+    cds = cds_state(build=not args.no_cds)
+    print(f"driver JVM class-data sharing: {cds}")
     base = Path(args.dir)
     sizes, runs, refs = [], [], []
     for text in args.sizes.split(","):
@@ -416,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         refs.append(None if args.no_reference else reference_run(store, work))
     session = session_start()
     report(sizes, runs, refs, session, load)
+    print(f"driver JVM class-data sharing: {cds}")
     return 0
 
 

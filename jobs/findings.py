@@ -97,6 +97,9 @@ _SCAN_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queu
 _LOST_COLUMNS = ["born_timestamp", "keys", "tags", "msg_id", "body_crc", "properties", "body"]
 # rows (records and the views' entries) per compare task: bounds a task's memory (~50 bytes a row)
 ENTRIES_PER_AUDIT_TASK = 4_000_000
+# Index file entries read and shuffled at a time (20 bytes each in the file): a task holds one
+# part, not a whole index file (~420 MB at the default maxIndexNum)
+INDEX_ENTRIES_PER_PART = 1 << 20
 DRIVER_SLICE_BYTES = 32 << 20
 
 QUEUE_ROWS = pa.schema([pa.field("queue_offset", pa.int64(), False), pa.field("phy_offset", pa.int64(), False),
@@ -150,6 +153,7 @@ class AuditPlan:
     cut_segment: str | None
     windows: tuple[tuple[str, int], ...]
     index_sources: tuple[IndexSource, ...]
+    index_part_entries: int
 
     @property
     def driver_key(self) -> int:
@@ -325,13 +329,14 @@ def index_source_items(source: int, plan: AuditPlan, idx: IndexFile | None = Non
                     for p in header_problems(idx)]
             if rows:
                 yield plan.driver_key, ("index_rows", rows)
-        e = idx.entries_table()
+        for e in idx.entry_chunks(plan.index_part_entries):
+            phy = e["phy_offset"].astype(np.int64)
+            t = pa.table([pa.array(e["key_hash"].astype(np.int32)), pa.array(phy)], schema=INDEX_ENTRIES)
+            for key, part in _keyed(plan.phy_keys(phy), t):      # entry order kept
+                yield key, ("entries", source, part)
     finally:
         if own:
             idx.close()
-    t = pa.table([e["key_hash"], e["phy_offset"]], schema=INDEX_ENTRIES)
-    for key, part in _keyed(plan.phy_keys(t["phy_offset"].to_numpy()), t):     # entry order kept
-        yield key, ("entries", source, part)
 
 
 # -- stage 2 -------------------------------------------------------------------------------------------
@@ -397,7 +402,13 @@ def _index_range(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) 
     for _, (kind, meta, table) in items:
         (entries if kind == "entries" else puts).append((meta, table))
     source = np.concatenate([np.full(t.num_rows, i, np.int64) for i, t in entries] or [np.zeros(0, np.int64)])
-    entry_number = np.concatenate([np.arange(t.num_rows) for _, t in entries] or [np.zeros(0, np.int64)])
+    # an index file's entries come in parts, in entry order: each part numbered on from the last
+    seen: dict[int, int] = defaultdict(int)
+    numbers = [np.zeros(0, np.int64)]
+    for i, t in entries:
+        numbers.append(np.arange(seen[i], seen[i] + t.num_rows))
+        seen[i] += t.num_rows
+    entry_number = np.concatenate(numbers)
     kh = np.concatenate([t["key_hash"].to_numpy() for _, t in entries] or [np.zeros(0, np.int32)])
     phy = np.concatenate([t["phy_offset"].to_numpy() for _, t in entries] or [np.zeros(0, np.int64)])
     rows, lenses = [], {}
@@ -601,7 +612,7 @@ def audit_plan(spark, store: Store, pred: recovery.Prediction, summaries: Sequen
         cut_segment=next((f.name for f in pred.commitlog_files if f.wrote < f.size), None),
         windows=(("commitlog", ckpt.physic_msg_timestamp), ("consume_queue", ckpt.logics_msg_timestamp),
                  ("index", ckpt.index_msg_timestamp)),
-        index_sources=tuple(sources))
+        index_sources=tuple(sources), index_part_entries=INDEX_ENTRIES_PER_PART)
 
 
 def pack_queues(weight: dict[tuple[str, int], int], buckets: int) -> dict[tuple[str, int], int]:

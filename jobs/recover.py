@@ -217,17 +217,10 @@ class RunReport:
     findings: fnd.Findings | None = None
     audit_tables: list[str] = field(default_factory=list)
 
-    def log_pass(self, name: str, started: float, detail: str) -> None:
-        secs = time.monotonic() - started
+    def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
+        secs = (time.monotonic() if ended is None else ended) - started
         self.passes.append((name, secs, detail))
         log.info("pass %-22s %7.2fs  %s", name, secs, detail)
-
-
-def plan(spark, store: Store, version: str) -> tuple[recovery.Prediction, list[SegmentSummary]]:
-    """Passes 2-3: scan summaries in parallel, then the broker's predicted recovery."""
-    opts = store.scan_options(broker_5x=version == recovery.V5X)
-    summaries = scan_segments(spark, store, opts)
-    return recovery.predict(store, version, summaries=summaries), summaries
 
 
 def _check_paths(store_root: Path, out: Path) -> None:
@@ -597,13 +590,18 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     run_id = audit_job.run_id_for("recover", store, version, mode)
     log.info("pass %-22s %7.2fs  %d commitlog files, version %s, abort=%s", "discover",
              time.monotonic() - t, len(store.commitlog_files), version, store.abort_exists)
+    # pass 2 on Spark (a task per commitlog file), pass 3 the broker's predicted recovery on the driver
     t = time.monotonic()
-    pred, summaries = plan(spark, store, version)
+    summaries = scan_segments(spark, store, store.scan_options(broker_5x=version == recovery.V5X))
+    scanned = time.monotonic()
+    pred = recovery.predict(store, version, summaries=summaries)
     report = RunReport(run_id, str(store.root), out, version, pred, summaries)
+    report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scanned)
+    t = scanned
     if pred.load_result:
         offsets = read_consumer_offsets(store.root).value
         report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)
-    report.log_pass("scan + plan", t, f"{pred.recovery_path} path, start {pred.start_file}, "
+    report.log_pass("plan", t, f"{pred.recovery_path} path, start {pred.start_file}, "
                     f"truncation point {pred.max_phy_offset}")
     writing = pred.load_result and not dry_run and out is not None
     warming: threading.Thread | None = None

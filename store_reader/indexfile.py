@@ -12,11 +12,12 @@ as a query walks its slot chains (header, one slot, the chain's entries). Writin
 from __future__ import annotations
 
 import datetime as _dt
+import mmap
 import os
 import re
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Iterator, NamedTuple, Sequence
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -368,6 +369,20 @@ class IndexFile:
             if prev <= 0 or prev > count or prev == n or time_read < begin:
                 break
             n = prev
+
+    def entry_chunks(self, chunk: int = 1 << 20) -> Iterator[np.ndarray]:
+        """Entries 1 .. indexCount-1 in entry order, ``chunk`` at a time (``ENTRY_DTYPE`` arrays).
+        A mapped file's pages of a chunk are handed back once the next is asked for, so a reader
+        holds about one chunk of the file (~20 MiB), not all of it (~420 MB at the default size)."""
+        used = min(self.header.entries_in_use, self.index_num - 1)
+        mm = getattr(self._data, "_mmap", None)
+        base = INDEX_HEADER_SIZE + 4 * self.hash_slot_num
+        for lo in range(1, used + 1, chunk):
+            hi = min(lo + chunk, used + 1)
+            yield self.entries[lo:hi]
+            if mm is not None:    # the file's pages stay in the page cache; only the mapping drops them
+                a = (base + lo * ENTRY_DTYPE.itemsize) // mmap.PAGESIZE * mmap.PAGESIZE
+                mm.madvise(mmap.MADV_DONTNEED, a, base + hi * ENTRY_DTYPE.itemsize - a)
 
     def entries_table(self) -> pa.Table:
         """Entries 1 .. indexCount-1 as an ``INDEX_ENTRY`` table (vectorised)."""

@@ -41,10 +41,12 @@ def _audit(spark, case):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
-def test_findings_do_not_depend_on_buckets(spark, case, monkeypatch):
-    """Many small buckets (a queue or two each) give the same tables as the default packing."""
+def test_findings_do_not_depend_on_how_they_are_cut(spark, case, monkeypatch):
+    """Many small buckets (a queue or two each) and index files read a few entries at a time give
+    the same tables as the default packing."""
     default = _audit(spark, case)
     monkeypatch.setattr(fnd, "ENTRIES_PER_AUDIT_TASK", 40)
+    monkeypatch.setattr(fnd, "INDEX_ENTRIES_PER_PART", 7)
     split = _audit(spark, case)
     assert default.tables.keys() == split.tables.keys()
     assert default.tables["queue_findings"].num_rows or default.tables["index_findings"].num_rows

@@ -283,6 +283,25 @@ def test_fixture_headers(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=support.case_id)
+def test_fixture_entry_chunks_are_the_entries_in_order(case):
+    """Entries read a few at a time (their pages handed back as it goes) join up to every entry, in
+    entry order, from a mapped file and from bytes in memory alike."""
+    cfg = _config(case)
+    for f in _open_all(support.input_store(*case), cfg):
+        with f:
+            want = f.entries_table()
+            with open(f.path, "rb") as fh:
+                held = ix.IndexFile.from_buffer(fh.read(), cfg.maxHashSlotNum, cfg.maxIndexNum)
+            for source in (f, held):
+                chunks = list(source.entry_chunks(3))
+                assert all(len(c) <= 3 for c in chunks)
+                got = np.concatenate(chunks) if chunks else np.zeros(0, ix.ENTRY_DTYPE)
+                assert got["key_hash"].astype(np.int32).tolist() == want["key_hash"].to_pylist()
+                assert got["phy_offset"].astype(np.int64).tolist() == want["phy_offset"].to_pylist()
+                assert got["prev_index"].astype(np.int32).tolist() == want["prev_index"].to_pylist()
+
+
+@pytest.mark.parametrize("case", CASES, ids=support.case_id)
 def test_fixture_queries(case):
     """Every (topic, key) query gives IndexService#queryOffset's raw answer, same order."""
     cfg = _config(case)
