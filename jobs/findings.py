@@ -44,7 +44,7 @@ from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
 from store_reader.config import read_consumer_offsets
 from store_reader.consumequeue import list_queue_files, list_queues, read_queue_file
-from store_reader.indexfile import IndexFile, list_index_files
+from store_reader.indexfile import IndexFile, IndexHeader, list_index_files, read_header
 from store_reader.repair import index_puts, part_bucket
 from store_reader.store import Store
 
@@ -97,9 +97,10 @@ _SCAN_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queu
 _LOST_COLUMNS = ["born_timestamp", "keys", "tags", "msg_id", "body_crc", "properties", "body"]
 # rows (records and the views' entries) per compare task: bounds a task's memory (~50 bytes a row)
 ENTRIES_PER_AUDIT_TASK = 4_000_000
-# Index file entries read and shuffled at a time (20 bytes each in the file): a task holds one
-# part, not a whole index file (~420 MB at the default maxIndexNum)
-INDEX_ENTRIES_PER_PART = 1 << 20
+# Index file entries per stage-1 task (20 bytes each in the file, 12 shuffled): a task holds its
+# part, not a whole index file (~420 MB at the default maxIndexNum; PySpark buffers a map task's
+# output before the shuffle)
+INDEX_ENTRIES_PER_PART = 2 << 20
 DRIVER_SLICE_BYTES = 32 << 20
 
 QUEUE_ROWS = pa.schema([pa.field("queue_offset", pa.int64(), False), pa.field("phy_offset", pa.int64(), False),
@@ -127,6 +128,13 @@ class IndexSource:
     on_disk: int
     recovered: int
     path: str | None
+    header: IndexHeader | None = None     # read by the driver for a file on disk
+
+    def parts(self, per_part: int, index_num: int) -> list[tuple[int, int]]:
+        """[first, end) entry numbers of the stage-1 tasks reading this file on disk (one at least:
+        it checks the hash slots)."""
+        end = min(self.header.entries_in_use, index_num - 1) + 1 if self.header else 1
+        return [(lo, min(lo + per_part, end)) for lo in range(1, end, per_part)] or [(1, 1)]
 
 
 @dataclass(frozen=True)
@@ -315,25 +323,34 @@ def scan_segment(path: str, segment: str, lost: bool, plan: AuditPlan) -> Iterat
         yield plan.driver_key, ("flush", pa.concat_tables(flush))
 
 
-def index_source_items(source: int, plan: AuditPlan, idx: IndexFile | None = None
-                       ) -> Iterator[tuple[int, tuple]]:
-    """Stage 1 for one index file: its entries keyed by the commitlog file they point into, and
-    (for a file on disk) what in its header disagrees with them."""
+def index_source_items(source: int, plan: AuditPlan, idx: IndexFile | None = None, first: int = 1,
+                       end: int | None = None) -> Iterator[tuple[int, tuple]]:
+    """Stage 1 for an index file's entries ``[first, end)`` (default all): keyed by the commitlog
+    file they point into, each part with the number of its chunk's first entry (entry order across
+    tasks). For a file on disk, what its header is checked against goes to the driver: the part's
+    phy range and negative timeDiffs, and (from the part starting at entry 1) the hash slots
+    pointing outside ``[0, indexCount]``."""
     src = plan.index_sources[source]
     own = idx is None
     if own:
         idx = IndexFile(src.path, plan.config.maxHashSlotNum, plan.config.maxIndexNum)
     try:
-        if src.on_disk >= 0:
-            rows = [{"kind": "bad_header", "index": "on_disk", "file": src.name, "count": 1, "detail": p}
-                    for p in header_problems(idx)]
-            if rows:
-                yield plan.driver_key, ("index_rows", rows)
-        for e in idx.entry_chunks(plan.index_part_entries):
+        lo_phy, hi_phy, negative = None, None, False
+        for lo, e in idx.entry_chunks(plan.index_part_entries, first, end):
             phy = e["phy_offset"].astype(np.int64)
+            if len(phy):
+                lo_phy = min(int(phy.min()), lo_phy if lo_phy is not None else int(phy.min()))
+                hi_phy = max(int(phy.max()), hi_phy if hi_phy is not None else int(phy.max()))
+                negative = negative or bool((e["time_diff"] < 0).any())
             t = pa.table([pa.array(e["key_hash"].astype(np.int32)), pa.array(phy)], schema=INDEX_ENTRIES)
             for key, part in _keyed(plan.phy_keys(phy), t):      # entry order kept
-                yield key, ("entries", source, part)
+                yield key, ("entries", (source, lo), part)
+        if src.on_disk >= 0:
+            over = 0
+            if first == 1:
+                slots, count = np.asarray(idx.slots), max(idx.header.index_count, 0)
+                over = int(((slots < 0) | (slots > count)).sum())
+            yield plan.driver_key, ("index_part", (source, lo_phy, hi_phy, negative, over))
     finally:
         if own:
             idx.close()
@@ -401,14 +418,10 @@ def _index_range(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) 
     entries, puts = [], []
     for _, (kind, meta, table) in items:
         (entries if kind == "entries" else puts).append((meta, table))
-    source = np.concatenate([np.full(t.num_rows, i, np.int64) for i, t in entries] or [np.zeros(0, np.int64)])
-    # an index file's entries come in parts, in entry order: each part numbered on from the last
-    seen: dict[int, int] = defaultdict(int)
-    numbers = [np.zeros(0, np.int64)]
-    for i, t in entries:
-        numbers.append(np.arange(seen[i], seen[i] + t.num_rows))
-        seen[i] += t.num_rows
-    entry_number = np.concatenate(numbers)
+    source = np.concatenate([np.full(t.num_rows, i, np.int64) for (i, _), t in entries] or [np.zeros(0, np.int64)])
+    # a part holds at most its chunk's entries, in entry order: numbers that order the entries of a file
+    entry_number = np.concatenate([lo + np.arange(t.num_rows) for (_, lo), t in entries]
+                                  or [np.zeros(0, np.int64)])
     kh = np.concatenate([t["key_hash"].to_numpy() for _, t in entries] or [np.zeros(0, np.int32)])
     phy = np.concatenate([t["phy_offset"].to_numpy() for _, t in entries] or [np.zeros(0, np.int64)])
     rows, lenses = [], {}
@@ -427,26 +440,39 @@ def _index_range(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) 
 
 # -- index findings ------------------------------------------------------------------------------------
 
-def header_problems(idx: IndexFile) -> list[str]:
-    """What in an index file's header disagrees with its entries (IndexService trusts the header)."""
-    h, out = idx.header, []
-    t = idx.entries_table()
-    if h.index_count > idx.index_num:
-        out.append(f"indexCount {h.index_count} > maxIndexNum {idx.index_num}")
-    if t.num_rows:
-        phy = t["phy_offset"].to_numpy()
-        if h.begin_phy_offset > phy.min() or h.end_phy_offset < phy.max():
+def header_problems(h: IndexHeader, index_num: int, parts: Sequence[tuple]) -> list[str]:
+    """What in an index file's header disagrees with its entries (IndexService trusts the header);
+    ``parts``: what its stage-1 tasks saw (``index_source_items``)."""
+    out = []
+    if h.index_count > index_num:
+        out.append(f"indexCount {h.index_count} > maxIndexNum {index_num}")
+    lows = [p[1] for p in parts if p[1] is not None]
+    if lows:
+        lo, hi = min(lows), max(p[2] for p in parts if p[2] is not None)
+        if h.begin_phy_offset > lo or h.end_phy_offset < hi:
             out.append(f"phy range [{h.begin_phy_offset}, {h.end_phy_offset}] does not cover its entries "
-                       f"[{phy.min()}, {phy.max()}]")
-        if (t["time_diff"].to_numpy() < 0).any():
+                       f"[{lo}, {hi}]")
+        if any(p[3] for p in parts):
             out.append("negative timeDiff in entries (queries stop there)")
     if h.begin_timestamp > h.end_timestamp and h.end_timestamp:
         out.append(f"beginTimestamp {h.begin_timestamp} > endTimestamp {h.end_timestamp}")
-    slots = np.asarray(idx.slots)
-    over = int(((slots < 0) | (slots > max(h.index_count, 0))).sum())
+    over = sum(p[4] for p in parts)
     if over:
         out.append(f"{over} hash slots point outside [0, indexCount]")
     return out
+
+
+def _bad_header_rows(plan: AuditPlan, parts: Sequence[tuple]) -> list[dict]:
+    by_source: dict[int, list[tuple]] = defaultdict(list)
+    for p in parts:
+        by_source[p[0]].append(p)
+    rows = []
+    for i, src in enumerate(plan.index_sources):
+        if src.on_disk >= 0:
+            rows += [{"kind": "bad_header", "index": "on_disk", "file": src.name, "count": 1, "detail": d}
+                     for d in header_problems(src.header, plan.config.maxIndexNum, by_source[i])]
+    return rows
+
 
 INDEX_FINDING_ROWS = pa.schema([
     pa.field("kind", pa.string(), False), pa.field("index", pa.string(), False),
@@ -600,7 +626,7 @@ def audit_plan(spark, store: Store, pred: recovery.Prediction, summaries: Sequen
     sources: list[IndexSource] = []
     recovered = {f.path: i for i, f in enumerate(pred.index_files) if f.data is None and f.path}
     for i, ref in enumerate(list_index_files(store.index_dir, cfg.index_file_size, strict=False)):
-        sources.append(IndexSource(ref.name, i, recovered.get(ref.path, -1), ref.path))
+        sources.append(IndexSource(ref.name, i, recovered.get(ref.path, -1), ref.path, read_header(ref.path)))
     sources += [IndexSource(f.name, -1, i, None) for i, f in enumerate(pred.index_files) if f.data is not None]
     ckpt = read_checkpoint(store.checkpoint_path)
     return AuditPlan(
@@ -654,10 +680,11 @@ def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver
     rdds = []
     if files:
         rdds.append(sc.parallelize(files, len(files)).flatMap(lambda f: scan_segment(*f, plan)))
-    disk_sources = [i for i, s in enumerate(plan.index_sources) if s.path is not None]
-    if disk_sources:
-        rdds.append(sc.parallelize(disk_sources, len(disk_sources))
-                    .flatMap(lambda i: index_source_items(i, plan)))
+    disk_parts = [(i, lo, hi) for i, s in enumerate(plan.index_sources) if s.path is not None
+                  for lo, hi in s.parts(plan.index_part_entries, plan.config.maxIndexNum)]
+    if disk_parts:
+        rdds.append(sc.parallelize(disk_parts, len(disk_parts))
+                    .flatMap(lambda p: index_source_items(p[0], plan, None, p[1], p[2])))
     if driver_items:
         # slices of about DRIVER_SLICE_BYTES: a worker holds one slice, not the store's share
         size = sum(item[-1].nbytes for _, item in driver_items)
@@ -938,8 +965,7 @@ def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[Se
     out.tables["queue_findings"] = queue.sort_by([("topic", "ascending"), ("queue_id", "ascending"),
                                                   ("kind", "ascending"), ("from_offset", "ascending")])
     rows = [r for part in by_kind["index_rows"] for r in part]
-    index_rows = [r for r in rows if r["kind"] == "bad_header"] \
-        + _merge_entry_findings([r for r in rows if r["kind"] != "bad_header"]) \
+    index_rows = _bad_header_rows(plan, by_kind["index_part"]) + _merge_entry_findings(rows) \
         + _unfindable_rows(by_kind["unfindable"])
     out.tables["index_findings"] = pa.Table.from_pylist(index_rows, schema=INDEX_FINDING_ROWS) \
         if index_rows else INDEX_FINDING_ROWS.empty_table()

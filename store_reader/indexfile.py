@@ -370,16 +370,19 @@ class IndexFile:
                 break
             n = prev
 
-    def entry_chunks(self, chunk: int = 1 << 20) -> Iterator[np.ndarray]:
-        """Entries 1 .. indexCount-1 in entry order, ``chunk`` at a time (``ENTRY_DTYPE`` arrays).
-        A mapped file's pages of a chunk are handed back once the next is asked for, so a reader
-        holds about one chunk of the file (~20 MiB), not all of it (~420 MB at the default size)."""
+    def entry_chunks(self, chunk: int = 1 << 20, first: int = 1, end: int | None = None
+                     ) -> Iterator[tuple[int, np.ndarray]]:
+        """Entries ``first`` .. ``end - 1`` (default: 1 .. indexCount-1) in entry order, ``chunk`` at
+        a time, each with the number of its first entry (``ENTRY_DTYPE`` arrays). A mapped file's
+        pages of a chunk are handed back once the next is asked for, so a reader holds about one
+        chunk of the file (~20 MiB), not all of it (~420 MB at the default size)."""
         used = min(self.header.entries_in_use, self.index_num - 1)
+        end = used + 1 if end is None else min(end, used + 1)
         mm = getattr(self._data, "_mmap", None)
         base = INDEX_HEADER_SIZE + 4 * self.hash_slot_num
-        for lo in range(1, used + 1, chunk):
-            hi = min(lo + chunk, used + 1)
-            yield self.entries[lo:hi]
+        for lo in range(first, end, chunk):
+            hi = min(lo + chunk, end)
+            yield lo, self.entries[lo:hi]
             if mm is not None:    # the file's pages stay in the page cache; only the mapping drops them
                 a = (base + lo * ENTRY_DTYPE.itemsize) // mmap.PAGESIZE * mmap.PAGESIZE
                 mm.madvise(mmap.MADV_DONTNEED, a, base + hi * ENTRY_DTYPE.itemsize - a)

@@ -294,8 +294,12 @@ def test_fixture_entry_chunks_are_the_entries_in_order(case):
                 held = ix.IndexFile.from_buffer(fh.read(), cfg.maxHashSlotNum, cfg.maxIndexNum)
             for source in (f, held):
                 chunks = list(source.entry_chunks(3))
-                assert all(len(c) <= 3 for c in chunks)
-                got = np.concatenate(chunks) if chunks else np.zeros(0, ix.ENTRY_DTYPE)
+                assert [lo for lo, _ in chunks] == list(range(1, len(want) + 1, 3))
+                assert all(len(c) <= 3 for _, c in chunks)
+                got = np.concatenate([c for _, c in chunks]) if chunks else np.zeros(0, ix.ENTRY_DTYPE)
+                if len(want) > 4:
+                    part = np.concatenate([c for _, c in source.entry_chunks(2, 3, len(want) - 1)])
+                    assert part["key_hash"].tolist() == got["key_hash"][2:-2].tolist()
                 assert got["key_hash"].astype(np.int32).tolist() == want["key_hash"].to_pylist()
                 assert got["phy_offset"].astype(np.int64).tolist() == want["phy_offset"].to_pylist()
                 assert got["prev_index"].astype(np.int32).tolist() == want["prev_index"].to_pylist()
