@@ -12,16 +12,16 @@ while this process samples the job's process tree and the machine's cores with p
 
 Printed side by side: seconds per pass (the job's ``pass <name> <secs>s`` log lines; the three
 write passes run concurrently, so their seconds overlap), the wall total, the marginal throughput
-(the slope between the two sizes), the fixed overhead (the total extrapolated to 0 bytes, and the
-session start measured alone), peak RSS of the driver JVM, the driver Python and the Python
-workers, and per-core CPU during the scan pass. The driver JVM starts from its class-data-sharing
-archive (built first if missing, as ``python -m jobs.sparkutil --build-cds`` would; ``--no-cds``
-measures without it). Next to it the reference: the same passes in ONE
-process without Spark (segment summaries, ``recovery.predict``, the ``repair`` functions writing
+(the slope between the two sizes), the fixed overhead (the total extrapolated to 0 bytes, the
+whole job on an 8 MiB store of the same kind, and the session start measured alone), peak RSS of
+the driver JVM, the driver Python and the Python workers, and per-core CPU during the scan pass.
+The driver JVM starts from its class-data-sharing archive (built first if missing, as ``python -m
+jobs.sparkutil --build-cds`` would; ``--no-cds`` measures without it). Next to it the reference:
+the same passes in ONE process without Spark (segment summaries, ``recovery.predict``, the ``repair`` functions writing
 to a temporary directory; no audit, which needs Spark).
 
-Figures are only valid on a quiet machine: the 1-minute load average is printed first, and above 3
-every figure is flagged as not valid.
+Figures are only valid on a quiet machine: the script waits (up to 3 minutes) for the 1-minute load
+average to fall below 1, prints it, and above 3 flags every figure as not valid.
 """
 from __future__ import annotations
 
@@ -320,7 +320,8 @@ def _mb(v: int | None) -> str:
     return f"{v / 2**20:,.0f} MiB" if v else "-"
 
 
-def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session: dict, load: float) -> None:
+def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session: dict, load: float,
+           small: dict) -> None:
     cols = [f"{s['written_end'] / GB:.2f} GB" for s in sizes]
     head = f"{'':<34}" + "".join(f"{'spark ' + c:>18}" for c in cols)
     if any(refs):
@@ -375,6 +376,8 @@ def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session
     busy = [min(r["scan_cores"] or [0]) for r in runs]
     print(f"scan pass, least busy core: {', '.join(f'{b:.0f} %' for b in busy)} (target: both cores busy: "
           f"{'met' if all(b >= 75 for b in busy) else 'MISSED'})")
+    print(f"fixed overhead measured  {small['wall']:.1f} s: the whole job on a {small['written_end'] / 1e6:.1f} MB "
+          f"store of the same kind (" + ", ".join(f"{k} {v:.2f}" for k, v in small["passes"].items()) + ")")
     print(f"session start alone      {session['session']:.2f} s to a session, {session['first_task']:.2f} s "
           f"for the first Python task ({session['process']:.2f} s for the whole process)")
     print(f"\nload average at start   {load:.2f} (1 min); {os.cpu_count()} cores; warm page cache "
@@ -403,6 +406,15 @@ def cds_state(build: bool) -> str:
     return f"on ({archive})"
 
 
+def wait_quiet(below: float = 1.0, most: float = 180.0) -> float:
+    """Wait (at most ``most`` seconds) for the 1-minute load average to fall below ``below``: it
+    decays over about a minute, so a run started right after other work would be charged for it."""
+    t = time.monotonic()
+    while os.getloadavg()[0] >= below and time.monotonic() - t < most:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
 def warm(store: Path) -> None:
     """Read the store once so every run starts from the same (warm) page cache."""
     for f in sorted((store / "commitlog").iterdir()):
@@ -416,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1.5GiB,6GiB", help="comma-separated commitlog sizes")
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "rmq-bench-recover"))
     ap.add_argument("--no-reference", action="store_true", help="skip the one-process reference")
+    ap.add_argument("--fixed-size", default="8MiB",
+                    help="the store (same kind, part of one segment) whose whole run is the fixed overhead")
     ap.add_argument("--no-cds", action="store_true",
                     help="measure without the driver JVM's class-data-sharing archive")
     ap.add_argument("--reference", nargs=2, metavar=("STORE", "OUT"), help=argparse.SUPPRESS)
@@ -423,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference:
         print("REFERENCE " + json.dumps(reference(*args.reference)), flush=True)
         return 0
-    load = os.getloadavg()[0]
+    load = wait_quiet()
     print(f"load average at start: {load:.2f} (1 min), {os.cpu_count()} cores")
     if load > MAX_LOAD:
         print(f"WARNING: 1-min load average {load:.1f} > {MAX_LOAD:.0f}: the figures below will NOT be valid")
@@ -441,8 +455,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recovering {store} ({sizes[-1]['written_end'] / GB:.2f} GB) ...", flush=True)
         runs.append(spark_run(store, work))
         refs.append(None if args.no_reference else reference_run(store, work))
+    tiny = parse_size(args.fixed_size)
+    store = base / f"store-{args.fixed_size}"
+    fixed_store = ensure_store(store, tiny)
+    work = base / f"work-{args.fixed_size}"
+    work.mkdir(parents=True, exist_ok=True)
+    small = spark_run(store, work)
+    small["written_end"] = fixed_store["written_end"]
     session = session_start()
-    report(sizes, runs, refs, session, load)
+    report(sizes, runs, refs, session, load, small)
     print(f"driver JVM class-data sharing: {cds}")
     return 0
 
