@@ -335,12 +335,12 @@ def index_source_items(source: int, plan: AuditPlan, idx: IndexFile | None = Non
     if own:
         idx = IndexFile(src.path, plan.config.maxHashSlotNum, plan.config.maxIndexNum)
     try:
-        lo_phy, hi_phy, negative = None, None, False
+        lows, highs, negative = [], [], False
         for lo, e in idx.entry_chunks(plan.index_part_entries, first, end):
             phy = e["phy_offset"].astype(np.int64)
             if len(phy):
-                lo_phy = min(int(phy.min()), lo_phy if lo_phy is not None else int(phy.min()))
-                hi_phy = max(int(phy.max()), hi_phy if hi_phy is not None else int(phy.max()))
+                lows.append(int(phy.min()))
+                highs.append(int(phy.max()))
                 negative = negative or bool((e["time_diff"] < 0).any())
             t = pa.table([pa.array(e["key_hash"].astype(np.int32)), pa.array(phy)], schema=INDEX_ENTRIES)
             for key, part in _keyed(plan.phy_keys(phy), t):      # entry order kept
@@ -350,7 +350,8 @@ def index_source_items(source: int, plan: AuditPlan, idx: IndexFile | None = Non
             if first == 1:
                 slots, count = np.asarray(idx.slots), max(idx.header.index_count, 0)
                 over = int(((slots < 0) | (slots > count)).sum())
-            yield plan.driver_key, ("index_part", (source, lo_phy, hi_phy, negative, over))
+            yield plan.driver_key, ("index_part", (source, min(lows, default=None), max(highs, default=None),
+                                                   negative, over))
     finally:
         if own:
             idx.close()
