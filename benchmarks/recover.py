@@ -50,9 +50,9 @@ MAX_LOAD = 3.0
 CRASH = CrashSpec(abort=True, stale_checkpoint=True, torn_tail=True, corrupt="crc")
 PASS_LINE = re.compile(r"pass (\S.*?)\s+([0-9.]+)s\b")
 PASSES = ["discover", "scan", "plan", "audit", "rebuild consume queues", "rebuild index",
-          "write commitlog", "write manifest", "write audit tables"]
+          "write commitlog", "write manifest", "place repaired store", "write audit tables"]
 REFERENCE_PASSES = ["scan", "plan", "rebuild consume queues", "rebuild index", "write commitlog",
-                    "checkpoint + manifest"]
+                    "checkpoint + manifest", "place repaired store"]
 
 
 # -- the stores ---------------------------------------------------------------------------------------
@@ -291,7 +291,8 @@ def reference(store_path: str, out_path: str) -> dict[str, float]:
     last_cq_ts = max((p.last_store_timestamp for p in parts), default=0)
     timed("rebuild consume queues", t)
     t = time.perf_counter()
-    counts = [repair.segment_index_counts(p, opts, end) for p in files]
+    counts = repair.index_put_counts(summaries, end, lambda again: [
+        repair.segment_index_counts(files[i], opts, end) for i in again])
     plan = repair.index_file_plan([n for n, _ in counts], cfg.maxIndexNum)
     written = [repair.write_index_file_part(str(out / "index" / f".building-{k}"),
                                             [(files[i], lo, hi) for i, lo, hi in ranges], opts, end,
@@ -311,6 +312,9 @@ def reference(store_path: str, out_path: str) -> dict[str, float]:
     repair.write_checkpoint_file(out, ckpt, five)
     repair.write_manifest(str(out), {"outputs": repair.tree_manifest(str(out))})
     timed("checkpoint + manifest", t)
+    t = time.perf_counter()
+    repair.sync_tree(str(out))
+    timed("place repaired store", t)
     return times
 
 

@@ -490,12 +490,12 @@ class StoreView:
             ckpt = read_checkpoint(self.store.checkpoint_path)
             try:
                 queues, _ = recovery.load_consume_queues(self.store, self.broker_5x)
+                for q in queues.values():
+                    q.recover()                 # (reads each queue's last files)
             except StoreReaderError as exc:
                 # without every queue the broker's CQ max is unknown: -1 checks nothing as dispatched
                 self.errors.append(exc)
                 queues = {}
-            for q in queues.values():
-                q.recover()
             cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
             start, end, files, _ = recovery.predict_commitlog(
                 self.summaries, self.version, self.config, self.store.abort_exists,

@@ -158,6 +158,8 @@ class AuditPlan:
     broker_min: dict[tuple[str, int], int]
     queue_buckets: dict[tuple[str, int], int]
     disk_queues: dict[tuple[str, int], list[tuple[str, int]]]
+    broker_on_disk: dict[tuple[str, int], tuple[recovery.EntryRun, ...]]
+    """The broker's entries its recovery left in the CQ files as they are: read by the tasks."""
     cut_segment: str | None
     windows: tuple[tuple[str, int], ...]
     index_sources: tuple[IndexSource, ...]
@@ -386,6 +388,20 @@ def _disk_rows(files: list[tuple[str, int]]) -> list[pa.Table]:
     return out
 
 
+def _broker_rows(runs: Iterable[recovery.EntryRun]) -> list[pa.Table]:
+    """The broker's entries as ``QUEUE_ROWS``, every slot from its min to its max offset."""
+    out = []
+    for r in runs:
+        e = r.read()
+        n = len(e)
+        out.append(pa.table([
+            pa.array(np.arange(r.first, r.first + n, dtype=np.int64)),
+            pa.array(e["phy_offset"].astype(np.int64)), pa.array(e["size"].astype(np.int32)),
+            pa.array(e["tags_code"].astype(np.int64)), pa.array(np.full(n, _BROKER, np.int8)),
+            pa.array(np.zeros(n, np.int8))], schema=QUEUE_ROWS))
+    return out
+
+
 def _range(t: pa.Table, view: int) -> tuple[int, int] | None:
     """[min, max + 1) of the queue offsets of ``view``'s entries with a positive size."""
     src, size = t["src"].to_numpy(), t["size"].to_numpy()
@@ -400,6 +416,9 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
     for key, files in plan.disk_queues.items():
         if plan.queue_key(*key) == bucket:
             queues[key] += _disk_rows(files)
+    for key, runs in plan.broker_on_disk.items():
+        if plan.queue_key(*key) == bucket:
+            queues[key] += _broker_rows(runs)
     rows, ranges = [], []
     for key in sorted(queues):
         t = pa.concat_tables(queues.pop(key))
@@ -636,6 +655,8 @@ def audit_plan(spark, store: Store, pred: recovery.Prediction, summaries: Sequen
         first_segment=first, segments=last - first + 1, scope=scope,
         broker_min={k: q.min_offset for k, q in pred.consume_queues.items()}, queue_buckets=queue_buckets,
         disk_queues=disk_queues,
+        broker_on_disk={k: runs for k, q in pred.consume_queues.items()
+                        if (runs := tuple(r for r in q.entry_runs() if r.slots is None))},
         cut_segment=next((f.name for f in pred.commitlog_files if f.wrote < f.size), None),
         windows=(("commitlog", ckpt.physic_msg_timestamp), ("consume_queue", ckpt.logics_msg_timestamp),
                  ("index", ckpt.index_msg_timestamp)),
@@ -654,18 +675,14 @@ def pack_queues(weight: dict[tuple[str, int], int], buckets: int) -> dict[tuple[
 
 
 def _driver_items(plan: AuditPlan, pred: recovery.Prediction) -> list[tuple[int, tuple]]:
-    """The shuffle items only the driver has: the broker's predicted queues and the index files
-    its re-dispatch builds (in memory)."""
+    """The shuffle items only the driver has: the entries the broker's predicted recovery wrote
+    into its queues (the rest are read from the CQ files, ``AuditPlan.broker_on_disk``) and the
+    index files its re-dispatch builds (in memory)."""
     items = []
     for key, q in pred.consume_queues.items():
-        e = q.entries()
-        n = len(e)
-        if n:
-            items.append((plan.queue_key(*key), ("queue", key, pa.table([
-                pa.array(np.arange(q.min_offset, q.min_offset + n, dtype=np.int64)),
-                pa.array(e["phy_offset"].astype(np.int64)), pa.array(e["size"].astype(np.int32)),
-                pa.array(e["tags_code"].astype(np.int64)), pa.array(np.full(n, _BROKER, np.int8)),
-                pa.array(np.zeros(n, np.int8))], schema=QUEUE_ROWS))))
+        wrote = _broker_rows(r for r in q.entry_runs() if r.slots is not None)
+        if wrote:
+            items.append((plan.queue_key(*key), ("queue", key, pa.concat_tables(wrote))))
     for i, src in enumerate(plan.index_sources):
         if src.path is None:
             with pred.index_files[src.recovered].view(plan.config) as idx:

@@ -40,7 +40,7 @@ import uuid
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import pyarrow as pa
 
@@ -166,15 +166,19 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
     return QueueRebuild(repair.queue_table(parts), buckets, len(parts), sorted(irregular))
 
 
-def index_put_counts(spark, store: Store, end: int, broker_5x: bool) -> list[tuple[int, int]]:
-    """Per commitlog file below ``end`` (one task each): its records' index puts and their latest
-    store time, which cut the puts into index files (``repair.index_file_plan``)."""
+def index_put_counts(spark, store: Store, summaries: Sequence[SegmentSummary], end: int,
+                     broker_5x: bool) -> list[tuple[int, int]]:
+    """Per commitlog file below ``end``: its records' index puts and their latest store time,
+    which cut the puts into index files (``repair.index_file_plan``). From the scan's summaries;
+    a file the rebuild reads past its valid prefix is counted again, a task each."""
     files = [f.path for f in store.commitlog_files if f.start < end]
-    if not files:
-        return []
     opts = _rebuild_scan_options(store, broker_5x)
-    return spark.sparkContext.parallelize(files, len(files)).map(
-        lambda p: repair.segment_index_counts(p, opts, end)).collect()
+
+    def recount(again: list[int]) -> list[tuple[int, int]]:
+        return spark.sparkContext.parallelize([files[i] for i in again], len(again)).map(
+            lambda p: repair.segment_index_counts(p, opts, end)).collect()
+
+    return repair.index_put_counts(summaries, end, recount)
 
 
 def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_dir: str,
@@ -390,7 +394,8 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
 
             copying = passes.submit(commitlog)
             t = time.monotonic()
-            counts = passes.result(passes.submit(index_put_counts, spark, store, end, version_5x))
+            counts = passes.result(passes.submit(index_put_counts, spark, store, report.summaries, end,
+                                                 version_5x))
             indexing = passes.submit(index_files, counts, t)
             queueing = passes.submit(consume_queues)
             headers, index_digests = passes.result(indexing)
@@ -425,11 +430,14 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
 
 
 def place_repaired_store(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Pass 7's end: the complete ``tmp`` (``build_repaired_store``) renamed to ``out``; on
-    failure ``tmp`` is removed."""
+    """Pass 7's end: the complete ``tmp`` (``build_repaired_store``) synced to disk and renamed to
+    ``out``; on failure ``tmp`` is removed."""
     try:
+        repair.sync_tree(str(tmp))            # every byte on disk before the rename publishes it
         (tmp / TMP_MARKER).unlink()
+        repair.sync_path(str(tmp))
         _place(tmp, out, overwrite)
+        repair.sync_path(str(out.parent))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -437,7 +445,10 @@ def place_repaired_store(tmp: Path, out: Path, overwrite: bool) -> None:
 
 def write_repaired_store(spark, store: Store, report: RunReport, out: Path, overwrite: bool) -> None:
     """Passes 4-7 into ``<out>.tmp-<run id>``, then an atomic rename to ``out``."""
-    place_repaired_store(build_repaired_store(spark, store, report, out), out, overwrite)
+    tmp = build_repaired_store(spark, store, report, out)
+    t = time.monotonic()
+    place_repaired_store(tmp, out, overwrite)
+    report.log_pass("place repaired store", t, f"fsync'd, renamed to {out}")
     report.written = True
 
 
@@ -494,7 +505,9 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
         if building.exception() is None:   # complete, but the run failed: it goes too
             shutil.rmtree(building.result(), ignore_errors=True)
         raise first
+    t = time.monotonic()
     place_repaired_store(building.result(), out, overwrite)
+    report.log_pass("place repaired store", t, f"fsync'd, renamed to {out}")
     report.written = True
 
 

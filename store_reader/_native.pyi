@@ -25,8 +25,9 @@ ColumnBuffers = Union[
 
 # (outcome, check code, declared TOTALSIZE or None): recordformat.OUTCOMES / CHECKS indices
 Stop = Tuple[int, int, Optional[int]]
-# (first store timestamp, last store timestamp, position of the last record, CRC failures)
-Stats = Tuple[Optional[int], Optional[int], Optional[int], int]
+# (first store timestamp, last store timestamp, position of the last record, CRC failures, index
+# puts, largest store timestamp)
+Stats = Tuple[Optional[int], Optional[int], Optional[int], int, int, Optional[int]]
 
 CHECKS: Tuple[str, ...]
 OUTCOMES: Tuple[str, ...]

@@ -117,6 +117,11 @@ class SegmentSummary:
     crc_failures: int = 0
     lost_ranges: list[tuple[int, int]] = field(default_factory=list)
     """[start, end) positions of intact record runs found after the cut (not a table column)."""
+    index_puts: int = 0
+    """Index entries the valid prefix's records put: UNIQ_KEY and KEYS tokens, ROLLBACK records
+    aside (not a table column)."""
+    max_store_timestamp: int | None = None
+    """The valid prefix's largest store timestamp (not a table column)."""
 
     @property
     def trailing_bytes(self) -> int:
@@ -205,14 +210,16 @@ class SegmentScan:
         """Scan VALID records from ``pos``; yields batches, then the final (pos, stop) tuple."""
         s = self.summary
         while True:
-            cols, n, pos_next, stop, (first_ts, last_ts, last_pos, crc_failures) = impl.scan(
+            cols, n, pos_next, stop, (first_ts, last_ts, last_pos, crc_failures, puts, max_ts) = impl.scan(
                 buf, self.file_start, pos, end, self.batch_size, opts, self.columns)
             s.crc_failures += crc_failures
             if in_prefix and n:
                 if s.first_store_timestamp is None:
                     s.first_store_timestamp = first_ts
                 s.last_store_timestamp, s.last_record_position = last_ts, last_pos
+                s.max_store_timestamp = max_ts if s.max_store_timestamp is None else max(s.max_store_timestamp, max_ts)
                 s.records += n
+                s.index_puts += puts
             elif n:
                 s.records_after_cut += n
                 s.lost_ranges.append((pos, pos_next))

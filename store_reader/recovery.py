@@ -27,18 +27,62 @@ from .indexfile import (INDEX_HEADER_SIZE, BuiltIndexFile, IndexFile, IndexHeade
 from .javahash import index_key, index_key_hash, index_key_hashes, java_string_hashes
 from .javalang import java_parse_int, java_split
 from .store import Store
-from .storefs import location
+from .storefs import PathRef, location
 
 V49, V5X = "4.9", "5.x"
 
 
 # -- a consume queue as the broker holds it in memory ------------------------------------------------
 
-@dataclass
 class _CQFile:
-    start: int               # logic offset of the file's first byte
-    slots: np.ndarray        # CQ_ENTRY_DTYPE, one per slot of the file
-    wrote: int               # write position in bytes
+    """One CQ file as the broker maps it. A file loaded from disk reads its slots on first use:
+    the recovery looks at a queue's last three files only, so the older files of a large store
+    never reach memory. ``dirty_from``: the first slot the recovery wrote (its puts), so what
+    still equals the file on disk is known without comparing."""
+
+    __slots__ = ("start", "wrote", "path", "dirty_from", "_capacity", "_slots")
+
+    def __init__(self, start: int, capacity: int, wrote: int = 0, path: PathRef | None = None) -> None:
+        self.start = start           # logic offset of the file's first byte
+        self.wrote = wrote           # write position in bytes
+        self.path = path             # the file on disk its slots are read from (None: created)
+        self.dirty_from = capacity if path is not None else 0
+        self._capacity = capacity
+        self._slots: np.ndarray | None = None
+
+    @property
+    def slots(self) -> np.ndarray:
+        """CQ_ENTRY_DTYPE, one per slot of the file."""
+        if self._slots is None:
+            self._slots = np.zeros(self._capacity, CQ_ENTRY_DTYPE) if self.path is None \
+                else _file_slots(self.path)
+        return self._slots
+
+    def written(self, slot: int) -> None:
+        """The recovery wrote from ``slot`` on."""
+        self.dirty_from = min(self.dirty_from, slot)
+
+
+@dataclass(frozen=True)
+class EntryRun:
+    """A run of ``ConsumeQueueState.entries()``: the entries from queue offset ``first`` are slots
+    ``[lo, hi)`` of the CQ file at ``path`` as it is on disk (``slots`` None), or ``slots``."""
+
+    first: int
+    path: PathRef | None
+    lo: int
+    hi: int
+    slots: np.ndarray | None = None
+
+    def read(self) -> np.ndarray:
+        return _file_slots(self.path)[self.lo:self.hi] if self.slots is None else self.slots
+
+
+def _file_slots(path: PathRef) -> np.ndarray:
+    e = read_queue_file(path)
+    slots = np.zeros(len(e.phy_offset), CQ_ENTRY_DTYPE)
+    slots["phy_offset"], slots["size"], slots["tags_code"] = e.phy_offset, e.size, e.tags_code
+    return slots
 
 
 @dataclass
@@ -77,6 +121,23 @@ class ConsumeQueueState:
         allv = np.concatenate(out) if out else np.zeros(0, CQ_ENTRY_DTYPE)
         first = self.files[0].start // CQ_STORE_UNIT_SIZE if self.files else 0
         return allv[max(0, self.min_offset - first):]
+
+    def entry_runs(self) -> list[EntryRun]:
+        """``entries()`` without reading what is still on disk: per file, the slots the recovery
+        left as loaded by reference, the ones it wrote as values."""
+        skip = max(0, self.min_offset - self.files[0].start // CQ_STORE_UNIT_SIZE) if self.files else 0
+        runs, pos = [], 0
+        for f in self.files:
+            n = f.wrote // CQ_STORE_UNIT_SIZE
+            first = self.min_offset - skip + pos       # queue offset of the file's slot 0
+            lo = min(max(skip - pos, 0), n)
+            clean = lo if f.path is None else max(lo, min(n, f.dirty_from))
+            if clean > lo:
+                runs.append(EntryRun(first + lo, f.path, lo, clean))
+            if n > clean:
+                runs.append(EntryRun(first + clean, None, clean, n, f.slots[clean:n].copy()))
+            pos += n
+        return runs
 
     # R§2 ConsumeQueue#recover
     def recover(self) -> None:
@@ -137,17 +198,16 @@ class ConsumeQueueState:
         expect = cq_offset * CQ_STORE_UNIT_SIZE
         first_create = False
         if not self.files:
-            self.files.append(_CQFile(expect - expect % self.file_size,
-                                      np.zeros(self.per_file, CQ_ENTRY_DTYPE), 0))
+            self.files.append(_CQFile(expect - expect % self.file_size, self.per_file))
             first_create = True
         elif self.files[-1].wrote >= self.file_size:
-            self.files.append(_CQFile(self.files[-1].start + self.file_size,
-                                      np.zeros(self.per_file, CQ_ENTRY_DTYPE), 0))
+            self.files.append(_CQFile(self.files[-1].start + self.file_size, self.per_file))
         f = self.files[-1]
         if first_create and cq_offset != 0 and f.wrote == 0:
             self.min_logic_offset = expect
             n = (expect % self.file_size) // CQ_STORE_UNIT_SIZE
             f.slots[:n] = np.array([(0, PRE_BLANK_SIZE, 0)], CQ_ENTRY_DTYPE)   # fillPreBlank
+            f.written(0)
             f.wrote = n * CQ_STORE_UNIT_SIZE
         if cq_offset != 0:
             current = f.start + f.wrote
@@ -158,6 +218,7 @@ class ConsumeQueueState:
                 self.order_warnings += 1
         self.max_physic_offset = phy + size
         f.slots[f.wrote // CQ_STORE_UNIT_SIZE] = (phy, size, tags_code)
+        f.written(f.wrote // CQ_STORE_UNIT_SIZE)
         f.wrote += CQ_STORE_UNIT_SIZE
 
     @property
@@ -229,8 +290,7 @@ class ConsumeQueueState:
                 # getLastMappedFile runs before the queue offset check: a full last file gets
                 # its successor even though the put is then skipped
                 last = self.files[-1]
-                self.files.append(_CQFile(last.start + self.file_size,
-                                          np.zeros(self.per_file, CQ_ENTRY_DTYPE), 0))
+                self.files.append(_CQFile(last.start + self.file_size, self.per_file))
             i += m
             if good.size:
                 return i
@@ -243,10 +303,11 @@ class ConsumeQueueState:
         while done < m:
             f = self.files[-1]
             if f.wrote >= self.file_size:
-                f = _CQFile(f.start + self.file_size, np.zeros(self.per_file, CQ_ENTRY_DTYPE), 0)
+                f = _CQFile(f.start + self.file_size, self.per_file)
                 self.files.append(f)
             at = f.wrote // CQ_STORE_UNIT_SIZE
             take = min(self.per_file - at, m - done)
+            f.written(at)
             slots = f.slots[at:at + take]
             slots["phy_offset"] = phy[done:done + take]
             slots["size"] = size[done:done + take]
@@ -329,10 +390,7 @@ def load_consume_queues(store: Store, broker_5x: bool) -> tuple[dict[tuple[str, 
         for f in files:
             if f.size == 0:
                 continue
-            e = read_queue_file(f.path)
-            slots = np.zeros(q.per_file, CQ_ENTRY_DTYPE)
-            slots["phy_offset"], slots["size"], slots["tags_code"] = e.phy_offset, e.size, e.tags_code
-            q.files.append(_CQFile(f.start, slots, size))
+            q.files.append(_CQFile(f.start, q.per_file, size, f.path))
         if q.files:
             q.min_logic_offset = q.files[0].start
         queues[(ref.topic, ref.queue_id)] = q

@@ -19,7 +19,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +32,9 @@ from .consumequeue import file_name as cq_file_name
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
 from .recovery import ConsumeQueueState, index_put_keys, multi_dispatch_rows
+
+if TYPE_CHECKING:
+    from .commitlog import SegmentSummary
 
 # Bytes read and hashed at a time while copying: small enough to stay in the core's cache between
 # the read and the hash.
@@ -380,6 +383,26 @@ def segment_index_counts(path: str, opts: rf.ScanOptions, end: int) -> tuple[int
     return puts, last_ts
 
 
+# Checks the rebuild's headers-only scan does not make: a file whose valid prefix ended on one of
+# these holds records past it that the rebuild still reads when they are below the truncation point.
+_CHECKS_THE_REBUILD_SKIPS = frozenset({"body_crc", "record_crc", "dup_info"})
+
+
+def index_put_counts(summaries: Sequence[SegmentSummary], end: int,
+                     recount: Callable[[list[int]], list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """``segment_index_counts`` of every commitlog file below ``end`` (``summaries`` in file
+    order), taken from the scan's summaries where the rebuild reads exactly a file's valid prefix
+    (the usual case: no second pass). ``recount(indexes)`` counts the other files again: those
+    whose prefix ended on a check the rebuild skips or runs past ``end``."""
+    below = [s for s in summaries if s.file_start < end]
+    counts = [(s.index_puts, s.max_store_timestamp or 0) for s in below]
+    again = [i for i, s in enumerate(below)
+             if s.end_check in _CHECKS_THE_REBUILD_SKIPS or s.end_phy_offset > end]
+    for i, c in zip(again, recount(again) if again else []):
+        counts[i] = c
+    return counts
+
+
 def index_file_plan(puts_per_segment: Sequence[int], index_num: int) -> list[list[tuple[int, int, int]]]:
     """Which puts go into which fresh index file: file k holds puts [k(n-1), (k+1)(n-1)) of the
     store (an index file holds ``maxIndexNum - 1`` entries, its entry 0 is unused). Per file, the
@@ -574,6 +597,25 @@ def sha256_files(paths: Iterable[str]) -> dict[str, str]:
     paths = list(paths)
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(paths, pool.map(sha256_file, paths)))
+
+
+def sync_tree(root: str) -> None:
+    """fsync every file under ``root``, then every directory, deepest first: once a rename
+    publishes the tree, it survives a power loss or a kernel crash, not only this process dying.
+    (Output files start their write-back as they are finished, so this mostly waits for the tail.)"""
+    for dirpath, _, filenames in os.walk(root, topdown=False):
+        for name in filenames:
+            sync_path(os.path.join(dirpath, name))
+        sync_path(dirpath)
+
+
+def sync_path(path: str) -> None:
+    """fsync one file or directory (a directory's entries: a rename or a new file in it)."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if os.path.isdir(path) else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def tree_files(root: str, skip: Iterable[str] = ()) -> list[tuple[str, str]]:

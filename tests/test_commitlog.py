@@ -83,6 +83,21 @@ def test_segment_summaries_end_where_the_broker_did(case):
             assert s.end_reason == "eof_marker", s
 
 
+@pytest.mark.parametrize("case", LOADED, ids=support.case_id)
+def test_segment_summaries_count_the_valid_prefix_index_puts(case):
+    """The scan's running count (what plans the index rebuild without another pass) against the
+    decoded columns: UNIQ_KEY and KEYS tokens of every record but a ROLLBACK one."""
+    version, scenario = case
+    store = open_store(support.input_store(version, scenario), support.broker_conf(version, scenario))
+    for f in store.commitlog_files:
+        table, s = scan_segment(f.path, _opts(version), columns=["sys_flag", "store_timestamp",
+                                                                 "uniq_key", "key_list"])
+        rows = [r for r in table.to_pylist() if r["sys_flag"] & 0xC != 0xC]
+        want = sum((r["uniq_key"] is not None) + len(r["key_list"]) for r in rows)
+        assert s.index_puts == want, f.name
+        assert s.max_store_timestamp == max(table["store_timestamp"].to_pylist(), default=None)
+
+
 @pytest.mark.parametrize("scenario", ["torn-middle-crc", "torn-middle-magic", "crash-ckpt-mid-torn-crc"])
 @pytest.mark.parametrize("version", support.VERSIONS)
 def test_corruption_is_reported_with_the_intact_records_behind_it(version, scenario):

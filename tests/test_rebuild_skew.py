@@ -13,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.recover import (index_put_counts, rebuild_consume_queues, rebuild_index_files,
-                          surviving_records)
+                          scan_segments, surviving_records)
 from store_reader import open_store, repair
+from store_reader.commitlog import scan_segment
 from store_reader.indexfile import build_index_files
 from store_reader.recordformat import ScanOptions
 from store_reader.recovery import V5X, ConsumeQueueState, predict
@@ -211,12 +212,40 @@ def test_queues_that_do_not_split_are_rebuilt_whole(spark, tmp_path):
 # -- index files, one task each ------------------------------------------------------------------------
 
 @pytest.mark.spark
+@pytest.mark.parametrize("damage", ["clean", "torn tail", "crc below the truncation point"])
+def test_index_put_counts_from_the_scan_equal_a_recount(spark, tmp_path, damage):
+    """The index plan's counts come from the scan's summaries. A body CRC failure in a file the
+    broker's normal recovery never checks ends that file's valid prefix, but the rebuild (headers
+    only) reads on past it: that file alone is counted again."""
+    crash = CrashSpec(torn_tail=True) if damage == "torn tail" else None
+    root = _synthetic(tmp_path / "store", (("Hot", 1), ("Cold", 2)), crash, total_bytes=3 << 20)
+    store = open_store(root, root / "broker.conf")
+    if damage.startswith("crc"):
+        first = store.commitlog_files[0]
+        third = scan_segment(first.path, ScanOptions(), columns=["phy_offset"])[0]["phy_offset"][2].as_py()
+        with open(first.path, "r+b") as f:   # the third record's BODYCRC, in the first of 6 files
+            f.seek(third - first.start + 8)
+            crc = f.read(4)
+            f.seek(-4, os.SEEK_CUR)
+            f.write(bytes(b ^ 0xFF for b in crc))
+    end = predict(store, V5X).max_phy_offset
+    summaries = scan_segments(spark, store, store.scan_options(True))
+    opts = ScanOptions(check_crc=False, compute_crc=False, broker_5x=True)
+    recount = [repair.segment_index_counts(f.path, opts, end) for f in store.commitlog_files if f.start < end]
+    assert len(recount) > 3 and all(n > 0 for n, _ in recount)
+    assert index_put_counts(spark, store, summaries, end, True) == recount
+    from_scan = [(s.index_puts, s.max_store_timestamp) for s in summaries[:len(recount)]]
+    assert (from_scan[0] != recount[0]) == damage.startswith("crc")
+    assert from_scan[1:] == recount[1:]
+
+
+@pytest.mark.spark
 def test_index_files_built_one_task_each_equal_one_sequential_build(spark, hot_store, tmp_path):
     store, end = hot_store
     cfg = store.config
     out = tmp_path / "index"
     out.mkdir()
-    counts = index_put_counts(spark, store, end, True)
+    counts = index_put_counts(spark, store, scan_segments(spark, store, store.scan_options(True)), end, True)
     headers = rebuild_index_files(spark, store, end, True, str(out), counts)
     # reference: every put of the records below the cut in commitlog order, one build_index_files
     opts = ScanOptions(check_crc=False, compute_crc=False, broker_5x=True)

@@ -1,6 +1,7 @@
 """The broker's predicted recovery (store_reader.recovery) against the real broker's own answers."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import support
@@ -47,6 +48,11 @@ def test_consume_queues_after_recovery(case):
     got = {}
     for (topic, qid), q in pred.consume_queues.items():
         e = q.entries()
+        # the same entries as the audit ships them: unwritten slots by reference to the CQ file
+        runs = q.entry_runs()
+        assert [r.first for r in runs] == list(q.min_offset + np.cumsum([0] + [r.hi - r.lo for r in runs])[:-1])
+        joined = np.concatenate([r.read() for r in runs]) if runs else e[:0]
+        assert len(joined) == len(e) and (joined == e).all()
         got.setdefault(topic, {})[str(qid)] = {
             "minOffset": q.min_offset, "maxOffset": q.max_offset,
             "entries": [[q.min_offset + i, int(x["phy_offset"]), int(x["size"]), int(x["tags_code"])]

@@ -216,6 +216,25 @@ def test_built_store_stays_marked_incomplete_until_placed(spark, tmp_path):
 
 
 @pytest.mark.spark
+def test_placed_store_is_synced_to_disk_before_the_rename_publishes_it(spark, tmp_path, monkeypatch):
+    """Every file and directory of the built store is fsync'd while still under its temporary
+    name, and the parent after the rename (a crash later cannot leave a published, partial store)."""
+    case = (V5, "torn-middle-crc")
+    out = tmp_path / "out"
+    store, report = _report(spark, case, out)
+    tmp = job.build_repaired_store(spark, store, report, out)
+    synced = []
+    real = repair.sync_path
+    monkeypatch.setattr(repair, "sync_path", lambda p: (synced.append((p, out.exists())), real(p)))
+    job.place_repaired_store(tmp, out, overwrite=False)
+    before = {os.path.relpath(p, tmp) for p, placed in synced if not placed}
+    files = {os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs}
+    dirs = {os.path.relpath(d, out) for d, _, _ in os.walk(out)}
+    assert files | dirs <= before and len(files) > 10
+    assert synced[-1] == (str(out.parent), True)
+
+
+@pytest.mark.spark
 def test_audit_failure_removes_the_finished_write(spark, tmp_path, monkeypatch):
     case = (V4, "crash-tail")
     out = tmp_path / "out"

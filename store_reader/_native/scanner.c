@@ -110,6 +110,9 @@ _Static_assert(CAL_FIXED + HOST_V4_LEN + HOST_V4_LEN + SZ_I8 == 91, "§3.1 total
 #define NAME_VALUE_SEPARATOR 0x01
 #define PROPERTY_SEPARATOR 0x02
 #define KEY_SEPARATOR 0x20
+/* §3.5 SYSFLAG transaction type: a ROLLBACK record puts no index entries */
+#define TRANSACTION_TYPE_MASK 0xC
+#define TRANSACTION_ROLLBACK_TYPE 0xC
 /* PROPERTIESLEN is an i16: the properties string is at most 32767 bytes, so at most 8192
  * name\x01value\x02 pairs (4 bytes the shortest) fit in one record. Scratch is sized from these. */
 #define MAX_PROPS_LEN 32767
@@ -951,6 +954,14 @@ static int64_t java_split_count(slice_t s, uint8_t sep) {
     return parts;
 }
 
+/* Index keys in KEYS: tokens split on single spaces, empty ones dropped (E#16, as key_list). */
+static inline int64_t key_count(slice_t k) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < k.n; i++)
+        n += k.p[i] != KEY_SEPARATOR && (i == 0 || k.p[i - 1] == KEY_SEPARATOR);
+    return n;
+}
+
 /* F§3.2 calMsgLength. */
 static int64_t cal_msg_length(int version, int32_t sys_flag, int32_t body_len, int32_t topic_len,
                               int32_t props_len) {
@@ -1621,7 +1632,8 @@ PyDoc_STRVAR(scan_doc,
 "Returns (columns, count, next_pos, stop, stats): columns maps each requested MESSAGE column to\n"
 "its Arrow buffers; stop is None when max_records were read (or a string column reached Arrow's\n"
 "2 GiB offset limit), else (outcome, check_code, declared_size or None) of the record at\n"
-"next_pos; stats = (first_store_ts, last_store_ts, last_record_pos, crc_failures).");
+"next_pos; stats = (first_store_ts, last_store_ts, last_record_pos, crc_failures, index_puts,\n"
+"max_store_ts): index_puts counts each record's UNIQ_KEY and KEYS tokens, ROLLBACK records aside.");
 
 static PyObject *py_scan(PyObject *self, PyObject *args) {
     PyObject *buf_obj, *opts_obj, *columns_obj;
@@ -1663,8 +1675,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     sc->file_start = file_start;
     sc->crc_computed = sc->opts.compute_crc || sc->opts.check_crc;
     sc->want_pairs = sc->cols[C_PROPERTIES].on;
-    sc->parse_props = (sc->want & PROPERTY_COLUMNS) || sc->opts.check_dup_info || sc->opts.broker_5x ||
-                      sc->crc_computed;
+    sc->parse_props = true; /* every record's UNIQ_KEY and KEYS are counted as index puts */
     sc->want_valid_utf8 = (sc->want & (PROPERTY_COLUMNS & ~(1ull << C_TAGS_CODE) &
                                        ~(1ull << C_TRANSACTION_PREPARED) & ~(1ull << C_REAL_QUEUE_ID) &
                                        ~(1ull << C_DELAY_LEVEL))) != 0;
@@ -1693,6 +1704,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     int64_t n = 0, p = pos, pf_next = 0;
     int outcome = VALID, check = CK_NONE;
     int64_t declared = 0, crc_failures = 0, first_ts = 0, last_ts = 0, last_pos = 0;
+    int64_t index_puts = 0, max_ts = INT64_MIN;
     bool has_declared = false, stopped = false;
     released = PyEval_SaveThread(); /* buf_grow takes the GIL back when it must */
     rec_t r;
@@ -1733,8 +1745,11 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
             }
         }
         last_ts = r.store_ts;
+        if (r.store_ts > max_ts) max_ts = r.store_ts;
         last_pos = p;
         crc_failures += r.body_crc_ok == 0 || r.record_crc_ok == 0;
+        if ((r.sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_ROLLBACK_TYPE)
+            index_puts += (r.prop[P_UNIQ_KEY].p != NULL) + key_count(r.prop[P_KEYS]);
         n++;
         p += r.total_size;
     }
@@ -1764,10 +1779,10 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     }
     if (!stop) goto done;
     if (n > 0)
-        stats = Py_BuildValue("(LLLL)", (long long)first_ts, (long long)last_ts, (long long)last_pos,
-                              (long long)crc_failures);
+        stats = Py_BuildValue("(LLLLLL)", (long long)first_ts, (long long)last_ts, (long long)last_pos,
+                              (long long)crc_failures, (long long)index_puts, (long long)max_ts);
     else
-        stats = Py_BuildValue("(OOOL)", Py_None, Py_None, Py_None, (long long)crc_failures);
+        stats = Py_BuildValue("(OOOLLO)", Py_None, Py_None, Py_None, (long long)crc_failures, 0LL, Py_None);
     if (!stats) goto done;
     result = Py_BuildValue("(OLLOO)", cols_dict, (long long)n, (long long)p, stop, stats);
 
