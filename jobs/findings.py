@@ -43,7 +43,7 @@ from store_reader.brokerconf import BrokerConfig
 from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
 from store_reader.config import read_consumer_offsets
-from store_reader.consumequeue import list_queue_files, list_queues, read_queue_file
+from store_reader.consumequeue import list_queue_files, list_queues, read_queue_slots
 from store_reader.indexfile import IndexFile, IndexHeader, list_index_files, read_header
 from store_reader.repair import index_puts, part_bucket
 from store_reader.store import Store
@@ -373,33 +373,29 @@ def audit_partition(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPla
             yield item
 
 
+def _entry_rows(first_offset: int | np.ndarray, e, src: int) -> pa.Table:
+    """``QUEUE_ROWS`` of entries ``e`` (fields phy_offset, size, tags_code) at queue offsets
+    ``first_offset + i`` (or the given offsets) seen by view ``src``."""
+    n = len(e["phy_offset"])
+    off = first_offset + np.arange(n, dtype=np.int64) if np.isscalar(first_offset) else first_offset
+    return pa.table([pa.array(np.asarray(off, dtype=np.int64)), pa.array(np.asarray(e["phy_offset"], np.int64)),
+                     pa.array(np.asarray(e["size"], np.int32)), pa.array(np.asarray(e["tags_code"], np.int64)),
+                     pa.array(np.full(n, src, np.int8)), pa.array(np.zeros(n, np.int8))], schema=QUEUE_ROWS)
+
+
 def _disk_rows(files: list[tuple[str, int]]) -> list[pa.Table]:
     """Every non-zero slot of a queue's CQ files as ``QUEUE_ROWS``."""
     out = []
     for path, start in files:
-        e = read_queue_file(path)
-        phy, size, tags = np.asarray(e.phy_offset), np.asarray(e.size), np.asarray(e.tags_code)
-        keep = np.flatnonzero((phy != 0) | (size != 0) | (tags != 0))
-        n = len(keep)
-        out.append(pa.table([pa.array(start // 20 + keep.astype(np.int64)), pa.array(phy[keep].astype(np.int64)),
-                             pa.array(size[keep].astype(np.int32)), pa.array(tags[keep].astype(np.int64)),
-                             pa.array(np.full(n, _DISK, np.int8)), pa.array(np.zeros(n, np.int8))],
-                            schema=QUEUE_ROWS))
+        e = read_queue_slots(path)
+        keep = np.flatnonzero((e["phy_offset"] != 0) | (e["size"] != 0) | (e["tags_code"] != 0))
+        out.append(_entry_rows(start // 20 + keep.astype(np.int64), e[keep], _DISK))
     return out
 
 
 def _broker_rows(runs: Iterable[recovery.EntryRun]) -> list[pa.Table]:
     """The broker's entries as ``QUEUE_ROWS``, every slot from its min to its max offset."""
-    out = []
-    for r in runs:
-        e = r.read()
-        n = len(e)
-        out.append(pa.table([
-            pa.array(np.arange(r.first, r.first + n, dtype=np.int64)),
-            pa.array(e["phy_offset"].astype(np.int64)), pa.array(e["size"].astype(np.int32)),
-            pa.array(e["tags_code"].astype(np.int64)), pa.array(np.full(n, _BROKER, np.int8)),
-            pa.array(np.zeros(n, np.int8))], schema=QUEUE_ROWS))
-    return out
+    return [_entry_rows(r.first, r.read(), _BROKER) for r in runs]
 
 
 def _range(t: pa.Table, view: int) -> tuple[int, int] | None:

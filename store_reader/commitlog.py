@@ -217,7 +217,8 @@ class SegmentScan:
                 if s.first_store_timestamp is None:
                     s.first_store_timestamp = first_ts
                 s.last_store_timestamp, s.last_record_position = last_ts, last_pos
-                s.max_store_timestamp = max_ts if s.max_store_timestamp is None else max(s.max_store_timestamp, max_ts)
+                if s.max_store_timestamp is None or max_ts > s.max_store_timestamp:
+                    s.max_store_timestamp = max_ts
                 s.records += n
                 s.index_puts += puts
             elif n:

@@ -51,6 +51,7 @@ __all__ = [
     "decode_entries",
     "encode_entries",
     "read_queue_file",
+    "read_queue_slots",
     "classify_entries",
     "valid_mask",
     "valid_prefix_length",
@@ -274,6 +275,11 @@ def read_queue_file(path: PathRef) -> CQEntries:
     except OSError as exc:
         raise UnreadableFileError(f"cannot read consume queue file: {exc.strerror}", str(loc)) from None
     return decode_entries(data, path=str(loc))
+
+
+def read_queue_slots(path: PathRef) -> np.ndarray:
+    """One CQ file's slots as a ``CQ_ENTRY_DTYPE`` array (writable: a broker-side copy)."""
+    return _structured(*read_queue_file(path))
 
 
 def valid_mask(phy_offset: np.ndarray, size: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, read_checkpoint
 from .commitlog import SegmentSummary
 from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, list_queue_files,
-                           list_queues, read_queue_file)
+                           list_queues, read_queue_slots)
 from .exceptions import StoreReaderError
 from .indexfile import (INDEX_HEADER_SIZE, BuiltIndexFile, IndexFile, IndexHeader, _put_all,
                         list_index_files, query_key_hash, read_header)
@@ -55,7 +55,7 @@ class _CQFile:
         """CQ_ENTRY_DTYPE, one per slot of the file."""
         if self._slots is None:
             self._slots = np.zeros(self._capacity, CQ_ENTRY_DTYPE) if self.path is None \
-                else _file_slots(self.path)
+                else read_queue_slots(self.path)
         return self._slots
 
     def written(self, slot: int) -> None:
@@ -75,14 +75,7 @@ class EntryRun:
     slots: np.ndarray | None = None
 
     def read(self) -> np.ndarray:
-        return _file_slots(self.path)[self.lo:self.hi] if self.slots is None else self.slots
-
-
-def _file_slots(path: PathRef) -> np.ndarray:
-    e = read_queue_file(path)
-    slots = np.zeros(len(e.phy_offset), CQ_ENTRY_DTYPE)
-    slots["phy_offset"], slots["size"], slots["tags_code"] = e.phy_offset, e.size, e.tags_code
-    return slots
+        return read_queue_slots(self.path)[self.lo:self.hi] if self.slots is None else self.slots
 
 
 @dataclass
