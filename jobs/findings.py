@@ -43,7 +43,8 @@ from store_reader.brokerconf import BrokerConfig
 from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
 from store_reader.config import read_consumer_offsets
-from store_reader.consumequeue import list_queue_files, list_queues, read_queue_slots
+from store_reader.consumequeue import (CQEntries, decode_entries, list_queue_files, list_queues,
+                                       read_queue_file)
 from store_reader.indexfile import IndexFile, IndexHeader, list_index_files, read_header
 from store_reader.repair import index_puts, part_bucket
 from store_reader.store import Store
@@ -373,29 +374,35 @@ def audit_partition(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPla
             yield item
 
 
-def _entry_rows(first_offset: int | np.ndarray, e, src: int) -> pa.Table:
-    """``QUEUE_ROWS`` of entries ``e`` (fields phy_offset, size, tags_code) at queue offsets
-    ``first_offset + i`` (or the given offsets) seen by view ``src``."""
-    n = len(e["phy_offset"])
+def _entry_rows(first_offset: int | np.ndarray, e: CQEntries, src: int) -> pa.Table:
+    """``QUEUE_ROWS`` of entries ``e`` at queue offsets ``first_offset + i`` (or the given offsets)
+    seen by view ``src``."""
+    n = len(e.phy_offset)
     off = first_offset + np.arange(n, dtype=np.int64) if np.isscalar(first_offset) else first_offset
-    return pa.table([pa.array(np.asarray(off, dtype=np.int64)), pa.array(np.asarray(e["phy_offset"], np.int64)),
-                     pa.array(np.asarray(e["size"], np.int32)), pa.array(np.asarray(e["tags_code"], np.int64)),
+    return pa.table([pa.array(np.asarray(off, dtype=np.int64)), pa.array(e.phy_offset.astype(np.int64)),
+                     pa.array(e.size.astype(np.int32)), pa.array(e.tags_code.astype(np.int64)),
                      pa.array(np.full(n, src, np.int8)), pa.array(np.zeros(n, np.int8))], schema=QUEUE_ROWS)
 
 
-def _disk_rows(files: list[tuple[str, int]]) -> list[pa.Table]:
-    """Every non-zero slot of a queue's CQ files as ``QUEUE_ROWS``."""
+def _queue_file_rows(key: tuple[str, int], plan: AuditPlan) -> list[pa.Table]:
+    """A queue's rows from its CQ files: every non-zero slot (the disk view) and the broker's
+    entries its recovery leaves as they are on disk; each file read and decoded once."""
+    decoded: dict[str, CQEntries] = {}
+
+    def entries(path) -> CQEntries:
+        if str(path) not in decoded:
+            decoded[str(path)] = read_queue_file(path)
+        return decoded[str(path)]
+
     out = []
-    for path, start in files:
-        e = read_queue_slots(path)
-        keep = np.flatnonzero((e["phy_offset"] != 0) | (e["size"] != 0) | (e["tags_code"] != 0))
-        out.append(_entry_rows(start // 20 + keep.astype(np.int64), e[keep], _DISK))
+    for path, start in plan.disk_queues.get(key, ()):
+        e = entries(path)
+        keep = np.flatnonzero((e.phy_offset != 0) | (e.size != 0) | (e.tags_code != 0))
+        out.append(_entry_rows(start // 20 + keep, CQEntries(*(c[keep] for c in e)), _DISK))
+    for r in plan.broker_on_disk.get(key, ()):
+        e = entries(r.path)
+        out.append(_entry_rows(r.first, CQEntries(*(c[r.lo:r.hi] for c in e)), _BROKER))
     return out
-
-
-def _broker_rows(runs: Iterable[recovery.EntryRun]) -> list[pa.Table]:
-    """The broker's entries as ``QUEUE_ROWS``, every slot from its min to its max offset."""
-    return [_entry_rows(r.first, r.read(), _BROKER) for r in runs]
 
 
 def _range(t: pa.Table, view: int) -> tuple[int, int] | None:
@@ -409,16 +416,15 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
     queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
     for _, (_, key, table) in items:
         queues[key].append(table)
-    for key, files in plan.disk_queues.items():
-        if plan.queue_key(*key) == bucket:
-            queues[key] += _disk_rows(files)
-    for key, runs in plan.broker_on_disk.items():
-        if plan.queue_key(*key) == bucket:
-            queues[key] += _broker_rows(runs)
+    # a queue's CQ files are read when it is compared: a task holds one queue's files at a time
+    on_disk = [k for k in (*plan.disk_queues, *plan.broker_on_disk) if plan.queue_key(*k) == bucket]
+    for key in on_disk:
+        queues.setdefault(key, [])
     rows, ranges = [], []
     for key in sorted(queues):
-        t = pa.concat_tables(queues.pop(key))
-        if not t.num_rows:
+        parts = queues.pop(key) + _queue_file_rows(key, plan)
+        t = pa.concat_tables(parts) if parts else None
+        if t is None or not t.num_rows:
             continue
         rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key), key in plan.disk_queues,
                               plan.scope)
@@ -676,7 +682,8 @@ def _driver_items(plan: AuditPlan, pred: recovery.Prediction) -> list[tuple[int,
     index files its re-dispatch builds (in memory)."""
     items = []
     for key, q in pred.consume_queues.items():
-        wrote = _broker_rows(r for r in q.entry_runs() if r.slots is not None)
+        wrote = [_entry_rows(r.first, decode_entries(r.slots), _BROKER)
+                 for r in q.entry_runs() if r.slots is not None]
         if wrote:
             items.append((plan.queue_key(*key), ("queue", key, pa.concat_tables(wrote))))
     for i, src in enumerate(plan.index_sources):

@@ -1,0 +1,74 @@
+"""Spark's Python worker daemon with the jobs' modules loaded once, before it forks workers.
+
+    spark.python.daemon.module  jobs.pydaemon        (spark-conf/local.conf, cluster.conf.example)
+
+Spark starts one daemon per executor and forks a worker from it for each Python task that finds no
+idle worker (concurrent jobs, a task that ends without reading all of its input). pyspark's own
+daemon imports nothing before it forks, so every worker imported pyspark.worker, pyarrow, pandas
+(pyarrow imports it the first time ``pa.array`` is given a NumPy array), NumPy and this project
+again, 0.6-1 CPU-s each (py-spy, benchmarks/README.md). Imported here, every fork shares them.
+
+The JVM puts its ``pyspark.zip`` and py4j zip first on the workers' ``PYTHONPATH``. Modules
+imported from a zip are compiled from source every time (zip imports keep no bytecode: 1.1 s for
+pyspark.worker alone), and every new worker re-reads the zips' directories when Spark adds its
+files directory to ``sys.path``. When this Python has the same pyspark and py4j installed (the
+embedded session, or an environment archive that bundles them), the zips are taken off ``sys.path``
+and the installed packages, with their bytecode, are imported instead; otherwise they stay.
+
+Forking after these imports is safe: OpenBLAS' thread pool is never started (the jobs use no BLAS)
+and jemalloc's background thread is handled by jemalloc's own fork handlers.
+"""
+import os
+import re
+import sys
+import zipfile
+from importlib import metadata
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # before NumPy loads OpenBLAS: no thread to fork past
+
+
+def _zip_version(path: str) -> str | None:
+    """The pyspark or py4j version a zip on the JVM's PYTHONPATH holds, None if it is neither."""
+    name = os.path.basename(path)
+    if name == "pyspark.zip":
+        with zipfile.ZipFile(path) as z:
+            m = re.search(r"""__version__.*?=\s*['"]([^'"]+)""", z.read("pyspark/version.py").decode())
+        return m and f"pyspark {m.group(1)}"
+    m = re.fullmatch(r"py4j-(.+)-src\.zip", name)
+    return m and f"py4j {m.group(1)}"
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return f"{dist} {metadata.version(dist)}"
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def prefer_installed_pyspark() -> None:
+    """Drop the JVM's pyspark and py4j zips from ``sys.path`` when the same versions are installed."""
+    zips = {p: _zip_version(p) for p in sys.path if p.endswith(".zip") and os.path.isfile(p)}
+    zips = {p: v for p, v in zips.items() if v is not None}
+    if zips and all(v in (_installed("pyspark"), _installed("py4j")) for v in zips.values()):
+        sys.path[:] = [p for p in sys.path if p not in zips]
+
+
+prefer_installed_pyspark()
+
+import numpy  # noqa: E402,F401
+import pyarrow  # noqa: E402,F401
+import pyarrow.compute  # noqa: E402,F401
+
+try:
+    import pandas  # noqa: F401  (pyarrow imports it in every worker anyway when it is installed)
+except ImportError:
+    pass
+
+import pyspark.worker  # noqa: E402,F401
+from pyspark import daemon  # noqa: E402
+
+import jobs.recover  # noqa: E402,F401  (store_reader, the audit and the rebuilds with it)
+import jobs.replicas  # noqa: E402,F401
+
+if __name__ == "__main__":
+    daemon.manager()
