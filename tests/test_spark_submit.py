@@ -49,7 +49,7 @@ import store_reader._native
 
 with open(os.path.join(os.environ["RMQ_PROBE_OUT"], f"{os.getpid()}.json"), "w") as fh:
     json.dump({"executable": sys.executable, "prefix": sys.prefix, "cwd": os.getcwd(),
-               "native": store_reader._native.__file__}, fh)
+               "native": store_reader._native.__file__, "argv": sys.orig_argv}, fh)
 '''
 
 
@@ -84,6 +84,7 @@ def test_conf_files_follow_the_pins():
     assert cluster["spark.sql.execution.arrow.pyspark.enabled"] == "true"
     # a mapped segment counts against a capped Python address space: never set the cap
     assert "spark.executor.pyspark.memory" not in cluster
+    assert cluster["spark.python.daemon.module"] == local["spark.python.daemon.module"] == "jobs.pydaemon"
 
 
 def _tail(path: Path, lines: int = 60) -> str:
@@ -172,6 +173,7 @@ def test_recover_job_through_spark_submit_on_the_archive(env_archive, spark_home
            "--conf", f"spark.executorEnv.PYTHONPATH={probe}",
            "--conf", f"spark.executorEnv.RMQ_PROBE_OUT={records}",
            "--conf", "spark.ui.enabled=false",
+           "--conf", "spark.python.daemon.module=jobs.pydaemon",
            str(ROOT / "jobs" / "recover.py"),
            "--store", str(store), "--out", str(out),
            "--broker-config", str(support.broker_conf(*CASE)),
@@ -191,6 +193,8 @@ def test_recover_job_through_spark_submit_on_the_archive(env_archive, spark_home
         assert Path(w["cwd"]).resolve().is_relative_to(work), w
         assert Path(w["executable"]).parent == env_dir / "bin", w
         assert Path(w["native"]).resolve().is_relative_to(env_dir.resolve()), w
+    # the workers were forked from the project's daemon (jobs/pydaemon.py), run from the archive
+    assert any(w["argv"][1:3] == ["-m", "jobs.pydaemon"] for w in seen), seen
 
     # the repaired store is the broker's own recovered store: the in-process job test's own check
     # (commitlog bytes, consume queue entries and files), fed from the job's MANIFEST.json
