@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 SPARK_CONF_DIR = Path(__file__).resolve().parent.parent / "spark-conf"
@@ -61,6 +63,10 @@ def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str
     if "SPARK_SUBMIT_OPTS" not in os.environ and not os.environ.get("SPARK_ENV_LOADED"):
         for key, value in embedded_settings(conf_file, extra).items():
             builder = builder.config(key, value)
+    # pyspark's first py4j call, once the JVM is up, imports pyspark.testing.utils and pandas with
+    # it (NumpyArrayConverter, ~0.3 s): imported here while this thread waits for the JVM to start
+    threading.Thread(target=importlib.import_module, args=("pyspark.testing.utils",),
+                     name="pyspark-imports", daemon=True).start()
     return builder.getOrCreate()
 
 
