@@ -21,7 +21,9 @@ the same passes in ONE process without Spark (segment summaries, ``recovery.pred
 to a temporary directory; no audit, which needs Spark).
 
 Figures are only valid on a quiet machine: the script waits (up to 3 minutes) for the 1-minute load
-average to fall below 1, prints it, and above 3 flags every figure as not valid.
+average to fall below 1, and before each timed run syncs the previous run's output to disk (its
+write-back would otherwise land in the next run), reads the run's store into the page cache and
+waits up to 90 s more. It prints each run's starting load; above 3 it flags every figure as not valid.
 """
 from __future__ import annotations
 
@@ -324,7 +326,7 @@ def _mb(v: int | None) -> str:
     return f"{v / 2**20:,.0f} MiB" if v else "-"
 
 
-def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session: dict, load: float,
+def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session: dict, loads: list[float],
            small: dict) -> None:
     cols = [f"{s['written_end'] / GB:.2f} GB" for s in sizes]
     head = f"{'':<34}" + "".join(f"{'spark ' + c:>18}" for c in cols)
@@ -384,8 +386,10 @@ def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session
           f"store of the same kind (" + ", ".join(f"{k} {v:.2f}" for k, v in small["passes"].items()) + ")")
     print(f"session start alone      {session['session']:.2f} s to a session, {session['first_task']:.2f} s "
           f"for the first Python task ({session['process']:.2f} s for the whole process)")
-    print(f"\nload average at start   {load:.2f} (1 min); {os.cpu_count()} cores; warm page cache "
-          "(each store is read once before it is timed)")
+    load = max(loads)
+    print(f"\nload average at start   {', '.join(f'{v:.2f}' for v in loads)} (1 min; the script's start, then "
+          f"each timed run's); {os.cpu_count()} cores; before each run its store is read into the page "
+          "cache and the previous run's output synced to disk")
     if load > MAX_LOAD:
         print("\n" + "!" * 78
               + f"\n!! THE 1-MIN LOAD AVERAGE WAS {load:.1f} (> {MAX_LOAD:.0f}): OTHER WORK SHARED THE CORES."
@@ -419,6 +423,16 @@ def wait_quiet(below: float = 1.0, most: float = 180.0) -> float:
     return os.getloadavg()[0]
 
 
+def settle(store: Path | None) -> float:
+    """Before each timed run: the previous run's output on disk (its dirty pages written back while
+    nothing is timed, not during the next run), ``store`` in the page cache, and a quiet machine
+    (at most 90 s). Returns the 1-minute load average the run starts at."""
+    os.sync()
+    if store is not None:
+        warm(store)
+    return wait_quiet(most=90.0)
+
+
 def warm(store: Path) -> None:
     """Read the store once so every run starts from the same (warm) page cache."""
     for f in sorted((store / "commitlog").iterdir()):
@@ -449,25 +463,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"driver JVM class-data sharing: {cds}")
     base = Path(args.dir)
     sizes, runs, refs = [], [], []
+    loads = [load]
     for text in args.sizes.split(","):
         size = parse_size(text)
         store = base / f"store-{text.strip()}"
         sizes.append(ensure_store(store, size))
-        warm(store)
         work = base / f"work-{text.strip()}"
         work.mkdir(parents=True, exist_ok=True)
         print(f"recovering {store} ({sizes[-1]['written_end'] / GB:.2f} GB) ...", flush=True)
+        loads.append(settle(store))
         runs.append(spark_run(store, work))
+        if not args.no_reference:
+            loads.append(settle(store))
         refs.append(None if args.no_reference else reference_run(store, work))
     tiny = parse_size(args.fixed_size)
     store = base / f"store-{args.fixed_size}"
     fixed_store = ensure_store(store, tiny)
     work = base / f"work-{args.fixed_size}"
     work.mkdir(parents=True, exist_ok=True)
+    loads.append(settle(store))
     small = spark_run(store, work)
     small["written_end"] = fixed_store["written_end"]
+    loads.append(settle(None))
     session = session_start()
-    report(sizes, runs, refs, session, load, small)
+    report(sizes, runs, refs, session, loads, small)
     print(f"driver JVM class-data sharing: {cds}")
     return 0
 

@@ -50,15 +50,17 @@ def _installed(dist: str) -> str | None:
         return None
 
 
-def prefer_installed_pyspark() -> None:
-    """Drop the JVM's pyspark and py4j zips from ``sys.path`` when the same versions are installed."""
-    zips = {p: _zip_version(p) for p in sys.path if p.endswith(".zip") and os.path.isfile(p)}
+def without_jvm_zips(path: list[str]) -> list[str]:
+    """``path`` without the JVM's pyspark and py4j zips when this Python has the same versions
+    installed; unchanged otherwise."""
+    zips = {p: _zip_version(p) for p in path if p.endswith(".zip") and os.path.isfile(p)}
     zips = {p: v for p, v in zips.items() if v is not None}
     if zips and all(v in (_installed("pyspark"), _installed("py4j")) for v in zips.values()):
-        sys.path[:] = [p for p in sys.path if p not in zips]
+        return [p for p in path if p not in zips]
+    return path
 
 
-prefer_installed_pyspark()
+sys.path[:] = without_jvm_zips(sys.path)
 
 import numpy  # noqa: E402,F401
 import pyarrow  # noqa: E402,F401

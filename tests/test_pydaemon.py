@@ -1,0 +1,58 @@
+"""jobs/pydaemon.py: the daemon the Python workers are forked from (spark.python.daemon.module)."""
+from __future__ import annotations
+
+import os
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import py4j
+import pyspark
+
+from jobs.pydaemon import without_jvm_zips
+
+PYSPARK, PY4J = metadata.version("pyspark"), metadata.version("py4j")
+
+
+def _jvm_zips(root: Path, pyspark_version: str, py4j_version: str) -> list[str]:
+    """A pyspark.zip and a py4j source zip as the JVM puts them on a worker's PYTHONPATH."""
+    root.mkdir()
+    spark_zip, py4j_zip = root / "pyspark.zip", root / f"py4j-{py4j_version}-src.zip"
+    with zipfile.ZipFile(spark_zip, "w") as z:
+        z.writestr("pyspark/version.py", f'__version__: str = "{pyspark_version}"\n')
+    with zipfile.ZipFile(py4j_zip, "w") as z:
+        z.writestr("py4j/__init__.py", "")
+    return [str(spark_zip), str(py4j_zip)]
+
+
+def test_the_jvm_zips_go_only_when_the_same_versions_are_installed(tmp_path):
+    other = tmp_path / "python311.zip"          # any other zip on the path stays where it is
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr("os.py", "")
+    same = _jvm_zips(tmp_path / "same", PYSPARK, PY4J)
+    path = [same[0], same[1], "", str(other), "/site-packages"]
+    assert without_jvm_zips(path) == ["", str(other), "/site-packages"]
+
+    for name, versions in {"pyspark differs": ("0.0.1", PY4J), "py4j differs": (PYSPARK, "0.0.1")}.items():
+        zips = _jvm_zips(tmp_path / name.replace(" ", "-"), *versions)
+        path = [*zips, "", "/site-packages"]
+        assert without_jvm_zips(path) == path, name
+    assert without_jvm_zips(["", "/site-packages"]) == ["", "/site-packages"]
+
+
+def test_workers_run_the_installed_pyspark_with_the_jobs_preloaded(spark):
+    """Every worker imports pyspark and py4j from this environment, not from the JVM's zips
+    (compiled from source at every import), and has the jobs' modules before its first task."""
+    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "jobs.pydaemon"
+
+    def probe(_):
+        import sys
+
+        import py4j as worker_py4j
+        import pyspark as worker_pyspark
+
+        return (worker_pyspark.__file__, worker_py4j.__file__, "jobs.findings" in sys.modules,
+                os.environ.get("OPENBLAS_NUM_THREADS"))
+
+    seen = set(spark.sparkContext.parallelize(range(8), 8).map(probe).collect())
+    assert seen == {(pyspark.__file__, py4j.__file__, True, "1")}
