@@ -379,8 +379,8 @@ def _entry_rows(first_offset: int | np.ndarray, e: CQEntries, src: int) -> pa.Ta
     seen by view ``src``."""
     n = len(e.phy_offset)
     off = first_offset + np.arange(n, dtype=np.int64) if np.isscalar(first_offset) else first_offset
-    return pa.table([pa.array(np.asarray(off, dtype=np.int64)), pa.array(e.phy_offset.astype(np.int64)),
-                     pa.array(e.size.astype(np.int32)), pa.array(e.tags_code.astype(np.int64)),
+    return pa.table([pa.array(np.asarray(off, dtype=np.int64)), pa.array(np.asarray(e.phy_offset, np.int64)),
+                     pa.array(np.asarray(e.size, np.int32)), pa.array(np.asarray(e.tags_code, np.int64)),
                      pa.array(np.full(n, src, np.int8)), pa.array(np.zeros(n, np.int8))], schema=QUEUE_ROWS)
 
 
@@ -423,8 +423,10 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
     rows, ranges = [], []
     for key in sorted(queues):
         parts = queues.pop(key) + _queue_file_rows(key, plan)
-        t = pa.concat_tables(parts) if parts else None
-        if t is None or not t.num_rows:
+        if not parts:
+            continue
+        t = pa.concat_tables(parts)
+        if not t.num_rows:
             continue
         rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key), key in plan.disk_queues,
                               plan.scope)
