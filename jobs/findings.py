@@ -44,7 +44,7 @@ from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
 from store_reader.config import read_consumer_offsets
 from store_reader.consumequeue import (CQEntries, decode_entries, list_queue_files, list_queues,
-                                       read_queue_file)
+                                       read_queue_head)
 from store_reader.indexfile import IndexFile, IndexHeader, list_index_files, read_header
 from store_reader.repair import index_puts, part_bucket
 from store_reader.store import Store
@@ -386,22 +386,24 @@ def _entry_rows(first_offset: int | np.ndarray, e: CQEntries, src: int) -> pa.Ta
 
 def _queue_file_rows(key: tuple[str, int], plan: AuditPlan) -> list[pa.Table]:
     """A queue's rows from its CQ files: every non-zero slot (the disk view) and the broker's
-    entries its recovery leaves as they are on disk; each file read and decoded once."""
-    decoded: dict[str, CQEntries] = {}
+    entries its recovery leaves as they are on disk; each file's head read and decoded once."""
+    heads: dict[str, CQEntries] = {}
 
-    def entries(path) -> CQEntries:
-        if str(path) not in decoded:
-            decoded[str(path)] = read_queue_file(path)
-        return decoded[str(path)]
+    def head(path) -> CQEntries:
+        if str(path) not in heads:
+            heads[str(path)] = decode_entries(read_queue_head(path)[0])
+        return heads[str(path)]
 
     out = []
     for path, start in plan.disk_queues.get(key, ()):
-        e = entries(path)
+        e = head(path)
         keep = np.flatnonzero((e.phy_offset != 0) | (e.size != 0) | (e.tags_code != 0))
         out.append(_entry_rows(start // 20 + keep, CQEntries(*(c[keep] for c in e)), _DISK))
     for r in plan.broker_on_disk.get(key, ()):
-        e = entries(r.path)
-        out.append(_entry_rows(r.first, CQEntries(*(c[r.lo:r.hi] for c in e)), _BROKER))
+        e = head(r.path)
+        zeros = max(0, r.hi - max(r.lo, len(e.size)))    # slots past the head are all zero
+        out.append(_entry_rows(r.first, CQEntries(*(np.concatenate([c[r.lo:r.hi], np.zeros(zeros, c.dtype)])
+                                                    for c in e)), _BROKER))
     return out
 
 

@@ -30,7 +30,7 @@ from .exceptions import (
 )
 from .fsutil import list_dir
 from .javalang import java_parse_int
-from .storefs import PathRef, StoreLocation, location
+from .storefs import PathRef, SegmentBuffer, StoreLocation, location
 
 __all__ = [
     "CQ_STORE_UNIT_SIZE",
@@ -51,6 +51,7 @@ __all__ = [
     "decode_entries",
     "encode_entries",
     "read_queue_file",
+    "read_queue_head",
     "read_queue_slots",
     "classify_entries",
     "valid_mask",
@@ -277,9 +278,58 @@ def read_queue_file(path: PathRef) -> CQEntries:
     return decode_entries(data, path=str(loc))
 
 
+def written_length(raw: np.ndarray) -> int:
+    """Length of ``raw`` (uint8) up to and including its last non-zero byte: from the end, one
+    block at a time, as 64-bit words where they fit."""
+    block = 1 << 17
+    for end in range(len(raw), 0, -block):
+        lo = max(0, end - block)
+        chunk = raw[lo:end]
+        whole = len(chunk) // 8 * 8
+        if chunk[:whole].view(np.uint64).any() or chunk[whole:].any():
+            return lo + int(np.flatnonzero(chunk)[-1]) + 1
+    return 0
+
+
+def read_queue_head(path: PathRef) -> tuple[np.ndarray, int]:
+    """One CQ file's slots up to the last one that is not all zero, and the file's slot count.
+
+    The broker preallocates a queue's file whole (6 MB by default) and writes it from the front,
+    so every slot past the head is zero. Copying and decoding only the head keeps reading a
+    queue proportional to its entries rather than to its files' size.
+
+    Returns
+    -------
+    (head, slots)
+        ``head``: a ``CQ_ENTRY_DTYPE`` copy of slots ``[0, len(head))``; every slot from there
+        to ``slots`` is all zero.
+
+    Raises
+    ------
+    CorruptEntryError
+        The length is not a multiple of 20.
+    UnreadableFileError
+        The file cannot be opened or read.
+    """
+    with SegmentBuffer(path, "consume queue file") as seg:
+        slots, rest = divmod(seg.size, CQ_STORE_UNIT_SIZE)
+        if rest:
+            raise CorruptEntryError(f"{rest} trailing bytes do not form a {CQ_STORE_UNIT_SIZE}-byte entry",
+                                    str(seg.location), slots * CQ_STORE_UNIT_SIZE)
+        raw = np.frombuffer(seg.buf, np.uint8) if seg.size else np.zeros(0, np.uint8)
+        used = -(-written_length(raw) // CQ_STORE_UNIT_SIZE)
+        head = raw[:used * CQ_STORE_UNIT_SIZE].view(CQ_ENTRY_DTYPE).copy()
+        del raw     # the map closes only once no array points into it
+    return head, slots
+
+
 def read_queue_slots(path: PathRef) -> np.ndarray:
-    """One CQ file's slots as a ``CQ_ENTRY_DTYPE`` array (writable: a broker-side copy)."""
-    return _structured(*read_queue_file(path))
+    """One CQ file's slots as a ``CQ_ENTRY_DTYPE`` array (writable: a broker-side copy). The zero
+    tail is fresh zeroed memory, which the OS supplies only where it is touched."""
+    head, slots = read_queue_head(path)
+    out = np.zeros(slots, CQ_ENTRY_DTYPE)
+    out[:len(head)] = head
+    return out
 
 
 def valid_mask(phy_offset: np.ndarray, size: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ Versions: ``"4.9"`` (rocketmq-all-4.9.7) and ``"5.x"`` (5.3.3 semantics).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -61,6 +61,20 @@ class _CQFile:
     def written(self, slot: int) -> None:
         """The recovery wrote from ``slot`` on."""
         self.dirty_from = min(self.dirty_from, slot)
+
+
+def _leading(n: int, ok: Callable[[int, int], np.ndarray]) -> int:
+    """How many of slots ``[0, n)`` pass ``ok`` (a test of slots ``[lo, hi)``) before the first that
+    fails. Tested in growing chunks: the broker's walk stops where its writes did, usually far
+    before a preallocated file ends."""
+    lo, step = 0, 4096
+    while lo < n:
+        hi = min(n, lo + step)
+        bad = np.flatnonzero(~ok(lo, hi))
+        if bad.size:
+            return lo + int(bad[0])
+        lo, step = hi, step * 4
+    return n
 
 
 @dataclass(frozen=True)
@@ -139,14 +153,13 @@ class ConsumeQueueState:
         index = max(0, len(self.files) - 3)
         process = self.files[index].start
         for f in self.files[index:]:
-            valid = (f.slots["phy_offset"] >= 0) & (f.slots["size"] > 0)
-            bad = np.flatnonzero(~valid)
-            n = int(bad[0]) if bad.size else len(valid)
+            phys, sizes = f.slots["phy_offset"], f.slots["size"]
+            n = _leading(len(phys), lambda lo, hi: (phys[lo:hi] >= 0) & (sizes[lo:hi] > 0))
             if n:
                 last = f.slots[n - 1]
                 self.max_physic_offset = int(last["phy_offset"]) + int(last["size"])
             process = f.start + n * CQ_STORE_UNIT_SIZE
-            if n < len(valid):
+            if n < len(phys):
                 break
         self._truncate_dirty_files(process)
 
@@ -175,9 +188,8 @@ class ConsumeQueueState:
                 self.files.pop()
                 continue
             # entries 1.. are kept while valid and below the cut; the first other one stops the walk
-            stop = ~((phys[1:] >= 0) & (sizes[1:] > 0) & (phys[1:] < phy_offset))
-            hit = np.flatnonzero(stop)
-            kept = 1 + (int(hit[0]) if hit.size else len(stop))
+            kept = 1 + _leading(len(phys) - 1, lambda lo, hi: (phys[lo + 1:hi + 1] >= 0) & (sizes[lo + 1:hi + 1] > 0)
+                                & (phys[lo + 1:hi + 1] < phy_offset))
             f.wrote = kept * CQ_STORE_UNIT_SIZE
             last = f.slots[kept - 1]
             self.max_physic_offset = int(last["phy_offset"]) + int(last["size"])

@@ -112,6 +112,33 @@ def test_writer_spans_files_and_starts_at_file_boundary(tmp_path):
     assert cq.classify_entries(*cq.read_queue_file(paths[-1])).tolist() == [1] * 5 + [0] * 25
 
 
+@pytest.mark.parametrize("slots, last", [
+    ([SPEC_ENTRY, bytes(20), PRE_BLANK], 3),              # a zero slot inside the head stays in it
+    ([SPEC_ENTRY] + [bytes(20)] * 7000, 1),               # a long zero tail, several blocks of it
+    ([bytes(20)] * 9 + [bytes(19) + b"\x01"], 10),        # one non-zero byte, in the last slot
+    ([bytes(20)] * 50, 0),                                # all zero
+    ([], 0),                                              # empty
+])
+def test_head_is_every_slot_up_to_the_last_non_zero_one(tmp_path, slots, last):
+    path = tmp_path / "00000000000000000000"
+    path.write_bytes(b"".join(slots))
+    head, count = cq.read_queue_head(path)
+    assert (len(head), count) == (last, len(slots))
+    assert head.tobytes() == b"".join(slots[:last])
+    full = cq.read_queue_slots(path)
+    assert full.tobytes() == b"".join(slots) and full.flags.writeable
+    every = cq.read_queue_file(path)
+    assert all((a == b).all() for a, b in zip(every, cq.decode_entries(full)))
+
+
+def test_head_refuses_a_partial_entry(tmp_path):
+    path = tmp_path / "00000000000000000000"
+    path.write_bytes(SPEC_ENTRY + b"\x01" * 7)
+    with pytest.raises(CorruptEntryError, match="7 trailing bytes") as err:
+        cq.read_queue_head(path)
+    assert (err.value.path, err.value.position) == (str(path), 20)
+
+
 def test_writer_edge_cases(tmp_path):
     assert cq.write_queue(tmp_path / "none", [], [], [], 7, 600) == []
     assert not (tmp_path / "none").exists() or not os.listdir(tmp_path / "none")

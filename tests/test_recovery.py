@@ -108,3 +108,18 @@ def test_consumer_offset_checks(case):
                                                       e["nextBeginOffset"], e["minOffset"], e["maxOffset"])
             for e in exp}
     assert got == want
+
+
+@pytest.mark.parametrize("n", [0, 1, 4095, 4096, 4097, 300_000])
+def test_leading_slots_tested_in_chunks_match_one_test_of_all(n):
+    """The chunked walk the CQ recovery uses stops where one test over the whole file would."""
+    from store_reader.recovery import _leading
+    rng = np.random.default_rng(n)
+    for bad_at in sorted({0, n // 2, max(n - 1, 0), 4096, 20_479, 20_480, n}):
+        if bad_at > n:
+            continue
+        ok = np.ones(n, bool)
+        if bad_at < n:
+            ok[bad_at] = False
+            ok[rng.integers(bad_at, n, 3)] = False       # later failures do not matter
+        assert _leading(n, lambda lo, hi: ok[lo:hi]) == bad_at

@@ -207,6 +207,9 @@ def test_remote_store_reads_exactly_like_local(case, kind):
             [(f.name, f.start, f.size) for f in want_files]
         assert cq.read_queue(rref.path, rref.topic, rref.queue_id, size).equals(
             cq.read_queue(lref.path, lref.topic, lref.queue_id, size))
+        for lf, rf in zip(want_files, got_files):
+            (lh, ln), (rh, rn) = cq.read_queue_head(lf.path), cq.read_queue_head(rf.path)
+            assert (rh.tobytes(), rn) == (lh.tobytes(), ln)
     # index files: headers, entries, and the broker's queries
     cfg = local.config
     lrefs = ix.list_index_files(local.index_dir, cfg.index_file_size, strict=False)
@@ -372,6 +375,9 @@ def test_short_read_names_file_and_position(case):
     fs.short[f.path.path] = 130
     with pytest.raises(UnreadableFileError, match="short read") as err:
         cq.read_queue_file(f.path)
+    assert (err.value.path, err.value.position) == (str(f.path), 130)
+    with pytest.raises(UnreadableFileError, match="short read") as err:
+        cq.read_queue_head(f.path)
     assert (err.value.path, err.value.position) == (str(f.path), 130)
     cfg = remote.config
     idx = ix.list_index_files(remote.index_dir, cfg.index_file_size)[-1]
