@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from jobs.sparkutil import get_spark
 
-    spark = get_spark("rocketmq-audit")
+    spark = get_spark("rocketmq-audit", session=False)
     try:
         run = run_audit(spark, args.store, args.audit_path, args.broker_config, args.broker_version,
                         args.since_last)

@@ -727,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
         args.store, args.broker_config, args.out = make_demo_store(args.demo)
         args.overwrite = True
         args.audit_path = args.audit_path or os.path.join(args.demo, "audit")
-    spark = get_spark("rocketmq-recover")
+    spark = get_spark("rocketmq-recover", session=False)
     try:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                          args.dry_run, args.overwrite, args.backup if args.apply else None,

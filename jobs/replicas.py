@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         run_id = run_id_for(master, slaves, range_size)
         for note in live_broker_notes([master, *slaves]):
             log.warning("%s", note)
-        spark = get_spark("rocketmq-replicas")
+        spark = get_spark("rocketmq-replicas", session=False)
         t = time.monotonic()
         comparisons = compare_on_spark(spark, master, slaves, master.scan_options(), range_size)
     except StoreReaderError as exc:

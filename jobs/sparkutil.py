@@ -13,6 +13,7 @@ JVM that maps a file cut short dies of SIGBUS instead of ignoring it.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib
 import os
@@ -43,8 +44,8 @@ def read_conf(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str] | None = None,
-              extra: dict[str, str] | None = None):
-    """Return the active SparkSession or build one.
+              extra: dict[str, str] | None = None, *, session: bool = True):
+    """Return the active SparkSession or build one; ``session=False``: a :class:`JobSpark`.
 
     Under ``spark-submit`` the session already carries the cluster's settings, so only the app name
     is set. Embedded (``python -m jobs.x``, tests) the settings come from ``spark-conf/local.conf``
@@ -52,6 +53,7 @@ def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str
     start another Python that lacks this project's packages), and the driver JVM uses the
     class-data-sharing archive when there is one (module docstring).
     """
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -59,15 +61,43 @@ def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    builder = SparkSession.builder.appName(app_name)
+    conf = SparkConf().setAppName(app_name)
     if "SPARK_SUBMIT_OPTS" not in os.environ and not os.environ.get("SPARK_ENV_LOADED"):
-        for key, value in embedded_settings(conf_file, extra).items():
-            builder = builder.config(key, value)
+        conf.setAll(list(embedded_settings(conf_file, extra).items()))
     # pyspark's first py4j call, once the JVM is up, imports pyspark.testing.utils and pandas with
     # it (NumpyArrayConverter, ~0.3 s): imported here while this thread waits for the JVM to start
     threading.Thread(target=importlib.import_module, args=("pyspark.testing.utils",),
                      name="pyspark-imports", daemon=True).start()
-    return builder.getOrCreate()
+    sc = SparkContext.getOrCreate(conf)
+    return SparkSession.builder.getOrCreate() if session else JobSpark(sc)
+
+
+class JobSpark:
+    """A batch job's Spark: its SparkContext at once, a SparkSession only once something asks.
+
+    The recovery, audit and replica jobs run RDD tasks; they use a SparkSession only to hand rows
+    to delta-spark's writer. Spark 4 spends about a second of driver JVM time building one (it
+    registers its ML functions through Scala reflection), on every run's critical path. Anything
+    but ``sparkContext`` is the session's, which is built on first use.
+    """
+
+    def __init__(self, sc) -> None:
+        self.sparkContext = sc
+
+    @functools.cached_property
+    def session(self):
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.getOrCreate()
+
+    def __getattr__(self, name: str):
+        return getattr(self.session, name)
+
+    def stop(self) -> None:
+        if "session" in self.__dict__:
+            self.session.stop()
+        else:
+            self.sparkContext.stop()
 
 
 def embedded_settings(conf_file: str | os.PathLike[str] | None = None,
@@ -95,7 +125,7 @@ def has_delta(spark) -> bool:
     app = spark.sparkContext.applicationId
     if app not in _HAS_DELTA:
         try:
-            spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
+            spark.sparkContext._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
             _HAS_DELTA[app] = True
         except Exception:  # py4j raises its own error type for ClassNotFoundException
             _HAS_DELTA[app] = False

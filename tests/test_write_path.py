@@ -376,9 +376,34 @@ def test_has_delta_asks_the_jvm_once_per_application(spark, monkeypatch):
 
     sparkutil._HAS_DELTA.pop(spark.sparkContext.applicationId, None)
     first = sparkutil.has_delta(spark)
-    monkeypatch.setattr(type(spark), "_jvm", property(lambda s: pytest.fail("asked the JVM again")),
-                        raising=False)
+
+    class NoJVM:
+        def __getattr__(self, name):
+            pytest.fail("asked the JVM again")
+
+    monkeypatch.setattr(spark.sparkContext, "_jvm", NoJVM())
     assert sparkutil.has_delta(spark) is first
+
+
+def test_a_job_builds_a_spark_session_only_when_something_asks(tmp_path):
+    """``get_spark(session=False)``: tasks run on the SparkContext alone, no session exists on the
+    JVM until one is used, and the session built then carries the embedded settings."""
+    import subprocess
+    import sys
+
+    code = ("from jobs.sparkutil import JobSpark, get_spark\n"
+            "s = get_spark('lazy-session', extra={'spark.ui.showConsoleProgress': 'false'}, session=False)\n"
+            "assert isinstance(s, JobSpark), type(s)\n"
+            "sessions = s.sparkContext._jvm.org.apache.spark.sql.SparkSession\n"
+            "assert s.sparkContext.parallelize(range(10), 2).sum() == 45\n"
+            "assert sessions.getDefaultSession().isEmpty()\n"
+            "assert s.createDataFrame([(1,)], 'a int').count() == 1\n"
+            "assert not sessions.getDefaultSession().isEmpty()\n"
+            "print('ZONE', s.conf.get('spark.sql.session.timeZone'))\n"
+            "s.stop()\n")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=support.ROOT,
+                         timeout=600)
+    assert ran.returncode == 0 and "ZONE UTC" in ran.stdout, ran.stderr[-2000:]
 
 
 @pytest.mark.slow
