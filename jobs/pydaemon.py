@@ -23,11 +23,15 @@ Forking after these imports is safe: OpenBLAS' thread pool is never started (the
 and jemalloc's background thread is handled by jemalloc's own fork handlers.
 """
 import gc
-import os
-import re
-import sys
-import zipfile
-from importlib import metadata
+
+if __name__ == "__main__":
+    gc.disable()    # collecting while importing walks only what is about to be frozen (gc.freeze below)
+
+import os  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+import zipfile  # noqa: E402
+from importlib import metadata  # noqa: E402
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # before NumPy loads OpenBLAS: no thread to fork past
 
@@ -43,11 +47,11 @@ def _zip_version(path: str) -> str | None:
     return m and f"py4j {m.group(1)}"
 
 
-def _installed(dist: str) -> str | None:
-    try:
-        return f"{dist} {metadata.version(dist)}"
-    except metadata.PackageNotFoundError:
-        return None
+def _installed(dist: str, path: list[str]) -> str | None:
+    """``dist``'s version as installed on ``path`` (searched without the zips: metadata lookups
+    through a zip read its whole directory)."""
+    found = next(iter(metadata.distributions(name=dist, path=path)), None)
+    return found and f"{dist} {found.version}"
 
 
 def without_jvm_zips(path: list[str]) -> list[str]:
@@ -55,12 +59,17 @@ def without_jvm_zips(path: list[str]) -> list[str]:
     installed; unchanged otherwise."""
     zips = {p: _zip_version(p) for p in path if p.endswith(".zip") and os.path.isfile(p)}
     zips = {p: v for p, v in zips.items() if v is not None}
-    if zips and all(v in (_installed("pyspark"), _installed("py4j")) for v in zips.values()):
-        return [p for p in path if p not in zips]
+    rest = [p for p in path if p not in zips]
+    if zips and all(v in (_installed("pyspark", rest), _installed("py4j", rest)) for v in zips.values()):
+        return rest
     return path
 
 
 sys.path[:] = without_jvm_zips(sys.path)
+# their importers too: each task's importlib.invalidate_caches() (pyspark's setup_spark_files)
+# would re-read the dropped zips' directories
+for _entry in [p for p in sys.path_importer_cache if p.endswith(".zip") and p not in sys.path]:
+    del sys.path_importer_cache[_entry]
 
 import numpy  # noqa: E402,F401
 import pyarrow  # noqa: E402,F401
@@ -79,4 +88,5 @@ import jobs.replicas  # noqa: E402,F401
 
 if __name__ == "__main__":
     gc.freeze()
+    gc.enable()
     daemon.manager()

@@ -12,6 +12,7 @@ import pyspark
 from jobs.pydaemon import without_jvm_zips
 
 PYSPARK, PY4J = metadata.version("pyspark"), metadata.version("py4j")
+SITE = str(Path(pyspark.__file__).parent.parent)     # where this Python has them installed
 
 
 def _jvm_zips(root: Path, pyspark_version: str, py4j_version: str) -> list[str]:
@@ -30,19 +31,21 @@ def test_the_jvm_zips_go_only_when_the_same_versions_are_installed(tmp_path):
     with zipfile.ZipFile(other, "w") as z:
         z.writestr("os.py", "")
     same = _jvm_zips(tmp_path / "same", PYSPARK, PY4J)
-    path = [same[0], same[1], "", str(other), "/site-packages"]
-    assert without_jvm_zips(path) == ["", str(other), "/site-packages"]
+    path = [same[0], same[1], "", str(other), SITE]
+    assert without_jvm_zips(path) == ["", str(other), SITE]
+    assert without_jvm_zips([*same, ""]) == [*same, ""]     # the path left would not have them
 
     for name, versions in {"pyspark differs": ("0.0.1", PY4J), "py4j differs": (PYSPARK, "0.0.1")}.items():
         zips = _jvm_zips(tmp_path / name.replace(" ", "-"), *versions)
-        path = [*zips, "", "/site-packages"]
+        path = [*zips, "", SITE]
         assert without_jvm_zips(path) == path, name
-    assert without_jvm_zips(["", "/site-packages"]) == ["", "/site-packages"]
+    assert without_jvm_zips(["", SITE]) == ["", SITE]
 
 
 def test_workers_run_the_installed_pyspark_with_the_jobs_preloaded(spark):
     """Every worker imports pyspark and py4j from this environment, not from the JVM's zips
-    (compiled from source at every import), and has the jobs' modules before its first task."""
+    (compiled from source at every import), keeps no importer of the zips (every task re-reads the
+    directories of those), and has the jobs' modules before its first task."""
     assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "jobs.pydaemon"
 
     def probe(_):
@@ -52,7 +55,7 @@ def test_workers_run_the_installed_pyspark_with_the_jobs_preloaded(spark):
         import pyspark as worker_pyspark
 
         return (worker_pyspark.__file__, worker_py4j.__file__, "jobs.findings" in sys.modules,
-                os.environ.get("OPENBLAS_NUM_THREADS"))
+                os.environ.get("OPENBLAS_NUM_THREADS"), any(p.endswith(".zip") for p in sys.path_importer_cache))
 
     seen = set(spark.sparkContext.parallelize(range(8), 8).map(probe).collect())
-    assert seen == {(pyspark.__file__, py4j.__file__, True, "1")}
+    assert seen == {(pyspark.__file__, py4j.__file__, True, "1", False)}
