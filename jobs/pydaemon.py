@@ -8,12 +8,13 @@ daemon imports nothing before it forks, so every worker imported pyspark.worker,
 (pyarrow imports it the first time ``pa.array`` is given a NumPy array), NumPy and this project
 again, 0.6-1 CPU-s each (py-spy, benchmarks/README.md). Imported here, every fork shares them.
 
-The JVM puts its ``pyspark.zip`` and py4j zip first on the workers' ``PYTHONPATH``. Modules
-imported from a zip are compiled from source every time (zip imports keep no bytecode: 1.1 s for
-pyspark.worker alone), and every new worker re-reads the zips' directories when Spark adds its
-files directory to ``sys.path``. When this Python has the same pyspark and py4j installed (the
-embedded session, or an environment archive that bundles them), the zips are taken off ``sys.path``
-and the installed packages, with their bytecode, are imported instead; otherwise they stay.
+The JVM puts its ``pyspark.zip``, py4j zip and Spark's core jar first on the workers'
+``PYTHONPATH``. Modules imported from a zip are compiled from source every time (zip imports keep
+no bytecode: 1.1 s for pyspark.worker alone), and every task re-reads the archives' directories
+when pyspark invalidates the import caches (the core jar alone holds 5,800 entries). When this
+Python has the same pyspark and py4j installed (the embedded session, or an environment archive
+that bundles them), the archives are taken off ``sys.path`` and the installed packages, with their
+bytecode, are imported instead; otherwise they stay.
 
 pyspark's daemon runs a full ``gc.collect()`` after every task of a reused worker: the imported
 modules' 80,000 objects are frozen (``gc.freeze``, as pre-fork servers do), so that collection
@@ -37,12 +38,17 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # before NumPy loads OpenBL
 
 
 def _zip_version(path: str) -> str | None:
-    """The pyspark or py4j version a zip on the JVM's PYTHONPATH holds, None if it is neither."""
+    """The pyspark or py4j version an archive on the JVM's PYTHONPATH holds, None if it is neither.
+    Spark's core jar counts as pyspark of its version: Spark puts it there for Python files a build
+    may package into it."""
     name = os.path.basename(path)
     if name == "pyspark.zip":
         with zipfile.ZipFile(path) as z:
             m = re.search(r"""__version__.*?=\s*['"]([^'"]+)""", z.read("pyspark/version.py").decode())
         return m and f"pyspark {m.group(1)}"
+    m = re.fullmatch(r"spark-core_[0-9.]+-(.+)\.jar", name)
+    if m:
+        return f"pyspark {m.group(1)}"
     m = re.fullmatch(r"py4j-(.+)-src\.zip", name)
     return m and f"py4j {m.group(1)}"
 
@@ -57,7 +63,7 @@ def _installed(dist: str, path: list[str]) -> str | None:
 def without_jvm_zips(path: list[str]) -> list[str]:
     """``path`` without the JVM's pyspark and py4j zips when this Python has the same versions
     installed; unchanged otherwise."""
-    zips = {p: _zip_version(p) for p in path if p.endswith(".zip") and os.path.isfile(p)}
+    zips = {p: _zip_version(p) for p in path if p.endswith((".zip", ".jar")) and os.path.isfile(p)}
     zips = {p: v for p, v in zips.items() if v is not None}
     rest = [p for p in path if p not in zips]
     if zips and all(v in (_installed("pyspark", rest), _installed("py4j", rest)) for v in zips.values()):
@@ -67,8 +73,8 @@ def without_jvm_zips(path: list[str]) -> list[str]:
 
 sys.path[:] = without_jvm_zips(sys.path)
 # their importers too: each task's importlib.invalidate_caches() (pyspark's setup_spark_files)
-# would re-read the dropped zips' directories
-for _entry in [p for p in sys.path_importer_cache if p.endswith(".zip") and p not in sys.path]:
+# would re-read the dropped archives' directories (Spark's core jar: 5,800 entries, ~20 ms a task)
+for _entry in [p for p in sys.path_importer_cache if p.endswith((".zip", ".jar")) and p not in sys.path]:
     del sys.path_importer_cache[_entry]
 
 import numpy  # noqa: E402,F401

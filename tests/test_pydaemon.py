@@ -31,8 +31,14 @@ def test_the_jvm_zips_go_only_when_the_same_versions_are_installed(tmp_path):
     with zipfile.ZipFile(other, "w") as z:
         z.writestr("os.py", "")
     same = _jvm_zips(tmp_path / "same", PYSPARK, PY4J)
-    path = [same[0], same[1], "", str(other), SITE]
+    core = tmp_path / f"spark-core_2.13-{PYSPARK}.jar"      # Spark's core jar, of pyspark's version
+    with zipfile.ZipFile(core, "w") as z:
+        z.writestr("org/apache/spark/SparkContext.class", "")
+    path = [same[0], same[1], str(core), "", str(other), SITE]
     assert without_jvm_zips(path) == ["", str(other), SITE]
+    old_core = str(tmp_path / "spark-core_2.13-0.0.1.jar")
+    (tmp_path / "spark-core_2.13-0.0.1.jar").write_bytes(core.read_bytes())
+    assert without_jvm_zips([*same, old_core, SITE]) == [*same, old_core, SITE]
     assert without_jvm_zips([*same, ""]) == [*same, ""]     # the path left would not have them
 
     for name, versions in {"pyspark differs": ("0.0.1", PY4J), "py4j differs": (PYSPARK, "0.0.1")}.items():
@@ -44,8 +50,8 @@ def test_the_jvm_zips_go_only_when_the_same_versions_are_installed(tmp_path):
 
 def test_workers_run_the_installed_pyspark_with_the_jobs_preloaded(spark):
     """Every worker imports pyspark and py4j from this environment, not from the JVM's zips
-    (compiled from source at every import), keeps no importer of the zips (every task re-reads the
-    directories of those), and has the jobs' modules before its first task."""
+    (compiled from source at every import), keeps no importer of the JVM's archives (every task
+    re-reads the directories of those), and has the jobs' modules before its first task."""
     assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "jobs.pydaemon"
 
     def probe(_):
@@ -55,7 +61,7 @@ def test_workers_run_the_installed_pyspark_with_the_jobs_preloaded(spark):
         import pyspark as worker_pyspark
 
         return (worker_pyspark.__file__, worker_py4j.__file__, "jobs.findings" in sys.modules,
-                os.environ.get("OPENBLAS_NUM_THREADS"), any(p.endswith(".zip") for p in sys.path_importer_cache))
+                os.environ.get("OPENBLAS_NUM_THREADS"), any(p.endswith((".zip", ".jar")) for p in sys.path_importer_cache))
 
     seen = set(spark.sparkContext.parallelize(range(8), 8).map(probe).collect())
     assert seen == {(pyspark.__file__, py4j.__file__, True, "1", False)}
