@@ -851,6 +851,22 @@ def test_buffers_released_on_every_path(tmp_path):
         m.close()                     # BufferError here would mean a leaked Py_buffer
 
 
+@pytest.mark.parametrize("decoys", [
+    b"",
+    b"\xda" * 7,                                   # the first magic byte alone, repeated
+    b"\xda\xa3\x21\xda\xa3",                        # two bytes of the prefix, then a wrong third
+    b"\xda\xa3\x20\xa7" + bytes(12),                 # the whole magic, in no record
+])
+def test_resync_finds_the_record_behind_magic_lookalikes(decoys):
+    """resync's search for the magic prefix skips near-misses and zero runs, as the twin does."""
+    gap = bytes(4096) + decoys + bytes(3)
+    seg = bytes(gap) + raw_record(body=b"x" * 10, phy=len(gap)) + bytes(64) + b"\xda\xa3"
+    for start in (0, 1, len(gap) - 1):
+        assert _native.resync(seg, 0, start, len(seg), NOPTS) == len(gap) == \
+            _pyscan.resync(seg, 0, start, len(seg), rf.ScanOptions())
+    assert _native.resync(seg, 0, len(gap) + 1, len(seg), NOPTS) == -1     # a prefix cut by the end
+
+
 def test_scans_in_parallel_threads_agree():
     """The scanning loop runs without the GIL: concurrent scans give the sequential result."""
     seg = bytearray()
