@@ -585,11 +585,50 @@ def name_index_files(written: Sequence[WrittenIndexFile]) -> list[str]:
 
 
 def sha256_file(path: str) -> str:
+    """SHA-256 of a file, its holes hashed as the zeros they read as without reading them: the
+    outputs are full-size preallocated files (an index file is 400+ MB) holding little data, and
+    reading a hole makes the kernel zero fresh pages for it."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(COPY_CHUNK), b""):
-            h.update(chunk)
+    with open(path, "rb", buffering=0) as fh:
+        fd = fh.fileno()
+        size = os.fstat(fd).st_size
+        pos = 0
+        for start, end in data_extents(fd, size):
+            update_zeros(h, start - pos)
+            while start < end:
+                chunk = os.pread(fd, min(COPY_CHUNK, end - start), start)
+                if not chunk:
+                    raise OSError(errno.EIO, f"file shrank while being hashed at byte {start}", path)
+                h.update(chunk)
+                start += len(chunk)
+            pos = end
+        update_zeros(h, size - pos)
     return h.hexdigest()
+
+
+def data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    """``[start, end)`` of every run of a file that may hold data, in order (``SEEK_DATA`` /
+    ``SEEK_HOLE``); everything between them is a hole. One run, the whole file, where the
+    filesystem or the OS cannot tell."""
+    if not hasattr(os, "SEEK_DATA"):
+        yield 0, size
+        return
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:        # no data from pos on
+                return
+            if exc.errno != errno.EINVAL or pos:
+                raise
+            yield 0, size                       # no SEEK_DATA on this filesystem
+            return
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        if start >= end:
+            return
+        yield start, end
+        pos = end
 
 
 def sha256_files(paths: Iterable[str]) -> dict[str, str]:

@@ -111,6 +111,49 @@ def test_update_zeros_is_the_digest_of_that_many_zero_bytes(monkeypatch, n):
     assert h.hexdigest() == _sha(b"head" + bytes(n))
 
 
+@pytest.mark.parametrize("layout", [
+    [],                                          # all hole
+    [(0, b"h" * 5000)],                          # data, then a hole to the end
+    [(1 << 20, b"m" * 70_000)],                  # hole, data, hole
+    [(0, b"a" * 10), (3 << 20, b"b" * 9), (5 << 20, b"c" * 4096)],   # several runs
+    [(0, b"x" * (6 << 20))],                     # no hole at all
+])
+def test_file_digest_hashes_holes_as_zeros_without_reading_them(tmp_path, monkeypatch, layout):
+    path = tmp_path / "sparse"
+    size = 6 << 20
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+        for at, data in layout:
+            fh.seek(at)
+            fh.write(data)
+    want = _sha(path.read_bytes())
+    read = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: read.append(n) or real(fd, n, at))
+    assert repair.sha256_file(str(path)) == want
+    with open(path, "rb") as fh:
+        runs = list(repair.data_extents(fh.fileno(), size))
+    assert all(any(a <= at and at + len(d) <= b for a, b in runs) for at, d in layout)   # no data missed
+    if os.stat(path).st_blocks * 512 < size // 2:    # a filesystem that keeps holes reads only data
+        assert sum(read) < size // 2
+
+
+def test_file_digest_reads_everything_where_holes_cannot_be_asked_for(tmp_path, monkeypatch):
+    path = tmp_path / "f"
+    path.write_bytes(b"d" * 100 + bytes(70_000) + b"e")
+    real = os.lseek
+
+    def no_seek_data(fd, pos, how):
+        if how in (os.SEEK_DATA, os.SEEK_HOLE):
+            raise OSError(errno.EINVAL, "not supported")
+        return real(fd, pos, how)
+
+    monkeypatch.setattr(os, "lseek", no_seek_data)
+    with open(path, "rb") as fh:
+        assert list(repair.data_extents(fh.fileno(), 70_101)) == [(0, 70_101)]
+    assert repair.sha256_file(str(path)) == _sha(path.read_bytes())
+
+
 # -- manifest --------------------------------------------------------------------------------------
 
 def _tree(root):
