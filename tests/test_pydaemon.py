@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -60,8 +61,10 @@ def test_workers_run_the_installed_pyspark_with_the_jobs_preloaded(spark):
         import py4j as worker_py4j
         import pyspark as worker_pyspark
 
+        jvm_archives = [p for p in sys.path_importer_cache                  # files a task added stay
+                        if re.fullmatch(r"pyspark\.zip|py4j-.*-src\.zip|spark-core_.*\.jar", os.path.basename(p))]
         return (worker_pyspark.__file__, worker_py4j.__file__, "jobs.findings" in sys.modules,
-                os.environ.get("OPENBLAS_NUM_THREADS"), any(p.endswith((".zip", ".jar")) for p in sys.path_importer_cache))
+                os.environ.get("OPENBLAS_NUM_THREADS"), jvm_archives)
 
-    seen = set(spark.sparkContext.parallelize(range(8), 8).map(probe).collect())
-    assert seen == {(pyspark.__file__, py4j.__file__, True, "1", False)}
+    seen = {(*r[:4], tuple(r[4])) for r in spark.sparkContext.parallelize(range(8), 8).map(probe).collect()}
+    assert seen == {(pyspark.__file__, py4j.__file__, True, "1", ())}
