@@ -717,9 +717,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from jobs.sparkutil import configure_logging, get_spark
+
+    configure_logging()
     args = parse_args(argv)
-    from jobs.sparkutil import get_spark
 
     if args.demo:
         from jobs.demo import make_demo_store

@@ -246,7 +246,9 @@ def print_summary(comparisons: Sequence[replicas.ReplicaComparison], run_id: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from jobs.sparkutil import configure_logging, get_spark
+
+    configure_logging()
     ap = argparse.ArgumentParser(prog="jobs.replicas", description=__doc__.split("\n")[0])
     ap.add_argument("--master", required=True, help="the master's store root")
     ap.add_argument("--slave", required=True, action="append", help="a slave's store root (repeatable)")
@@ -258,7 +260,6 @@ def main(argv: list[str] | None = None) -> int:
     range_size = parse_size(args.range_size)
     if range_size <= 0:
         ap.error("--range-size must be positive")
-    from jobs.sparkutil import get_spark
 
     audited_at = dt.datetime.now(dt.timezone.utc)
     try:

@@ -16,6 +16,7 @@ import argparse
 import functools
 import hashlib
 import importlib
+import logging
 import os
 import re
 import shutil
@@ -41,6 +42,13 @@ def read_conf(path: str | os.PathLike[str]) -> dict[str, str]:
             if m:
                 out[m.group(1)] = m.group(2).strip()
     return out
+
+
+def configure_logging() -> None:
+    """The jobs' log on stderr: their own lines at INFO, py4j's at WARNING (at INFO it logs a line
+    each time one of its connections closes, which interleaves with the jobs' pass lines)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str] | None = None,
