@@ -66,7 +66,7 @@ def without_jvm_zips(path: list[str]) -> list[str]:
     zips = {p: _zip_version(p) for p in path if p.endswith((".zip", ".jar")) and os.path.isfile(p)}
     zips = {p: v for p, v in zips.items() if v is not None}
     rest = [p for p in path if p not in zips]
-    if zips and all(v in (_installed("pyspark", rest), _installed("py4j", rest)) for v in zips.values()):
+    if zips and set(zips.values()) <= {_installed("pyspark", rest), _installed("py4j", rest)}:
         return rest
     return path
 

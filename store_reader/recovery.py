@@ -188,8 +188,9 @@ class ConsumeQueueState:
                 self.files.pop()
                 continue
             # entries 1.. are kept while valid and below the cut; the first other one stops the walk
-            kept = 1 + _leading(len(phys) - 1, lambda lo, hi: (phys[lo + 1:hi + 1] >= 0) & (sizes[lo + 1:hi + 1] > 0)
-                                & (phys[lo + 1:hi + 1] < phy_offset))
+            rest_phys, rest_sizes = phys[1:], sizes[1:]
+            kept = 1 + _leading(len(rest_phys), lambda lo, hi: (rest_phys[lo:hi] >= 0) & (rest_sizes[lo:hi] > 0)
+                                & (rest_phys[lo:hi] < phy_offset))
             f.wrote = kept * CQ_STORE_UNIT_SIZE
             last = f.slots[kept - 1]
             self.max_physic_offset = int(last["phy_offset"]) + int(last["size"])
