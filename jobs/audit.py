@@ -245,7 +245,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.sparkutil import configure_logging, get_spark
+    from jobs.sparkutil import configure_logging, get_spark, store_error
 
     configure_logging()
     args = parse_args(argv)
@@ -254,8 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = run_audit(spark, args.store, args.audit_path, args.broker_config, args.broker_version,
                         args.since_last)
-    except StoreReaderError as exc:
-        print(f"error: could not audit: {exc}", file=sys.stderr)
+    except Exception as exc:
+        error = store_error(exc)
+        if error is None:
+            raise
+        print(f"error: could not audit: {error}", file=sys.stderr)
         return 2
     print_audit(run, args.audit_path)
     return 0 if run.status == "clean" else 1

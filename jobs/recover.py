@@ -717,7 +717,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.sparkutil import configure_logging, get_spark
+    from jobs.sparkutil import configure_logging, get_spark, store_error
 
     configure_logging()
     args = parse_args(argv)
@@ -733,8 +733,11 @@ def main(argv: list[str] | None = None) -> int:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                          args.dry_run, args.overwrite, args.backup if args.apply else None,
                          args.audit_path)
-    except StoreReaderError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except Exception as exc:
+        error = store_error(exc)
+        if error is None:
+            raise
+        print(f"error: {error}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(prediction_summary(report.prediction), indent=2))

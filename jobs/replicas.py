@@ -56,21 +56,10 @@ def compare_on_spark(spark, master: Store, slaves: Sequence[Store], opts: ScanOp
     results: list[tuple[int, replicas.SegmentComparison]] = []
     if tasks:
         rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-        for i, r in rdd.map(lambda t: _compare_task(t, opts, range_size)).collect():
-            if isinstance(r, StoreReaderError):       # bad input met by a task: exit 2, not a crash
-                raise r
-            results.append((i, r))
+        results = rdd.map(lambda t: (t[0], replicas.compare_segment(t[1], opts, range_size,
+                                                                    keep_records=False))).collect()
     return [replicas.assemble(master, slave, [r for i, r in results if i == k], opts, range_size)
             for k, slave in enumerate(slaves)]
-
-
-def _compare_task(task: tuple[int, replicas.SegmentPair], opts: ScanOptions, range_size: int
-                  ) -> tuple[int, replicas.SegmentComparison | StoreReaderError]:
-    i, pair = task
-    try:
-        return i, replicas.compare_segment(pair, opts, range_size, keep_records=False)
-    except StoreReaderError as exc:
-        return i, exc
 
 
 # -- pass 4 ---------------------------------------------------------------------------------------
@@ -246,7 +235,7 @@ def print_summary(comparisons: Sequence[replicas.ReplicaComparison], run_id: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.sparkutil import configure_logging, get_spark
+    from jobs.sparkutil import configure_logging, get_spark, store_error
 
     configure_logging()
     ap = argparse.ArgumentParser(prog="jobs.replicas", description=__doc__.split("\n")[0])
@@ -270,8 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_spark("rocketmq-replicas", session=False)
         t = time.monotonic()
         comparisons = compare_on_spark(spark, master, slaves, master.scan_options(), range_size)
-    except StoreReaderError as exc:
-        print(f"error: could not compare: {exc}", file=sys.stderr)
+    except Exception as exc:
+        error = store_error(exc)
+        if error is None:
+            raise
+        print(f"error: could not compare: {error}", file=sys.stderr)
         return 2
     seconds = time.monotonic() - t
     rows = write_findings(args.audit_path, comparisons, run_id, master, audited_at, spark)

@@ -26,6 +26,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from store_reader.exceptions import StoreReaderError
+
 SPARK_CONF_DIR = Path(__file__).resolve().parent.parent / "spark-conf"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
@@ -77,6 +79,7 @@ def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str
     threading.Thread(target=importlib.import_module, args=("pyspark.testing.utils",),
                      name="pyspark-imports", daemon=True).start()
     sc = SparkContext.getOrCreate(conf)
+    quiet_task_failures(sc)
     return SparkSession.builder.getOrCreate() if session else JobSpark(sc)
 
 
@@ -138,6 +141,85 @@ def has_delta(spark) -> bool:
         except Exception:  # py4j raises its own error type for ClassNotFoundException
             _HAS_DELTA[app] = False
     return _HAS_DELTA[app]
+
+
+# -- errors raised inside Spark tasks ----------------------------------------------------------------
+
+# An OSError's line in a Python traceback: ``FileNotFoundError: [Errno 2] No such file...: '/x'``.
+_OS_ERROR_LINE = re.compile(r"^(?:\w+\.)*\w*Error: \[Errno (\d+)\] ([^\n]*?)(?:: '([^\n]*)')?$", re.M)
+
+
+def store_error(exc: BaseException) -> StoreReaderError | None:
+    """``exc`` as the package's own error, or None when it is not one: the one place that turns
+    what a Spark task raised back into it.
+
+    A task's error reaches the driver as text, its Python traceback inside a ``Py4JJavaError``
+    (RDD jobs) or a ``PythonException`` (data source reads): the ``StoreReaderError`` is rebuilt
+    from the note it carries (``StoreReaderError.from_text``: class, file, byte, reason). An
+    ``OSError`` a task raised (a write on a full disk) becomes a ``StoreReaderError`` naming its
+    file. Each job's ``main`` catches every exception, asks this function and prints one line
+    with exit code 2, or re-raises what is not the input's or the output's fault.
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, StoreReaderError):
+            return exc
+        if _from_spark(exc):
+            _clear_progress_bar()
+            text = _error_text(exc)
+            found = StoreReaderError.from_text(text)
+            if found is not None:
+                return found
+            m = _OS_ERROR_LINE.search(text)
+            if m is not None:
+                return StoreReaderError(f"{m.group(2)} (errno {m.group(1)}, in a Spark task)", m.group(3))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+# Loggers that print a failed task's whole Python traceback (the executor's, once per task attempt,
+# and the scheduler's "Lost task" warning): the driver gets the same error and the job prints it.
+TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager")
+
+
+def quiet_task_failures(sc) -> None:
+    """Turn off the driver JVM's logging of failed tasks (in local mode the executors' too): a
+    job reports a bad input in one line (``store_error``), and an unexpected failure is raised
+    with its full trace anyway."""
+    try:
+        jvm = sc._jvm
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in TASK_FAILURE_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+    except Exception as exc:  # a JVM without log4j 2 core: only the console gets noisier
+        logging.getLogger("jobs.sparkutil").debug("task failure logging left on: %s", exc)
+
+
+def _clear_progress_bar() -> None:
+    """End the console progress bar of the active SparkContext (it may stand mid-line on stderr
+    when a job fails), so that the job's error line starts a line of its own."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    try:
+        bar = sc._jsc.sc().progressBar() if sc is not None else None
+        if bar is not None and bar.isDefined():
+            bar.get().finishAll()
+    except Exception:  # py4j: a JVM that is gone has no bar either
+        pass
+
+
+def _from_spark(exc: BaseException) -> bool:
+    """True for the exception types Spark and py4j wrap a task's failure in."""
+    return any(c.__module__.startswith(("py4j", "pyspark")) for c in type(exc).__mro__)
+
+
+def _error_text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # py4j asks the JVM for the text: a JVM that is gone has none to give
+        return " ".join(map(str, exc.args))
 
 
 # -- the driver JVM's class-data-sharing archive -------------------------------------------------------

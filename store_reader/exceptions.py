@@ -3,10 +3,20 @@
 Every error names the file and, where it applies, the byte position, so an operator can look at the
 exact spot with ``jobs.dump``. Nothing in this package lets a raw ``IndexError``/``struct.error``
 escape on bad input.
+
+An error raised inside a Spark task reaches the driver only as text (the task's Python traceback
+inside a ``Py4JJavaError`` or ``PythonException``). So that the driver can rebuild it, every error
+carries a note (PEP 678: printed after the exception line of any traceback) holding its class,
+file, byte position and reason as one marked JSON line; ``StoreReaderError.from_text`` finds it.
 """
 from __future__ import annotations
 
+import json
 import os
+import sys
+
+# Starts the note that encodes an error (``StoreReaderError.marker``); stable: drivers parse it.
+MARKER = "store_reader.error: "
 
 
 class StoreReaderError(Exception):
@@ -34,6 +44,28 @@ class StoreReaderError(Exception):
             where += ": "
         super().__init__(where + message)
         self.reason = message
+        self.add_note(self.marker())
+
+    def marker(self) -> str:
+        """This error as one line the driver can find in a task's traceback (``from_text``)."""
+        return MARKER + json.dumps({"type": type(self).__name__, "path": self.path,
+                                    "position": self.position, "reason": self.reason})
+
+    @classmethod
+    def from_text(cls, text: str) -> "StoreReaderError | None":
+        """The first error encoded in ``text`` (a task's traceback, as Spark passes it on),
+        rebuilt as its own class; None when there is none."""
+        at = text.find(MARKER)
+        if at < 0:
+            return None
+        try:
+            fields, _ = json.JSONDecoder().raw_decode(text, at + len(MARKER))
+            kind = getattr(sys.modules[__name__], fields["type"], None)
+            if not (isinstance(kind, type) and issubclass(kind, StoreReaderError)):
+                kind = StoreReaderError
+            return kind(fields["reason"], fields["path"], fields["position"])
+        except (ValueError, KeyError, TypeError):
+            return None
 
 
 class NotAStoreError(StoreReaderError):
@@ -54,6 +86,10 @@ class StrayFileError(StoreReaderError):
 
 class UnreadableFileError(StoreReaderError):
     """A file exists but cannot be opened or read (permissions, I/O error)."""
+
+
+class OutputError(StoreReaderError):
+    """An output file cannot be written (disk full, read-only or failing filesystem)."""
 
 
 class CorruptEntryError(StoreReaderError):

@@ -17,6 +17,7 @@ import os
 import shutil
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -28,6 +29,7 @@ from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
 from .consumequeue import CQ_STORE_UNIT_SIZE
+from .exceptions import OutputError
 from .consumequeue import file_name as cq_file_name
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
@@ -116,6 +118,16 @@ def _write_behind(fd: int) -> None:
             advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         except OSError:
             pass
+
+
+@contextmanager
+def writing(path: str, what: str) -> Iterator[None]:
+    """An ``OSError`` while writing ``path`` as an ``OutputError`` naming it: on an executor (a full
+    disk under a rebuild task) the driver gets one line naming the file, not a trace."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(f"cannot write {what}: {exc.strerror or exc}", path) from None
 
 
 def update_zeros(digest: Any, n: int) -> None:
@@ -304,7 +316,7 @@ def write_queue_state(q: ConsumeQueueState, queue_dir: str, input_queue_dir: str
             if os.path.isfile(old) and os.path.getsize(old) == q.file_size:
                 with open(old, "rb") as fh:
                     slots[:head] = np.frombuffer(fh.read(head * CQ_STORE_UNIT_SIZE), dtype=slots.dtype)
-        with open(path, "xb") as fh:
+        with writing(path, "consume queue file"), open(path, "xb") as fh:
             fh.write(slots.tobytes())
             fh.truncate(q.file_size)
         written.append(path)
@@ -445,7 +457,8 @@ class IndexFileWriter:
         # private anonymous memory: zero pages until touched, handed back by MADV_DONTNEED
         self._buf = mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._data = np.frombuffer(self._buf, dtype=np.uint8)
-        self._fh = open(path, "xb")
+        with writing(path, "index file"):
+            self._fh = open(path, "xb")
         self._written = self.entries_pos                  # file bytes written so far (after the slots)
         self._released = -(-self.entries_pos // mmap.PAGESIZE) * mmap.PAGESIZE
 
@@ -465,8 +478,9 @@ class IndexFileWriter:
                                self.hash_slot_num)
         # the new entries go to the file; _put_all never reads an older entry back
         end = self.entries_pos + self.header.index_count * 20
-        self._fh.seek(self._written)
-        self._fh.write(self._data[self._written:end])
+        with writing(self.path, "index file"):
+            self._fh.seek(self._written)
+            self._fh.write(self._data[self._written:end])
         self._written = end
         done = end // mmap.PAGESIZE * mmap.PAGESIZE
         if done > self._released:
@@ -476,16 +490,20 @@ class IndexFileWriter:
     def close(self) -> WrittenIndexFile:
         """Header and hash slots to the file, the rest of it zeros (sparse); the file's size is the
         broker's index file size."""
-        self._fh.seek(0)
-        self._fh.write(self._data[:self.entries_pos])
-        self._fh.truncate(self.size)
-        self._fh.close()
+        with writing(self.path, "index file"):
+            self._fh.seek(0)
+            self._fh.write(self._data[:self.entries_pos])
+            self._fh.truncate(self.size)
+            self._fh.close()
         del self._data
         self._buf.close()
         return WrittenIndexFile(self.path, self.header, self.first_put_timestamp or 0)
 
     def abort(self) -> None:
-        self._fh.close()
+        try:
+            self._fh.close()
+        except OSError:           # the write that failed is still buffered: the file goes anyway
+            pass
         del self._data
         self._buf.close()
         os.unlink(self.path)

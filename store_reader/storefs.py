@@ -23,6 +23,7 @@ import mmap
 import operator
 import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -308,11 +309,17 @@ class SegmentBuffer:
     def _map(self, what: str, advice: int | None) -> None:
         path = self.location.path
         try:
-            self._fh = open(path, "rb")
+            # non-blocking: opening a FIFO for reading would otherwise wait for a writer forever
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
             raise UnreadableFileError(f"cannot open {what}: {exc.strerror}", path) from None
+        self._fh = os.fdopen(fd, "rb")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            self._fh.close()
+            raise UnreadableFileError(f"cannot read {what}: not a regular file (a FIFO, socket or "
+                                      "device)", path)
         try:
-            self.size = os.fstat(self._fh.fileno()).st_size
+            self.size = os.fstat(fd).st_size
             self.buf: Any = (mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
                              if self.size else b"")
         except (OSError, ValueError) as exc:
