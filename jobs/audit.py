@@ -27,7 +27,6 @@ import dataclasses
 import datetime as dt
 import hashlib
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -36,10 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs import findings as fnd
-from jobs.deltasink import store_id_for
+from jobs.deltasink import read_table, store_id_for
 from store_reader import open_store, recovery
 from store_reader.commitlog import SegmentSummary
 from store_reader.exceptions import StoreReaderError
+from store_reader.fsutil import mtime_ns, walk_files
 from store_reader.store import Store
 
 log = logging.getLogger("jobs.audit")
@@ -69,29 +69,25 @@ class AuditRun:
 
 
 def mtimes(store: Store) -> dict[str, int]:
-    return {f.name: os.stat(f.path).st_mtime_ns for f in store.commitlog_files}
+    """Each commitlog file's modification time (local or remote: ``fsutil.mtime_ns``)."""
+    return {f.name: mtime_ns(f.path) for f in store.commitlog_files}
 
 
 def run_id_for(job: str, store: Store, version: str, extra: str = "") -> str:
     """Same job, store files (names, sizes, mtimes), version and options -> same run id: a re-run
     replaces its rows instead of adding new ones."""
     h = hashlib.sha256(f"{job}\n{version}\n{extra}\n".encode())
-    for dirpath, dirnames, filenames in os.walk(store.root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            st = os.stat(os.path.join(dirpath, name))
-            h.update(f"{os.path.relpath(os.path.join(dirpath, name), store.root)}:{st.st_size}:"
-                     f"{st.st_mtime_ns}\n".encode())
+    for rel, size, mtime in walk_files(store.root):
+        h.update(f"{rel}:{size}:{mtime}\n".encode())
     return f"{job}-{h.hexdigest()[:16]}"
 
 
 def previous_segments(audit_path: str, store_id: str) -> dict[str, dict]:
     """The segments rows of the latest earlier run for ``store_id`` (empty when there is none)."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        t = DeltaTable(audit_path.rstrip("/") + "/segments").to_pyarrow_table()
+        t = read_table(audit_path.rstrip("/") + "/segments")
     except TableNotFoundError:
         return {}
     t = t.filter(pc.equal(t["store_id"], store_id))
@@ -212,14 +208,12 @@ def history(audit_path: str, store_id: str) -> list[dict]:
     """Queue and index findings of a store across its runs: per (table, kind, topic, queue id /
     index lens), the runs that reported it and ``resolved_in``, the first later run that did not
     (None while it is still reported)."""
-    from deltalake import DeltaTable
-
-    runs = DeltaTable(audit_path.rstrip("/") + "/runs").to_pyarrow_table()
+    runs = read_table(audit_path.rstrip("/") + "/runs")
     runs = runs.filter(pc.equal(runs["store_id"], store_id_for(store_id))).sort_by("audited_at")
     order = runs["run_id"].to_pylist()
     out = []
     for table, key in (("queue_findings", ("kind", "topic", "queue_id")), ("index_findings", ("kind", "index"))):
-        t = DeltaTable(audit_path.rstrip("/") + "/" + table).to_pyarrow_table()
+        t = read_table(audit_path.rstrip("/") + "/" + table)
         t = t.filter(pc.equal(t["store_id"], store_id_for(store_id)))
         seen: dict[tuple, set[str]] = {}
         for r in t.select(["run_id", *key]).to_pylist():

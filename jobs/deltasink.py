@@ -96,9 +96,19 @@ def write_tables(audit_path: str, tables: Mapping[str, pa.Table], run_id: str, s
 
 
 def read_table(table_uri: str, storage_options: dict[str, str] | None = None) -> pa.Table:
+    """The Delta table at ``table_uri`` (``TableNotFoundError`` when there is none). A table on
+    object storage is read through ``pyarrow.fs`` (configured like a remote store, see
+    ``store_reader.storefs``): delta-rs's own filesystem handler for pyarrow may abort the
+    process as it exits (SIGABRT, "terminate called without an active exception")."""
+    import pyarrow.fs as pafs
     from deltalake import DeltaTable
 
-    return DeltaTable(table_uri, storage_options=storage_options).to_pyarrow_table()
+    table = DeltaTable(table_uri, storage_options=storage_options)
+    filesystem = None
+    if "://" in table_uri and not table_uri.startswith("file://"):
+        fs, path = pafs.FileSystem.from_uri(table_uri)
+        filesystem = pafs.SubTreeFileSystem(path, fs)
+    return table.to_pyarrow_table(filesystem=filesystem)
 
 
 def store_id_for(root: str) -> str:

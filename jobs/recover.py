@@ -49,10 +49,12 @@ from store_reader.checkpoint import lock_status
 from store_reader.config import read_consumer_offsets
 from store_reader.commitlog import SegmentSummary, summarize_segment
 from store_reader.exceptions import StoreReaderError
+from store_reader.fsutil import walk_files
 from store_reader.consumequeue import CQ_STORE_UNIT_SIZE
 from store_reader.indexfile import IndexHeader
 from store_reader.recordformat import ScanOptions
 from store_reader.store import Store
+from store_reader.storefs import StoreLocation
 from store_reader import repair
 from jobs import audit as audit_job
 from jobs import findings as fnd
@@ -138,7 +140,7 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
     split."""
     cfg = store.config
     buckets = max(spark.sparkContext.defaultParallelism, -(-expected_entries // ENTRIES_PER_REBUILD_TASK))
-    input_root = str(store.root)
+    queue_dirs = store.consume_queue_dir
 
     def build(items):
         parts: dict[tuple[str, int, int], list[pa.Table]] = {}
@@ -148,8 +150,7 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
             topic, qid, file_no = key
             yield repair.rebuild_queue_part(
                 topic, qid, file_no, pa.concat_tables(parts.pop(key)), cfg.cq_file_size,
-                os.path.join(out_root, "consumequeue", topic, str(qid)),
-                os.path.join(input_root, "consumequeue", topic, str(qid)))
+                os.path.join(out_root, "consumequeue", topic, str(qid)), queue_dirs / topic / str(qid))
 
     def run(only: set[tuple[str, int]] | None) -> list[repair.QueuePart]:
         rdd = surviving_records(spark, store, end, broker_5x, buckets, only)
@@ -227,7 +228,9 @@ class RunReport:
         log.info("pass %-22s %7.2fs  %s", name, secs, detail)
 
 
-def _check_paths(store_root: Path, out: Path) -> None:
+def _check_paths(store_root: Path | StoreLocation, out: Path) -> None:
+    if not isinstance(store_root, Path):      # a remote store is never a local directory
+        return
     s, o = store_root.resolve(), out.resolve()
     if o == s or s in o.parents or o in s.parents:
         raise StoreReaderError(f"output {o} must not be the store, inside it or contain it", store_root)
@@ -571,12 +574,7 @@ def prediction_summary(pred: recovery.Prediction) -> dict:
 
 
 def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
-    inputs = []
-    for dirpath, dirnames, filenames in os.walk(store.root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            p = os.path.join(dirpath, name)
-            inputs.append({"path": os.path.relpath(p, store.root), "size": os.path.getsize(p)})
+    inputs = [{"path": rel, "size": size} for rel, size, _ in walk_files(store.root)]
     return {"runId": report.run_id, "store": str(store.root), "brokerConfig": store.config.source,
             "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
             "prediction": prediction_summary(report.prediction)}
@@ -594,6 +592,9 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     if lock.locked:
         raise StoreReaderError(f"a running broker holds the store's lock (pid {lock.pid}); "
                                "stop it or recover a copy", lock.path)
+    if backup is not None and not isinstance(store.root, Path):
+        raise StoreReaderError("--apply swaps directories by renaming them: a remote store cannot "
+                               "be replaced (write --out and copy it back)", str(store.root))
     if out is not None:
         _check_paths(store.root, Path(out))
         if Path(out).exists() and not overwrite and not dry_run:
@@ -636,9 +637,9 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
                                 summaries, summaries, report.findings, counts, started, report.passes,
                                 repaired=str(Path(out).resolve()) if report.written else None)
         store_id = store_id_for(str(store.root))
-        mtimes = {s.segment: os.stat(s.path).st_mtime_ns for s in summaries if os.path.exists(s.path)}
         tables = fnd.run_tables(report.findings, row,
-                                fnd.segment_rows(summaries, pred, mtimes, {s.segment for s in summaries}),
+                                fnd.segment_rows(summaries, pred, audit_job.mtimes(store),
+                                                 {s.segment for s in summaries}),
                                 run_id, store_id, audited_at)
         report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark)
         report.log_pass("write audit tables", t, audit_path)

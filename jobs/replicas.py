@@ -36,7 +36,7 @@ from schemas.replicas import REPLICA_FINDINGS
 from store_reader import open_store
 from store_reader import replicas
 from store_reader.checkpoint import lock_status
-from store_reader.exceptions import StoreReaderError
+from store_reader.fsutil import walk_files
 from store_reader.recordformat import ScanOptions
 from store_reader.store import Store
 from store_reader.synthetic import parse_size
@@ -133,18 +133,9 @@ def run_id_for(master: Store, slaves: Sequence[Store], range_size: int) -> str:
     h = hashlib.sha256(f"replicas:{range_size}".encode())
     for role, store in [("master", master)] + sorted((("slave", s) for s in slaves),
                                                      key=lambda p: str(p[1].root)):
-        root = str(store.root)
-        h.update(f"{role} {store_id_for(root)}\n".encode())
-        if not isinstance(store.root, os.PathLike):       # a remote store: its commitlog listing
-            for f in store.commitlog_files:
-                h.update(f"{f.name}:{f.size}\n".encode())
-            continue
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            for name in sorted(filenames):
-                st = os.stat(os.path.join(dirpath, name))
-                h.update(f"{os.path.relpath(os.path.join(dirpath, name), root)}:{st.st_size}:"
-                         f"{st.st_mtime_ns}\n".encode())
+        h.update(f"{role} {store_id_for(str(store.root))}\n".encode())
+        for rel, size, mtime in walk_files(store.root):
+            h.update(f"{rel}:{size}:{mtime}\n".encode())
     return h.hexdigest()[:16]
 
 

@@ -67,3 +67,42 @@ def list_dir(directory: PathRef, what: str) -> list[DirEntry]:
         raise UnreadableFileError(f"cannot list {what} directory: {reason}", str(loc)) from None
     entries = [DirEntry(StoreLocation(loc.filesystem, i.path), info=i) for i in infos]
     return sorted(entries, key=lambda e: e.name)
+
+
+def walk_files(root: PathRef) -> list[tuple[str, int, int]]:
+    """(path relative to ``root``, size, mtime in ns) of every file under ``root``: what run ids
+    and manifests fingerprint. A local tree is walked with ``os.walk`` (directories and files in
+    name order, a directory's files before its sub-directories'), a remote one listed recursively
+    in one request, sorted by path (an object store's modification time is the upload's)."""
+    loc = location(root)
+    out = []
+    if loc.filesystem is None:
+        for dirpath, dirnames, filenames in os.walk(loc.path):
+            dirnames.sort()
+            for name in sorted(filenames):
+                p = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(p)
+                except OSError as exc:
+                    raise UnreadableFileError(f"cannot stat: {exc.strerror}", p) from None
+                out.append((os.path.relpath(p, loc.path), st.st_size, st.st_mtime_ns))
+        return out
+    try:
+        infos = loc.filesystem.get_file_info(pafs.FileSelector(loc.path, recursive=True))
+    except (OSError, pa.ArrowException) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise UnreadableFileError(f"cannot list: {reason}", str(loc)) from None
+    prefix = loc.path.rstrip("/") + "/"
+    return sorted((i.path[len(prefix):] if i.path.startswith(prefix) else i.path, i.size or 0,
+                   i.mtime_ns or 0) for i in infos if i.type == pafs.FileType.File)
+
+
+def mtime_ns(path: PathRef) -> int:
+    """Modification time of one file in ns (remote: as its filesystem reports it, 0 if none)."""
+    loc = location(path)
+    try:
+        if loc.filesystem is None:
+            return os.stat(loc.path).st_mtime_ns
+        return loc.info().mtime_ns or 0
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot stat: {exc.strerror}", str(loc)) from None

@@ -29,7 +29,9 @@ from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
 from .consumequeue import CQ_STORE_UNIT_SIZE
-from .exceptions import OutputError
+from .exceptions import OutputError, UnreadableFileError
+from .fsutil import walk_files
+from .storefs import READ_CHUNK, PathRef, StoreLocation, location
 from .consumequeue import file_name as cq_file_name
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
@@ -65,7 +67,7 @@ ENTRY_SCHEMA = pa.schema([
     pa.field("store_timestamp", pa.int64(), False)])
 
 
-def copy_commitlog_file(src: str, dest: str, keep: int, file_size: int) -> str:
+def copy_commitlog_file(src: PathRef, dest: str, keep: int, file_size: int) -> str:
     """Copy ``[0, keep)`` of a segment and zero the rest (stale bytes past the end are never
     carried over, spec E#10); the file keeps its preallocated size. Returns the SHA-256 of the file
     as written, so the manifest need not read it back.
@@ -73,12 +75,16 @@ def copy_commitlog_file(src: str, dest: str, keep: int, file_size: int) -> str:
     Chunk by chunk, the source is read once into a small buffer and hashed there, and the kernel
     copies the same range (``copy_file_range``: no second trip through user space, a reflink where
     the filesystem can); writing the buffer is the fallback. The zeros past ``keep`` are a sparse
-    tail, hashed from memory without reading anything."""
+    tail, hashed from memory without reading anything. A remote source (``storefs``) is read
+    in ranges into the buffer and written from there."""
     keep = min(keep, file_size)
+    loc = location(src)
+    if loc.filesystem is not None:
+        return _copy_remote_commitlog_file(loc, dest, keep, file_size)
     digest = hashlib.sha256()
     view = memoryview(bytearray(HASH_CHUNK))
     kernel_copy = True
-    with open(src, "rb", buffering=0) as fin, open(dest, "xb", buffering=0) as fout:
+    with open(loc.path, "rb", buffering=0) as fin, open(dest, "xb", buffering=0) as fout:
         done = 0
         while done < keep:
             n = os.preadv(fin.fileno(), [view[:min(HASH_CHUNK, keep - done)]], done)
@@ -101,6 +107,31 @@ def copy_commitlog_file(src: str, dest: str, keep: int, file_size: int) -> str:
             while copied < n:             # the rest of the chunk from the hashed buffer itself
                 copied += os.pwrite(fout.fileno(), view[copied:n], done + copied)
             done += n
+        fout.truncate(file_size)
+        _write_behind(fout.fileno())
+    update_zeros(digest, file_size - done)
+    return digest.hexdigest()
+
+
+def _copy_remote_commitlog_file(src: StoreLocation, dest: str, keep: int, file_size: int) -> str:
+    """``copy_commitlog_file`` of a segment on a remote filesystem: ranged reads of
+    ``storefs.READ_CHUNK`` bytes, each hashed and written."""
+    digest = hashlib.sha256()
+    done = 0
+    with src.open_reader() as fin, open(dest, "xb", buffering=0) as fout:
+        while done < keep:
+            try:
+                data = fin.read_at(done, min(READ_CHUNK, keep - done))
+            except OSError as exc:
+                raise UnreadableFileError(f"cannot read commitlog segment: {exc.strerror}", str(src),
+                                          done) from None
+            if not data:
+                break                     # the source ends early: the rest is zeros as well
+            digest.update(data)
+            view = memoryview(data)
+            while view:
+                view = view[os.pwrite(fout.fileno(), view, done + len(data) - len(view)):]
+            done += len(data)
         fout.truncate(file_size)
         _write_behind(fout.fileno())
     update_zeros(digest, file_size - done)
@@ -296,7 +327,7 @@ def queue_table(parts: Iterable[QueuePart]) -> pa.Table:
         pa.field("last_store_timestamp", pa.int64())]))
 
 
-def write_queue_state(q: ConsumeQueueState, queue_dir: str, input_queue_dir: str | None = None
+def write_queue_state(q: ConsumeQueueState, queue_dir: str, input_queue_dir: PathRef | None = None
                       ) -> list[str]:
     """The CQ files of ``q`` (zero past each file's write position; the zeros are a sparse tail,
     so a queue with few entries does not cost a whole file of writes).
@@ -312,10 +343,9 @@ def write_queue_state(q: ConsumeQueueState, queue_dir: str, input_queue_dir: str
         slots = f.slots[:f.wrote // CQ_STORE_UNIT_SIZE].copy()
         head = (q.min_logic_offset - f.start) // CQ_STORE_UNIT_SIZE
         if i == 0 and head > 0 and input_queue_dir is not None:
-            old = os.path.join(input_queue_dir, cq_file_name(f.start))
-            if os.path.isfile(old) and os.path.getsize(old) == q.file_size:
-                with open(old, "rb") as fh:
-                    slots[:head] = np.frombuffer(fh.read(head * CQ_STORE_UNIT_SIZE), dtype=slots.dtype)
+            old = location(input_queue_dir) / cq_file_name(f.start)
+            if old.is_file() and old.size() == q.file_size:
+                slots[:head] = np.frombuffer(old.read_bytes(0, head * CQ_STORE_UNIT_SIZE), dtype=slots.dtype)
         with writing(path, "consume queue file"), open(path, "xb") as fh:
             fh.write(slots.tobytes())
             fh.truncate(q.file_size)
@@ -708,14 +738,24 @@ def write_manifest(out_dir: str, content: dict) -> None:
         fh.write("\n")
 
 
-def copy_config(src_root: Path, dest_root: Path) -> list[str]:
-    """``config/`` copied as it is (the broker's own fallback files included) and the ``lock`` file."""
+def copy_config(src_root: Path | StoreLocation, dest_root: Path) -> list[str]:
+    """``config/`` copied as it is (the broker's own fallback files included) and the ``lock`` file;
+    from a remote store (``storefs``) file by file."""
     copied = []
     if (src_root / "config").is_dir():
-        shutil.copytree(src_root / "config", dest_root / "config")
+        if isinstance(src_root, Path):
+            shutil.copytree(src_root / "config", dest_root / "config")
+        else:
+            (dest_root / "config").mkdir()
+            for rel, _, _ in walk_files(src_root / "config"):
+                (dest_root / "config" / rel).parent.mkdir(parents=True, exist_ok=True)
+                (dest_root / "config" / rel).write_bytes((src_root / "config" / rel).read_bytes())
         copied.append("config")
     if (src_root / "lock").is_file():
-        shutil.copyfile(src_root / "lock", dest_root / "lock")
+        if isinstance(src_root, Path):
+            shutil.copyfile(src_root / "lock", dest_root / "lock")
+        else:
+            (dest_root / "lock").write_bytes((src_root / "lock").read_bytes())
         copied.append("lock")
     return copied
 
