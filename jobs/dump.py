@@ -114,7 +114,7 @@ import pyarrow.compute as pc
 from schemas import MESSAGE
 from store_reader import recordformat as rf
 from store_reader import recovery
-from store_reader.brokerconf import BrokerConfig, load_broker_config
+from store_reader.brokerconf import BrokerConfig
 from store_reader.checkpoint import CHECKPOINT_FILE_SIZE, lock_status, read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
 from store_reader.config import (ConfigLoad, load_config, parse_fastjson, read_consumer_offsets,
@@ -128,7 +128,8 @@ from store_reader.exceptions import (ConfigError, FileSizeError, StoreReaderErro
 from store_reader.fsutil import list_dir
 from store_reader.indexfile import (HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile,
                                     read_header)
-from store_reader.store import MappedFile, Store, list_mapped_files, open_store
+from store_reader.store import MappedFile, Store, _load_broker_config, list_mapped_files, open_store
+from store_reader.storefs import PathRef, StoreLocation, location
 
 EXIT_OK, EXIT_ANOMALIES, EXIT_UNREADABLE = 0, 1, 2
 MAX_RUNS = 10                     # runs of one anomaly kind reported per file; the rest summed up
@@ -197,11 +198,11 @@ class Findings:
 
     def add(self, kind: str, path: str | os.PathLike[str], position: int | None, message: str,
             phy_offset: int | None = None, count: int = 1, **details: Any) -> None:
-        self.anomalies.append(Anomaly(kind, os.fspath(path), position, message, phy_offset, count,
+        self.anomalies.append(Anomaly(kind, str(path), position, message, phy_offset, count,
                                       details))
 
     def note(self, kind: str, path: str | os.PathLike[str], position: int | None, message: str) -> None:
-        self.notes.append(Anomaly(kind, os.fspath(path), position, message))
+        self.notes.append(Anomaly(kind, str(path), position, message))
 
     def only(self, path: str | os.PathLike[str]) -> "Findings":
         """The findings located in ``path`` (a single-file verification)."""
@@ -211,8 +212,19 @@ class Findings:
                         [e for e in self.unreadable if e.path is None or _norm(e.path) == key], 1)
 
 
-def _norm(path: str | os.PathLike[str]) -> str:
+def _norm(path: PathRef) -> str:
+    if isinstance(path, StoreLocation):
+        return str(path)
     return os.path.normpath(os.path.abspath(os.fspath(path)))
+
+
+def _join(base: PathRef, *names: str) -> PathRef:
+    """``base`` joined with ``names``: a local path string, or a ``StoreLocation`` of a remote store."""
+    if isinstance(base, StoreLocation):
+        for name in names:
+            base = base / name
+        return base
+    return os.path.join(base, *names)
 
 
 def runs(idx: np.ndarray) -> list[tuple[int, int]]:
@@ -332,6 +344,8 @@ def _json_default(value: Any) -> Any:
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, np.integer):
         return int(value)
+    if isinstance(value, (Path, StoreLocation)):   # a file of a remote store: its URI
+        return str(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
@@ -342,26 +356,27 @@ class StoreFile:
     """A file located by its place in the store."""
 
     kind: str                     # commitlog | consumequeue | index | checkpoint | config
-    path: Path
-    root: Path
+    path: Path | StoreLocation
+    root: Path | StoreLocation
     topic: str | None = None
     queue_id: int | None = None
 
 
-def classify_path(path: Path) -> StoreFile:
-    """The kind of ``path`` from where it sits in the store tree (``store-format.md`` §1)."""
+def classify_path(path: Path | StoreLocation) -> StoreFile:
+    """The kind of ``path`` (local or ``storefs.StoreLocation``) from where it sits in the store
+    tree (``store-format.md`` §1)."""
     parent = path.parent
     if parent.name == "commitlog":
         return StoreFile("commitlog", path, parent.parent)
     if parent.name == "index":
         return StoreFile("index", path, parent.parent)
-    if len(path.parents) >= 4 and path.parents[2].name == "consumequeue":
+    if parent.parent.parent.name == "consumequeue":
         queue_dir = path.parent
         try:
             qid = int(queue_dir.name)
         except ValueError:
             raise CannotRead(f"queue directory {queue_dir.name!r} is not a queue id", path) from None
-        return StoreFile("consumequeue", path, path.parents[3], queue_dir.parent.name, qid)
+        return StoreFile("consumequeue", path, queue_dir.parent.parent.parent, queue_dir.parent.name, qid)
     if path.name == "checkpoint":
         return StoreFile("checkpoint", path, parent)
     if parent.name == "config" and (path.name.endswith(".json") or path.name.endswith(".json.bak")):
@@ -827,12 +842,12 @@ def verify_queue(view: StoreView, found: Findings, ref: QueueRef) -> int:
     """One queue's files against its configured size and the commitlog (module docstring);
     returns how many files the queue has."""
     problems: list[StoreReaderError] = []
-    files = list_mapped_files(Path(ref.path), view.config.cq_file_size, "consume queue",
+    files = list_mapped_files(ref.path, view.config.cq_file_size, "consume queue",
                               "mappedFileSizeConsumeQueue", problems, [],
                               allow_empty_last=view.broker_5x)
     for problem in problems:
         path = problem.path or ref.path
-        found.add("cq.file_size", path, os.path.getsize(path) if isinstance(problem, FileSizeError)
+        found.add("cq.file_size", path, location(path).size() if isinstance(problem, FileSizeError)
                   else None, problem.reason, topic=ref.topic, queue_id=ref.queue_id)
     found.files_checked += len(files)
     loaded: list[_QueueFile] = []
@@ -935,8 +950,8 @@ def _missing_entries(view: StoreView, found: Findings, ref: QueueRef, loaded: li
             logic = q * CQ_STORE_UNIT_SIZE
             file_start = logic - logic % size
             end = min(last, (file_start + size) // CQ_STORE_UNIT_SIZE - 1)
-            path = os.path.join(ref.path, file_name(file_start))
-            gone = "" if os.path.exists(path) else " (the file is missing)"
+            path = _join(ref.path, file_name(file_start))
+            gone = "" if location(path).exists() else " (the file is missing)"
             a, b = int(records.phy[by_offset[q]]), int(records.phy[by_offset[end]])
             found.add("cq.missing_entries", path, logic % size,
                       f"{_count(end - q + 1, 'record')} of {ref.topic}/{ref.queue_id} "
@@ -956,7 +971,7 @@ def verify_consume_queues(view: StoreView, found: Findings, only: tuple[str, int
     expected = view.queue_records()
     for key in expected:
         if key not in refs:                              # a deleted queue directory
-            refs[key] = QueueRef(key[0], key[1], os.path.join(cq_dir, key[0], str(key[1])))
+            refs[key] = QueueRef(key[0], key[1], _join(cq_dir, key[0], str(key[1])))
     files = sum(verify_queue(view, found, refs[key]) for key in sorted(refs)
                 if only is None or key == only)
     if only is None and not files:
@@ -986,13 +1001,14 @@ def dump_index_file(p: Printer, f: IndexFile, deep: bool, max_bytes: int | None)
            {"type": "index_header", "file": f.path, **h.to_dict()})
     limit = max_bytes if max_bytes is not None else None
     if deep:
-        for s in np.flatnonzero(f.slots):
+        slots = f.slots[:]           # one read (a remote file's slots are read on demand)
+        for s in np.flatnonzero(slots):
             pos = INDEX_HEADER_SIZE + int(s) * HASH_SLOT_SIZE
             if limit is not None and pos + HASH_SLOT_SIZE > limit:
                 break
-            p.emit(f"slot: {int(s)} position: {pos} entry: {int(f.slots[s])}",
+            p.emit(f"slot: {int(s)} position: {pos} entry: {int(slots[s])}",
                    {"type": "index_slot", "file": f.path, "slot": int(s), "position": pos,
-                    "entry_number": int(f.slots[s])})
+                    "entry_number": int(slots[s])})
     for row in f.entries_table().to_pylist():
         n = row["entry_number"]
         pos = _index_entry_pos(f, n)
@@ -1051,7 +1067,8 @@ def verify_index_file(view: StoreView, found: Findings, f: IndexFile) -> None:
             found.add("index.bad_header", path, 24, f"endPhyOffset {h.end_phy_offset} but the last "
                       f"entry ({n_used}) holds phy {int(phy[-1])}")
     # 2. counts: used slots and the entries past indexCount
-    in_use = int(np.count_nonzero(f.slots))
+    heads = f.slots[:].astype(np.int64)      # one read (a remote file's slots are read on demand)
+    in_use = int(np.count_nonzero(heads))
     if in_use != h.hash_slot_count:
         found.add("index.entry_count", path, 32, f"{_count(in_use, 'slot')} in use but hashSlotCount "
                   f"is {h.hash_slot_count}")
@@ -1060,7 +1077,6 @@ def verify_index_file(view: StoreView, found: Findings, f: IndexFile) -> None:
         f"{h.index_count}: queries never reach them", None, {"entries": [a, b]}))
     # 3. slot chains: every entry in use hangs exactly once in the chain of its own slot
     slot_of = used["key_hash"].astype(np.int64) % f.hash_slot_num
-    heads = f.slots.astype(np.int64)
     head_slots = np.flatnonzero(heads)
     beyond = head_slots[(heads[head_slots] < 0) | (heads[head_slots] > n_used)]
     slot_runs(beyond, lambda a, b: f"pointing at entry {int(heads[a])}, beyond indexCount "
@@ -1117,18 +1133,18 @@ def _index_files(view: StoreView, found: Findings) -> list[IndexFile]:
             found.add("layout.load_problem", e.path, None, "directory inside the index directory")
             continue
         try:
-            out.append(_open_index(Path(e.path), cfg.maxHashSlotNum, cfg.maxIndexNum))
+            out.append(_open_index(e.path, cfg.maxHashSlotNum, cfg.maxIndexNum))
         except StoreReaderError as exc:
             found.unreadable.append(exc)
     return out
 
 
-def _open_index(path: Path, hash_slot_num: int, index_num: int) -> IndexFile:
+def _open_index(path: PathRef, hash_slot_num: int, index_num: int) -> IndexFile:
     """An index file, or :class:`CannotRead` naming where its bytes stop fitting the layout."""
     try:
         return IndexFile(path, hash_slot_num, index_num)
     except FileSizeError:
-        size = path.stat().st_size
+        size = location(path).size()
         expected = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
         raise CannotRead(f"index file is {size} bytes but maxHashSlotNum {hash_slot_num} / maxIndexNum "
                          f"{index_num} make {expected}: truncated, or written with other settings "
@@ -1211,7 +1227,7 @@ def verify_checkpoint(view: StoreView, found: Findings) -> None:
 
 def _broker_load(path: Path) -> ConfigLoad[Any]:
     base = path.name[:-4] if path.name.endswith(".bak") else path.name
-    target = path.with_name(base)
+    target = path.parent / base
     reader = _CONFIG_READERS.get(base)
     if reader is not None:
         return reader(str(target))
@@ -1303,7 +1319,7 @@ def dump_overview(p: Printer, view: StoreView) -> None:
             p.emit(f"  {e.name}: {exc.reason}",
                    {"type": "index_file", "name": e.name, "error": exc.reason})
             continue
-        p.emit(f"  {e.name} size: {os.path.getsize(e.path)} begin: {iso_ms(h.begin_timestamp)} end: "
+        p.emit(f"  {e.name} size: {e.size()} begin: {iso_ms(h.begin_timestamp)} end: "
                f"{iso_ms(h.end_timestamp)} phy: {h.begin_phy_offset}..{h.end_phy_offset} "
                f"hashSlotCount: {h.hash_slot_count} indexCount: {h.index_count}",
                {"type": "index_file", "name": e.name, **h.to_dict()})
@@ -1320,7 +1336,7 @@ def dump_overview(p: Printer, view: StoreView) -> None:
            {"type": "process_state", "abort": store.abort_exists, "lock_exists": lock.exists,
             "lock_held": lock.locked, "lock_pid": lock.pid})
     configs = [e for e in list_dir(store.config_dir, "config") if e.is_file()]
-    sizes = {e.name: os.path.getsize(e.path) for e in configs}
+    sizes = {e.name: e.size() for e in configs}
     p.emit("config: " + (", ".join(f"{n} ({b} bytes)" for n, b in sizes.items()) or "none"),
            {"type": "config_files", "files": sizes})
 
@@ -1399,19 +1415,20 @@ def report(p: Printer, found: Findings, view: StoreView | None = None) -> int:
     return rc
 
 
-def _open(root: Path, broker_config: str | None) -> StoreView:
+def _open(root: Path | StoreLocation, broker_config: str | None) -> StoreView:
     return StoreView(open_store(root, broker_config))
 
 
-def _broker_config(root: Path, broker_config: str | None) -> BrokerConfig:
+def _broker_config(root: Path | StoreLocation, broker_config: str | None) -> BrokerConfig:
     """The settings a file needs to be read (as ``open_store`` picks them, without the store)."""
     if broker_config is None and (root / "broker.conf").is_file():
-        broker_config = str(root / "broker.conf")
-    return load_broker_config(broker_config)
+        return _load_broker_config(root / "broker.conf")
+    return _load_broker_config(broker_config)
 
 
 def run(args: argparse.Namespace, p: Printer) -> int:
-    target = Path(args.path)
+    remote = location(args.path)
+    target = Path(args.path) if remote.filesystem is None else remote
     if not target.exists():
         raise CannotRead("does not exist", target)
     verify = args.verify or args.verify_index_only
@@ -1420,7 +1437,7 @@ def run(args: argparse.Namespace, p: Printer) -> int:
         dump_overview(p, view)
         return report(p, verify_store(view, args.verify_index_only), view) if verify else EXIT_OK
     sf = classify_path(target)
-    if not os.access(target, os.R_OK):
+    if remote.filesystem is None and not os.access(target, os.R_OK):
         raise UnreadableFileError("cannot read: permission denied", target)
     # a commitlog segment is read with the store's scan options; the rest needs the store only
     # to be verified against it
