@@ -16,6 +16,9 @@ Python has the same pyspark and py4j installed (the embedded session, or an envi
 that bundles them), the archives are taken off ``sys.path`` and the installed packages, with their
 bytecode, are imported instead; otherwise they stay.
 
+A worker whose task is cancelled (the JVM closes its socket) ends without printing the broken
+connection's traceback (``worker``).
+
 pyspark's daemon runs a full ``gc.collect()`` after every task of a reused worker: the imported
 modules' 80,000 objects are frozen (``gc.freeze``, as pre-fork servers do), so that collection
 walks what the task left (35 ms -> 0 per task).
@@ -91,6 +94,22 @@ from pyspark import daemon  # noqa: E402
 
 import jobs.recover  # noqa: E402,F401  (store_reader, the audit and the rebuilds with it)
 import jobs.replicas  # noqa: E402,F401
+
+_worker = daemon.worker
+
+
+def worker(sock, authenticated: bool) -> int:
+    """pyspark's ``daemon.worker``; a worker whose JVM side hung up (its task was cancelled or
+    killed because another task of the job failed) ends quietly instead of printing the broken
+    connection's traceback to the executor's stderr (the job reports the failure that caused it).
+    Whatever a task raises is reported to the JVM inside; only the connection's end gets here."""
+    try:
+        return _worker(sock, authenticated)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        return 1
+
+
+daemon.worker = worker
 
 if __name__ == "__main__":
     gc.freeze()
