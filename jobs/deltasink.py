@@ -10,10 +10,13 @@ Spark, delta-rs, DuckDB and Polars read.
 from __future__ import annotations
 
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Mapping
 
 import pyarrow as pa
+
+from store_reader.exceptions import OutputError
 
 log = logging.getLogger("jobs.deltasink")
 
@@ -42,17 +45,22 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
              .option("replaceWhere", predicate).option("mergeSchema", "true").save(table_uri))
             return
     from deltalake import DeltaTable, write_deltalake
+    from deltalake.exceptions import DeltaError
 
     try:
         DeltaTable(table_uri, storage_options=storage_options)
         exists = True
     except Exception:  # deltalake raises TableNotFoundError (a subclass varies by version)
         exists = False
-    if exists:
-        write_deltalake(table_uri, rows, mode="overwrite", predicate=predicate,
-                        storage_options=storage_options)
-    else:
-        write_deltalake(table_uri, rows, mode="append", storage_options=storage_options)
+    try:
+        if exists:
+            write_deltalake(table_uri, rows, mode="overwrite", predicate=predicate,
+                            storage_options=storage_options)
+        else:
+            write_deltalake(table_uri, rows, mode="append", storage_options=storage_options)
+    except (OSError, DeltaError) as exc:    # the filesystem's or object store's answer, on one line
+        reason = " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", str(exc)).split())
+        raise OutputError(f"cannot write the Delta table: {reason[:500]}", table_uri) from None
 
 
 def warm_up(spark=None) -> None:

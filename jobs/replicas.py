@@ -250,14 +250,14 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_spark("rocketmq-replicas", session=False)
         t = time.monotonic()
         comparisons = compare_on_spark(spark, master, slaves, master.scan_options(), range_size)
+        seconds = time.monotonic() - t
+        rows = write_findings(args.audit_path, comparisons, run_id, master, audited_at, spark)
     except Exception as exc:
         error = store_error(exc)
         if error is None:
             raise
         print(f"error: could not compare: {error}", file=sys.stderr)
         return 2
-    seconds = time.monotonic() - t
-    rows = write_findings(args.audit_path, comparisons, run_id, master, audited_at, spark)
     log.info("wrote %d rows of run %s to %s", rows, run_id, table_uri(args.audit_path))
     print_summary(comparisons, run_id, seconds, table_uri(args.audit_path))
     return 0 if all(c.in_sync for c in comparisons) else 1

@@ -146,3 +146,14 @@ def test_data_source_reads_s3_like_local(stores, tmp_path):
     for table, got in out.items():
         assert got["s3"] == got["local"], table
         assert got["local"], table
+
+
+def test_unwritable_s3_audit_path_is_one_line_and_exit_2(stores):
+    """A bucket that does not exist: the object store's answer in one line, not delta-rs' trace."""
+    local, remote, conf, env = stores
+    p = _job("jobs.audit", ["--store", remote, "--broker-config", conf, "--audit-path", "s3://no-such-bucket/audit"],
+             env)
+    assert p.returncode == 2, p.stderr[-3000:]
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "s3://no-such-bucket/audit/" in errors[0] and "NoSuchBucket" in errors[0]
+    assert "Traceback" not in p.stderr
