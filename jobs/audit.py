@@ -12,11 +12,12 @@ snapshot. What a restart of the broker would do is predicted (``store_reader.rec
 difference to the files as they are, to the commitlog's records and to the consumers' committed
 offsets is written to the audit tables (``schemas/audit.py``; ``jobs/findings.py`` for the kinds).
 
-``--since-last`` reads the records only of segments that are new or changed (name, size, mtime)
-since the last run for this store; the other segments' scan summaries come from the ``segments``
+``--since-last`` reads the records only from the first segment that is new or changed (name,
+size, mtime, ``written_fingerprint``) since the last run for this store, or that holds records in a
+flush window at risk, to the end; the other segments' scan summaries come from the ``segments``
 table, so the state survives restarts. Findings that need the records are then judged inside the
 scanned range only (``runs.scan_phy_from``); the rest (consume queues vs the broker's recovery,
-index files, consumer offsets) are judged in full every run.
+index files, consumer offsets, the store's other files) are judged in full every run.
 
 Exit codes: 0 clean, 1 findings, 2 could not audit (unreadable or unsupported store).
 """
@@ -38,9 +39,10 @@ import pyarrow.compute as pc
 from jobs import findings as fnd
 from jobs.deltasink import store_id_for
 from store_reader import open_store, recovery
-from store_reader.commitlog import SegmentSummary
-from store_reader.exceptions import StoreReaderError
+from store_reader.commitlog import SegmentSummary, written_fingerprint
+from store_reader.exceptions import StoreReaderError, UnreadableFileError
 from store_reader.store import Store
+from store_reader.storefs import location
 
 log = logging.getLogger("jobs.audit")
 
@@ -70,6 +72,20 @@ class AuditRun:
 
 def mtimes(store: Store) -> dict[str, int]:
     return {f.name: os.stat(f.path).st_mtime_ns for f in store.commitlog_files}
+
+
+def fingerprints(store: Store, written: dict[str, int]) -> dict[str, str]:
+    """``written_fingerprint`` of the commitlog files named in ``written`` (name -> where its valid
+    records end)."""
+    out = {}
+    for f in store.commitlog_files:
+        if f.name in written:
+            try:
+                with location(f.path).open_reader() as r:
+                    out[f.name] = written_fingerprint(r, written[f.name])
+            except OSError as exc:
+                raise UnreadableFileError(f"cannot read commitlog file: {exc.strerror}", str(f.path)) from None
+    return out
 
 
 def run_id_for(job: str, store: Store, version: str, extra: str = "") -> str:
@@ -104,18 +120,32 @@ def previous_segments(audit_path: str, store_id: str) -> dict[str, dict]:
 
 def plan_scan(store: Store, audit_path: str, store_id: str, since_last: bool
               ) -> tuple[list, dict[str, SegmentSummary]]:
-    """(commitlog files to scan, summaries carried over from the last run)."""
+    """(commitlog files to scan, summaries carried over from the last run).
+
+    A file's summary is carried over when its size, mtime and ``written_fingerprint`` are those of
+    the last run's row and none of its records was stored after a checkpoint flush time at risk
+    (the flush window needs those records). The records are read from the first file not carried
+    over to the end, so the findings judged on records cover one phy range (``runs.scan_phy_from``)."""
     files = list(store.commitlog_files)
     if not since_last:
         return files, {}
     prev = previous_segments(audit_path, store_id)
     now = mtimes(store)
-    carried = {}
+    same = {f.name for f in files if (row := prev.get(f.name)) and row["file_size"] == f.size
+            and row["file_mtime_ns"] == now[f.name]}
+    fingerprint = fingerprints(store, {name: prev[name]["valid_bytes"] for name in same})
+    since = min((stamp for _, stamp in fnd.flush_risk(store).windows), default=None)
+    first = 0
     for f in files:
         row = prev.get(f.name)
-        if row and row["file_size"] == f.size and row["file_mtime_ns"] == now[f.name]:
-            carried[f.name] = dataclasses.replace(fnd.summary_from_row(row), path=f.path)
-    return [f for f in files if f.name not in carried], carried
+        if f.name not in same or row.get("fingerprint") != fingerprint[f.name] or (
+                since is not None and row["last_store_time"] is not None
+                and row["last_store_time"].timestamp() * 1000 > since):
+            break
+        first += 1
+    carried = {f.name: dataclasses.replace(fnd.summary_from_row(prev[f.name]), path=f.path)
+               for f in files[:first]}
+    return files[first:], carried
 
 
 def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str | None = None,
@@ -151,7 +181,8 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     counts = fnd.alerting_counts(f)
     row = run_row("audit", "since_last" if since_last else "full", run.status, pred, summaries, scanned,
                   f, counts, started, passes, repaired=None)
-    run.tables = fnd.run_tables(f, row, fnd.segment_rows(summaries, pred, mtimes(store), set(by_name)),
+    written = fingerprints(store, {s.segment: s.valid_bytes for s in summaries})
+    run.tables = fnd.run_tables(f, row, fnd.segment_rows(summaries, pred, mtimes(store), set(by_name), written),
                                 run.run_id, store_id, audited_at)
     if audit_path:
         t = time.monotonic()
@@ -175,7 +206,8 @@ def run_row(job: str, mode: str, status: str, pred: recovery.Prediction, summari
             "scan_phy_from": f.scope[0] if f.scope else None,
             "queue_findings": counts["queue_findings"], "index_findings": counts["index_findings"],
             "consumer_offsets_at_risk": counts["consumer_offsets_at_risk"],
-            "lost_messages": counts["lost_messages"], "flush_window_records": flush,
+            "lost_messages": counts["lost_messages"], "store_findings": counts["store_findings"],
+            "flush_window_records": flush, "flush_risk": f.flush.reason if f.flush else None,
             "repaired_store": repaired, "duration_ms": int((time.monotonic() - started) * 1000),
             "passes": fnd.passes_json(passes),
             "detail": "; ".join(pred.load_problems) or None}

@@ -637,8 +637,9 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
                                 repaired=str(Path(out).resolve()) if report.written else None)
         store_id = store_id_for(str(store.root))
         mtimes = {s.segment: os.stat(s.path).st_mtime_ns for s in summaries if os.path.exists(s.path)}
+        written = audit_job.fingerprints(store, {s.segment: s.valid_bytes for s in summaries if s.segment in mtimes})
         tables = fnd.run_tables(report.findings, row,
-                                fnd.segment_rows(summaries, pred, mtimes, {s.segment for s in summaries}),
+                                fnd.segment_rows(summaries, pred, mtimes, {s.segment for s in summaries}, written),
                                 run_id, store_id, audited_at)
         report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark)
         report.log_pass("write audit tables", t, audit_path)
