@@ -1161,10 +1161,8 @@ def print_summary(f: Findings, out) -> None:
     if lost is not None and lost.num_rows:
         print(f"    lost    {lost.num_rows} intact messages the broker's recovery discards "
               f"(phy {pc.min(lost['phy_offset']).as_py()}..{pc.max(lost['phy_offset']).as_py()})", file=out)
-    fw = f.tables.get("flush_window")
     if f.flush is not None and f.flush.windows:
-        cl = fw.filter(pc.equal(fw["window"], "commitlog")) if fw is not None and fw.num_rows else None
-        n = pc.sum(cl["records"]).as_py() or 0 if cl is not None else 0
+        n = f.count("flush_window", lambda t: pc.if_else(pc.equal(t["window"], "commitlog"), t["records"], 0))
         print(f"    flush   {n} records stored after the checkpoint's commitlog flush time: "
               f"{f.flush.text}", file=out)
     elif f.flush is not None:
