@@ -1,11 +1,13 @@
 """Broker-exact recovery of a RocketMQ store into a new, repaired store.
 
     spark-submit jobs/recover.py --store DIR --out DIR [--broker-config FILE]
-                                 [--broker-version 4.9|5.x] [--dry-run] [--overwrite]
+                                 [--broker-version 4.9|5.x|both] [--dry-run] [--overwrite]
                                  [--apply --backup DIR] [--audit-path URI]
                                  [--keep-consumer-offsets] [--json]
     python -m jobs.recover ...            (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.recover --demo DIR     (a sample store with a simulated crash, made and recovered)
+    python -m jobs.recover --store DIR --dry-run --broker-version both [--json]
+                                          (what-if: the 4.9 and 5.x predictions side by side)
 
 Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``);
@@ -659,6 +661,14 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     return report
 
 
+def recover_both(spark, store_path: str, broker_config: str | None = None,
+                 audit_path: str | None = None) -> list[RunReport]:
+    """The dry run for 4.9 and for 5.x (a scan and an audit each: the versions' record checks
+    differ), for ``whatif``."""
+    return [recover(spark, store_path, None, broker_config, v, dry_run=True, audit_path=audit_path)
+            for v in (recovery.V49, recovery.V5X)]
+
+
 def print_report(report: RunReport, out=None) -> None:
     out = out or sys.stdout
     pred = report.prediction
@@ -711,8 +721,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--store", help="store root (storePathRootDir)")
     ap.add_argument("--out", help="directory for the repaired store (must not exist)")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
-    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X],
-                    help="recovery semantics; default: detected from the store")
+    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X, "both"],
+                    help="recovery semantics; default: detected from the store; both (with "
+                         "--dry-run): the two versions' predictions side by side")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     ap.add_argument("--overwrite", action="store_true", help="replace an earlier repaired store")
     ap.add_argument("--apply", action="store_true",
@@ -735,6 +746,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--apply and --dry-run exclude each other")
     if not args.dry_run and not args.demo and not args.out:
         ap.error("--out is required unless --dry-run")
+    if args.broker_version == "both" and (not args.dry_run or args.demo):
+        ap.error("--broker-version both is a what-if: it needs --dry-run")
     return args
 
 
@@ -751,6 +764,21 @@ def main(argv: list[str] | None = None) -> int:
         args.overwrite = True
         args.audit_path = args.audit_path or os.path.join(args.demo, "audit")
     spark = get_spark("rocketmq-recover", session=False)
+    if args.broker_version == "both":
+        from jobs import whatif
+
+        try:
+            reports = recover_both(spark, args.store, args.broker_config, args.audit_path)
+        except StoreReaderError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        doc = whatif.compare_json(reports[0].store, [whatif.Side(r.broker_version, r.prediction, r.summaries,
+                                                                 r.findings) for r in reports])
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            whatif.print_side_by_side(doc, sys.stdout)
+        return 0 if all(r.prediction.load_result for r in reports) else 2
     try:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                          args.dry_run, args.overwrite, args.backup if args.apply else None,

@@ -59,7 +59,10 @@ def _rows(f: fnd.Findings | None, table: str) -> list[dict]:
 
 
 def _queues(pred: recovery.Prediction) -> dict[str, list[int]]:
-    return {f"{t}/{q}": [s.min_offset, s.max_offset] for (t, q), s in sorted(pred.consume_queues.items())}
+    """min..max of every queue the broker keeps; an empty one (max 0) answers a pull as a missing
+    one does (R§9.2) and is left out."""
+    return {f"{t}/{q}": [s.min_offset, s.max_offset] for (t, q), s in sorted(pred.consume_queues.items())
+            if s.max_offset}
 
 
 def side_json(s: Side) -> dict:
@@ -150,64 +153,54 @@ def _finding_counts(side: dict) -> dict[str, int]:
 
 def print_side_by_side(doc: dict, out) -> None:
     """The two predictions in two columns, a ``*`` on every line that differs, then the queues,
-    consumer offsets and findings that differ."""
+    consumer-offset corrections and findings that differ."""
     a, b = (doc["versions"][v] for v in VERSIONS)
     diff = doc["differences"]
-    w = 36
-
-    def line(label: str, x: Any, y: Any) -> None:
-        mark = "*" if x != y else " "
-        print(f"{mark} {label:<20} {str(x):<{w}} {y}", file=out)
+    rows: list[tuple[str, Any, Any] | str] = []
 
     def summary(s: dict) -> dict[str, Any]:
         p = s["prediction"]
         if not p["loadResult"]:
-            return {"load": "REFUSED: " + "; ".join(p["loadProblems"])[:w * 2]}
+            return {"load": "REFUSED: " + "; ".join(p["loadProblems"])}
         moved = [r for r in s["consumerOffsets"] if r["status"] not in _SERVED]
         return {"load": "loads", "recovery path": p["recoveryPath"], "start file": p["startFile"],
                 "truncation point": p["maxPhyOffset"], "min phy offset": p["minPhyOffset"],
                 "commitlog files": f"{len(p['commitLogFiles'])} kept, {len(p['deletedCommitLogFiles'])} deleted",
                 "records lost": s["recordsLost"], "queues kept": len(s["queues"]),
-                "consumer offsets": f"{len(s['consumerOffsets'])} committed, {len(moved)} moved",
+                "consumer offsets": f"{len(s['consumerOffsets'])} committed, {len(moved)} moved at the next pull",
                 "status": s["status"]}
 
-    print(f"what-if: store {doc['store']}", file=out)
-    print(f"  {'':<20} {'broker ' + VERSIONS[0]:<{w}} broker {VERSIONS[1]}", file=out)
     sa, sb = summary(a), summary(b)
-    for label in dict.fromkeys([*sa, *sb]):
-        line(label, sa.get(label, "-"), sb.get(label, "-"))
+    rows += [(label, sa.get(label, "-"), sb.get(label, "-")) for label in dict.fromkeys([*sa, *sb])]
     if diff["queues"]:
-        print(f"  queues that differ ({len(diff['queues'])}), min..max:", file=out)
-        for q, v in list(diff["queues"].items())[:20]:
+        rows.append(f"queues that differ ({len(diff['queues'])}), min..max:")
+        for q, v in diff["queues"].items():
             x, y = (("-" if r is None else f"{r[0]}..{r[1]}") for r in v.values())
-            line(f"  {q}", x, y)
+            rows.append((f"  {q}", x, y))
     if diff["consumerOffsets"]:
-        print(f"  consumer-offset corrections that differ ({len(diff['consumerOffsets'])}), "
-              f"committed -> status, next:", file=out)
-        for k, v in list(diff["consumerOffsets"].items())[:20]:
+        rows.append(f"consumer-offset corrections that differ ({len(diff['consumerOffsets'])}), "
+                    "committed -> status, next:")
+        for k, v in diff["consumerOffsets"].items():
             x, y = (("-" if r is None else f"{r['committed']} -> {r['status']}, {r['nextBeginOffset']}")
                     for r in v.values())
-            line(f"  {k.split(':', 1)[1]}", x, y)
+            rows.append((f"  {k}", x, y))
     ca, cb = _finding_counts(a), _finding_counts(b)
     kinds = [k for k in sorted(set(ca) | set(cb)) if ca.get(k, 0) != cb.get(k, 0)]
-    changed = [t for t in diff["findings"]]
-    if kinds or changed:
-        print("  findings that differ (entries):", file=out)
-        for k in kinds:
-            line(f"  {k}", ca.get(k, 0), cb.get(k, 0))
-        for t in changed:
-            x, y = (len(r) for r in diff["findings"][t].values())
-            line(f"  {t} rows only in one", x, y)
+    if kinds or diff["findings"]:
+        rows.append("findings that differ (entries; rows only one version reports):")
+        rows += [(f"  {k}", ca.get(k, 0), cb.get(k, 0)) for k in kinds]
+        rows += [(f"  {t} rows", *(len(r) for r in v.values())) for t, v in diff["findings"].items()]
     else:
-        print("  findings           the same for both versions", file=out)
+        rows.append("findings: the same for both versions")
+    lw = max(len(r[0]) for r in rows if isinstance(r, tuple))
+    xw = max(max(len(str(r[1])) for r in rows if isinstance(r, tuple)), 10)
+    print(f"what-if: store {doc['store']}", file=out)
+    print(f"  {'':<{lw}}  {'broker ' + VERSIONS[0]:<{xw}}  broker {VERSIONS[1]}", file=out)
+    for r in rows:
+        if isinstance(r, str):
+            print(f"  {r}", file=out)
+        else:
+            print(f"{'*' if r[1] != r[2] else ' '} {r[0]:<{lw}}  {str(r[1]):<{xw}}  {r[2]}", file=out)
 
 
-def exit_status(sides: Sequence[Side]) -> str:
-    """The worse of the versions' run statuses: refused, findings or clean."""
-    order = ("clean", "findings", "refused")
-    return max((fnd.run_status(s.prediction, s.summaries, s.findings or fnd.Findings()) for s in sides),
-               key=order.index)
-
-
-__all__ = ["VERSIONS", "Side", "side_json", "differences", "compare_json", "print_side_by_side",
-           "exit_status"]
+__all__ = ["VERSIONS", "Side", "side_json", "differences", "compare_json", "print_side_by_side"]
