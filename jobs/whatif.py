@@ -22,6 +22,7 @@ from store_reader.commitlog import SegmentSummary
 VERSIONS = (recovery.V49, recovery.V5X)
 # a committed offset a pull serves as it is; any other status moves it (R§9.2)
 _SERVED = ("FOUND", "OFFSET_OVERFLOW_ONE")
+LIST_LIMIT = 20          # lines per list in the side-by-side text
 _TABLES = ("queue_findings", "index_findings", "lost_messages", "flush_window", "consumer_offset_findings")
 
 
@@ -76,7 +77,7 @@ def side_json(s: Side) -> dict:
         out["status"] = "refused"
         return out
     out["status"] = fnd.run_status(pred, s.summaries, s.findings or fnd.Findings())
-    out["recordsLost"] = sum(x.records_after_cut for x in s.summaries)
+    out["recordsLost"] = len(_rows(s.findings, "lost_messages"))
     out["queues"] = _queues(pred)
     out["consumerOffsets"] = _rows(s.findings, "consumer_offset_findings")
     out["findings"] = {t: _rows(s.findings, t) for t in _TABLES if t != "consumer_offset_findings"}
@@ -90,8 +91,8 @@ def _offset_key(r: dict) -> str:
 
 def differences(sides: dict[str, dict]) -> dict:
     """What differs between the versions' ``side_json``: prediction fields, queue ranges (a queue
-    one version does not keep: null), consumer offsets whose pull status or corrected offset
-    differ, and finding rows only one version reports."""
+    one version does not keep: null), the consumer-offset corrections (a committed offset the next
+    pull moves on either side, moved differently), and finding rows only one version reports."""
     a, b = (sides[v] for v in VERSIONS)
 
     def pair(x: Any, y: Any) -> dict:
@@ -111,8 +112,12 @@ def differences(sides: dict[str, dict]) -> dict:
     def pull(r: dict | None) -> dict | None:
         return None if r is None else {"committed": r["committed_offset"], "status": r["status"],
                                        "nextBeginOffset": r["next_begin_offset"]}
+
+    def moved(r: dict | None) -> bool:
+        return r is None or r["status"] not in _SERVED
+    # the corrections: offsets a pull moves on one side at least, moved differently on the other
     out["consumerOffsets"] = {k: pair(pull(oa.get(k)), pull(ob.get(k))) for k in sorted(set(oa) | set(ob))
-                              if pull(oa.get(k)) != pull(ob.get(k))}
+                              if pull(oa.get(k)) != pull(ob.get(k)) and (moved(oa.get(k)) or moved(ob.get(k)))}
     out["findings"] = {}
     for t in _TABLES:
         if t == "consumer_offset_findings":
@@ -156,7 +161,7 @@ def print_side_by_side(doc: dict, out) -> None:
     consumer-offset corrections and findings that differ."""
     a, b = (doc["versions"][v] for v in VERSIONS)
     diff = doc["differences"]
-    rows: list[tuple[str, Any, Any] | str] = []
+    rows: list[tuple | str] = []
 
     def summary(s: dict) -> dict[str, Any]:
         p = s["prediction"]
@@ -174,13 +179,13 @@ def print_side_by_side(doc: dict, out) -> None:
     rows += [(label, sa.get(label, "-"), sb.get(label, "-")) for label in dict.fromkeys([*sa, *sb])]
     if diff["queues"]:
         rows.append(f"queues that differ ({len(diff['queues'])}), min..max:")
-        for q, v in diff["queues"].items():
+        for q, v in list(diff["queues"].items())[:LIST_LIMIT]:
             x, y = (("-" if r is None else f"{r[0]}..{r[1]}") for r in v.values())
             rows.append((f"  {q}", x, y))
     if diff["consumerOffsets"]:
         rows.append(f"consumer-offset corrections that differ ({len(diff['consumerOffsets'])}), "
                     "committed -> status, next:")
-        for k, v in diff["consumerOffsets"].items():
+        for k, v in list(diff["consumerOffsets"].items())[:LIST_LIMIT]:
             x, y = (("-" if r is None else f"{r['committed']} -> {r['status']}, {r['nextBeginOffset']}")
                     for r in v.values())
             rows.append((f"  {k}", x, y))
@@ -189,7 +194,7 @@ def print_side_by_side(doc: dict, out) -> None:
     if kinds or diff["findings"]:
         rows.append("findings that differ (entries; rows only one version reports):")
         rows += [(f"  {k}", ca.get(k, 0), cb.get(k, 0)) for k in kinds]
-        rows += [(f"  {t} rows", *(len(r) for r in v.values())) for t, v in diff["findings"].items()]
+        rows += [(f"  {t} rows", *(len(r) for r in v.values()), "*") for t, v in diff["findings"].items()]
     else:
         rows.append("findings: the same for both versions")
     lw = max(len(r[0]) for r in rows if isinstance(r, tuple))
@@ -200,7 +205,11 @@ def print_side_by_side(doc: dict, out) -> None:
         if isinstance(r, str):
             print(f"  {r}", file=out)
         else:
-            print(f"{'*' if r[1] != r[2] else ' '} {r[0]:<{lw}}  {str(r[1]):<{xw}}  {r[2]}", file=out)
+            print(f"{'*' if r[1] != r[2] or len(r) > 3 else ' '} {r[0]:<{lw}}  {str(r[1]):<{xw}}  {r[2]}",
+                  file=out)
+    longer = [n for n in (len(diff["queues"]), len(diff["consumerOffsets"])) if n > LIST_LIMIT]
+    if longer:
+        print(f"  (lists cut at {LIST_LIMIT} lines: --json has them all)", file=out)
 
 
 __all__ = ["VERSIONS", "Side", "side_json", "differences", "compare_json", "print_side_by_side"]
