@@ -94,6 +94,13 @@ def test_audit_of_the_repaired_store_is_clean(spark, tmp_path, case):
     assert {k for k in original if original[k] != repaired[k]} == set(moved)
     for k, m in moved.items():
         assert (m["committedOffset"], m["repairedOffset"]) == (original[k], repaired[k])
+    # the audit's rows keep the originals, and the repaired queue ranges the rebuild wrote
+    rows = {(r["topic"], r["group"], r["queue_id"]): r
+            for r in report.findings.tables["consumer_offset_findings"].to_pylist()
+            if r["source"] == "consumerOffset.json"}
+    for k, m in moved.items():
+        assert (rows[k]["committed_offset"], rows[k]["repaired_min"], rows[k]["repaired_max"]) == \
+            (m["committedOffset"], m["repairedMin"], m["repairedMax"])
     # the broker's own correction on the input where the repaired queue is the broker's queue
     checks = {(c.topic, c.group, c.queue_id): c for c in report.offset_checks}
     for k, m in moved.items():
