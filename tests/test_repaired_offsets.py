@@ -132,3 +132,30 @@ def test_keep_consumer_offsets_and_apply(spark, tmp_path, capsys):
                      "--backup", str(tmp_path / "backup"), "--broker-config", conf]) == 0
     assert "moved where the repaired queues serve them" in capsys.readouterr().out
     assert audit_job.main(["--store", str(store), "--broker-config", conf]) == 0
+
+
+@pytest.mark.spark
+def test_lmq_consumer_offsets_follow_the_rebuilt_lmq_queues(spark, tmp_path):
+    from test_lmq import _lmq_store
+
+    root = _lmq_store(tmp_path / "store", True)
+    (root / "config").mkdir()
+    (root / "config" / "consumerOffset.json").write_text('{\n\t"offsetTable":{\n\t\t"TopicL@G":{1:8\n\t\t}\n\t}\n}')
+    (root / "config" / "lmqConsumerOffset.json").write_text(
+        '{\n\t"lmqOffsetTable":{\n\t\t"%LMQ%a@%LMQ%g":9,\n\t\t"%LMQ%b@%LMQ%g":2\n\t}\n}')
+    out = tmp_path / "out"
+    report = job.recover(spark, str(root), str(out), str(root / "broker.conf"), "5.x")
+    # past the end of TopicL/1 (0..6) and %LMQ%a (0..5); below %LMQ%b's first entry (5: its file
+    # starts with pre-blank fillers at 0..4, which no pull is served from)
+    want = {"TopicL": (8, 6, "OFFSET_OVERFLOW_BADLY"), "%LMQ%a": (9, 5, "OFFSET_OVERFLOW_BADLY"),
+            "%LMQ%b": (2, 5, "OFFSET_TOO_SMALL")}
+    assert {m["topic"]: (m["committedOffset"], m["repairedOffset"], m["status"])
+            for m in report.offsets_moved} == want
+    pred = predict(open_store(out, root / "broker.conf"), "5.x")    # the repaired queues, as loaded
+    for topic, qid in (("TopicL", 1), ("%LMQ%a", 0), ("%LMQ%b", 0)):
+        q = pred.consume_queues[(topic, qid)]
+        assert q.min_offset <= want[topic][1] <= q.max_offset
+    assert {r["topic"]: r["offset"] for r in cf.read_lmq_consumer_offsets(out).value.to_pylist()} == \
+        {"%LMQ%a": 5, "%LMQ%b": 5}
+    assert (out / "config" / "lmqConsumerOffset.json").read_text() == \
+        '{\n\t"lmqOffsetTable":{\n\t\t"%LMQ%a@%LMQ%g":5,\n\t\t"%LMQ%b@%LMQ%g":5\n\t}\n}'
