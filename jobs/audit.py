@@ -1,7 +1,7 @@
 """Scheduled, read-only consistency audit of a RocketMQ store into Delta audit tables.
 
     spark-submit jobs/audit.py --store DIR --audit-path URI [--broker-config FILE]
-                               [--broker-version 4.9|5.x] [--since-last]
+                               [--broker-version 4.9|5.x|both] [--since-last] [--json]
     python -m jobs.audit ...              (embedded local Spark, settings from spark-conf/local.conf)
     spark-submit --properties-file spark-conf/cluster.conf --load-spark-defaults jobs/audit.py ...
                  (cluster: executors run the archive of scripts/build_env_archive.sh, see
@@ -19,7 +19,11 @@ table, so the state survives restarts. Findings that need the records are then j
 scanned range only (``runs.scan_phy_from``); the rest (consume queues vs the broker's recovery,
 index files, consumer offsets, the store's other files) are judged in full every run.
 
-Exit codes: 0 clean, 1 findings, 2 could not audit (unreadable or unsupported store).
+``--broker-version both`` audits the store as 4.9 and as 5.x and prints the two side by side
+(``jobs/whatif.py``); ``--json`` prints everything (predictions, consumer offsets, findings).
+
+Exit codes: 0 clean (both versions, with both), 1 findings, 2 could not audit (unreadable or
+unsupported store).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import hashlib
+import json
 import logging
 import os
 import sys
@@ -269,11 +274,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--store", required=True, help="store root (storePathRootDir); never written")
     ap.add_argument("--audit-path", help="directory or URI of the Delta audit tables")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
-    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X],
-                    help="recovery semantics; default: detected from the store")
+    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X, "both"],
+                    help="recovery semantics; default: detected from the store; both: the two "
+                         "versions side by side")
     ap.add_argument("--since-last", action="store_true",
                     help="scan only segments new or changed since the last audit of this store")
-    return ap.parse_args(argv)
+    ap.add_argument("--json", action="store_true",
+                    help="print the prediction, consumer offsets and findings as JSON")
+    args = ap.parse_args(argv)
+    if args.broker_version == "both" and args.since_last:
+        # each version's run would carry the other's scan summaries over
+        ap.error("--since-last audits one version: it cannot be used with --broker-version both")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,15 +294,29 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     args = parse_args(argv)
 
+    from jobs import whatif
+
     spark = get_spark("rocketmq-audit", session=False)
+    versions = whatif.VERSIONS if args.broker_version == "both" else [args.broker_version]
     try:
-        run = run_audit(spark, args.store, args.audit_path, args.broker_config, args.broker_version,
-                        args.since_last)
+        runs = [run_audit(spark, args.store, args.audit_path, args.broker_config, v, args.since_last)
+                for v in versions]
     except StoreReaderError as exc:
         print(f"error: could not audit: {exc}", file=sys.stderr)
         return 2
-    print_audit(run, args.audit_path)
-    return 0 if run.status == "clean" else 1
+    sides = [whatif.Side(r.prediction.broker_version, r.prediction, r.summaries, r.findings) for r in runs]
+    if args.broker_version == "both":
+        doc = whatif.compare_json(runs[0].store_id, sides)
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            whatif.print_side_by_side(doc, sys.stdout)
+    elif args.json:
+        print(json.dumps({"store": runs[0].store_id, "versions": {s.version: whatif.side_json(s)
+                                                                  for s in sides}}, indent=2))
+    else:
+        print_audit(runs[0], args.audit_path)
+    return 0 if all(r.status == "clean" for r in runs) else 1
 
 
 if __name__ == "__main__":

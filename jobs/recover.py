@@ -1,10 +1,13 @@
 """Broker-exact recovery of a RocketMQ store into a new, repaired store.
 
     spark-submit jobs/recover.py --store DIR --out DIR [--broker-config FILE]
-                                 [--broker-version 4.9|5.x] [--dry-run] [--overwrite]
+                                 [--broker-version 4.9|5.x|both] [--dry-run] [--overwrite]
                                  [--apply --backup DIR] [--audit-path URI]
+                                 [--keep-consumer-offsets] [--json]
     python -m jobs.recover ...            (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.recover --demo DIR     (a sample store with a simulated crash, made and recovered)
+    python -m jobs.recover --store DIR --dry-run --broker-version both [--json]
+                                          (what-if: the 4.9 and 5.x predictions side by side)
 
 Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``);
@@ -18,7 +21,9 @@ Passes (each a function the notebooks can call):
      (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports), side by side with 4-5
      and 7 (both only read the input store and the prediction);
   7. write the repaired store into a temporary directory (the commitlog copied and hashed for the
-     manifest in one read) and, once the audit succeeded too, rename it into place;
+     manifest in one read; each committed consumer offset moved where the consumer's next pull on
+     the rebuilt queues would move it, the originals in the manifest) and, once the audit
+     succeeded too, rename it into place;
      ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
@@ -220,6 +225,9 @@ class RunReport:
     applied_backup: str | None = None
     findings: fnd.Findings | None = None
     audit_tables: list[str] = field(default_factory=list)
+    keep_consumer_offsets: bool = False
+    # committed offsets the repaired store carries moved, originals included (repair.correct_consumer_offsets)
+    offsets_moved: list[dict] = field(default_factory=list)
 
     def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
         secs = (time.monotonic() if ended is None else ended) - started
@@ -411,6 +419,10 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                                           confirm, version_5x)
         repair.write_checkpoint_file(tmp, ckpt, version_5x)
         repair.copy_config(store.root, tmp)
+        if not report.keep_consumer_offsets:
+            ranges = {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"]) for r in
+                      queues.select(["topic", "queue_id", "min_offset", "max_offset"]).to_pylist()}
+            report.offsets_moved = repair.correct_consumer_offsets(tmp / "config", ranges)
         passes.check()
         t = time.monotonic()
         known = {**commitlog_digests, **index_digests, **queue_digests}
@@ -579,14 +591,17 @@ def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
             inputs.append({"path": os.path.relpath(p, store.root), "size": os.path.getsize(p)})
     return {"runId": report.run_id, "store": str(store.root), "brokerConfig": store.config.source,
             "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
-            "prediction": prediction_summary(report.prediction)}
+            "prediction": prediction_summary(report.prediction),
+            "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved}}
 
 
 def recover(spark, store_path: str, out: str | None, broker_config: str | None = None,
             broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
-            backup: str | None = None, audit_path: str | None = None) -> RunReport:
+            backup: str | None = None, audit_path: str | None = None,
+            keep_consumer_offsets: bool = False) -> RunReport:
     """The whole run (passes 1-7); ``dry_run`` writes no repaired store (audit rows still go to
-    ``audit_path`` when given)."""
+    ``audit_path`` when given). The repaired store's committed consumer offsets are moved where
+    the consumers' next pull on it would move them, unless ``keep_consumer_offsets``."""
     t = started = time.monotonic()
     audited_at = dt.datetime.now(dt.timezone.utc)
     store = open_store(store_path, broker_config)
@@ -608,7 +623,8 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     summaries = scan_segments(spark, store, store.scan_options(broker_5x=version == recovery.V5X))
     scanned = time.monotonic()
     pred = recovery.predict(store, version, summaries=summaries)
-    report = RunReport(run_id, str(store.root), out, version, pred, summaries)
+    report = RunReport(run_id, str(store.root), out, version, pred, summaries,
+                       keep_consumer_offsets=keep_consumer_offsets)
     report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scanned)
     t = scanned
     if pred.load_result:
@@ -646,6 +662,14 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     return report
 
 
+def recover_both(spark, store_path: str, broker_config: str | None = None,
+                 audit_path: str | None = None) -> list[RunReport]:
+    """The dry run for 4.9 and for 5.x (a scan and an audit each: the versions' record checks
+    differ), for ``whatif``."""
+    return [recover(spark, store_path, None, broker_config, v, dry_run=True, audit_path=audit_path)
+            for v in (recovery.V49, recovery.V5X)]
+
+
 def print_report(report: RunReport, out=None) -> None:
     out = out or sys.stdout
     pred = report.prediction
@@ -673,6 +697,11 @@ def print_report(report: RunReport, out=None) -> None:
     for c in moved[:10]:
         p(f"    {c.group}@{c.topic}/{c.queue_id}: committed {c.committed_offset} -> {c.status}, "
           f"next {c.next_begin_offset} (queue {c.min_offset}..{c.max_offset})", file=out)
+    if report.written and report.keep_consumer_offsets:
+        p("  repaired offsets   kept as they were (--keep-consumer-offsets)", file=out)
+    elif report.written:
+        p(f"  repaired offsets   {len(report.offsets_moved)} moved where the repaired queues serve "
+          f"them (originals in MANIFEST.json)", file=out)
     if report.findings is not None:
         p("  audit", file=out)
         fnd.print_summary(report.findings, out)
@@ -693,8 +722,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--store", help="store root (storePathRootDir)")
     ap.add_argument("--out", help="directory for the repaired store (must not exist)")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
-    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X],
-                    help="recovery semantics; default: detected from the store")
+    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X, "both"],
+                    help="recovery semantics; default: detected from the store; both (with "
+                         "--dry-run): the two versions' predictions side by side")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     ap.add_argument("--overwrite", action="store_true", help="replace an earlier repaired store")
     ap.add_argument("--apply", action="store_true",
@@ -702,6 +732,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--backup", help="with --apply: where the input store is kept")
     ap.add_argument("--audit-path", help="directory or URI of the Delta audit tables (findings, "
                                          "what the repair changed); none: printed only")
+    ap.add_argument("--keep-consumer-offsets", action="store_true",
+                    help="copy the committed consumer offsets as they are (default: each moved where "
+                         "the consumer's next pull on the repaired store would move it)")
     ap.add_argument("--json", action="store_true", help="print the prediction as JSON")
     ap.add_argument("--demo", metavar="DIR",
                     help="make a sample store with a simulated crash in DIR and recover it")
@@ -714,6 +747,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--apply and --dry-run exclude each other")
     if not args.dry_run and not args.demo and not args.out:
         ap.error("--out is required unless --dry-run")
+    if args.broker_version == "both" and (not args.dry_run or args.demo):
+        ap.error("--broker-version both is a what-if: it needs --dry-run")
     return args
 
 
@@ -730,10 +765,25 @@ def main(argv: list[str] | None = None) -> int:
         args.overwrite = True
         args.audit_path = args.audit_path or os.path.join(args.demo, "audit")
     spark = get_spark("rocketmq-recover", session=False)
+    if args.broker_version == "both":
+        from jobs import whatif
+
+        try:
+            reports = recover_both(spark, args.store, args.broker_config, args.audit_path)
+        except StoreReaderError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        doc = whatif.compare_json(reports[0].store, [whatif.Side(r.broker_version, r.prediction, r.summaries,
+                                                                 r.findings) for r in reports])
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            whatif.print_side_by_side(doc, sys.stdout)
+        return 0 if all(r.prediction.load_result for r in reports) else 2
     try:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                          args.dry_run, args.overwrite, args.backup if args.apply else None,
-                         args.audit_path)
+                         args.audit_path, args.keep_consumer_offsets)
     except StoreReaderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
