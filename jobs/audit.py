@@ -168,7 +168,7 @@ def run_row(job: str, mode: str, status: str, pred: recovery.Prediction, summari
     return {"job": job, "mode": mode, "status": status, "broker_version": pred.broker_version,
             "load_result": pred.load_result,
             "recovery_path": pred.recovery_path if pred.load_result else None,
-            "start_file": pred.start_file, "truncation_point": pred.max_phy_offset if pred.load_result else None,
+            "start_file": pred.start_file if pred.load_result else None, "truncation_point": pred.max_phy_offset if pred.load_result else None,
             "min_phy_offset": pred.min_phy_offset if pred.load_result else None,
             "segments_total": len(summaries), "segments_scanned": len(scanned),
             "bytes_scanned": sum(s.file_size for s in scanned),
@@ -258,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: could not audit: {exc}", file=sys.stderr)
         return 2
     print_audit(run, args.audit_path)
+    for problem in run.prediction.load_problems:
+        print(f"warning: the broker would not start on this store: {problem} (jobs.recover writes "
+              f"a repaired store it starts on)", file=sys.stderr)
     return 0 if run.status == "clean" else 1
 
 

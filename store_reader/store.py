@@ -61,6 +61,9 @@ class Store:
     load_problems: list[StoreReaderError] = field(default_factory=list)
     load_problems_49: list[StoreReaderError] = field(default_factory=list)
     """Refusals only 4.9.7's load has (a commitlog sub-directory, a zero-length last file)."""
+    left_out: list[str] = field(default_factory=list)
+    """Entries of the commitlog directories that are not in ``commitlog_files``: what the broker
+    skips or cannot map (sub-directories, names that are not numbers, a zero-length last file)."""
     notes: list[str] = field(default_factory=list)
 
     # -- paths --------------------------------------------------------------------------------
@@ -333,9 +336,11 @@ def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef 
             f"every commitlog file is {sized[0].size} bytes but mappedFileSizeCommitLog is "
             f"{config.mappedFileSizeCommitLog} ({config.source or 'broker default'}): pass the "
             f"broker's broker.conf", str(sized[0].path))
+    mapped = {f.name for f in files}
+    left_out = [str(e.location) for d in dirs for e in list_dir(d, "commitlog") if e.name not in mapped]
     store = Store(root=root, config=config, commitlog_dirs=dirs, commitlog_files=files,
                   abort_exists=(root / "abort").is_file(), lock_exists=(root / "lock").is_file(),
-                  load_problems=problems, load_problems_49=problems_49, notes=notes)
+                  load_problems=problems, load_problems_49=problems_49, left_out=left_out, notes=notes)
     if strict and problems:
         raise problems[0]
     return store
