@@ -212,3 +212,84 @@ def test_short_commitlog_file_is_read_as_never_written_past_its_data(tmp_path, b
             assert pred.deleted_commitlog_files == info.commitlog_files[index + 1:]
         else:
             assert pred.max_phy_offset == info.truncation_offset
+
+
+# -- jobs.recover on refused stores: a repaired store the broker starts on ---------------------------------
+
+def _recover_cli(store, out, conf, capsys, *extra):
+    from jobs import recover as job
+
+    rc = job.main(["--store", str(store), "--out", str(out), "--broker-config", str(conf), *extra])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("version", support.VERSIONS)
+def test_cq_file_short_repaired_store_is_the_clean_stores(spark, tmp_path, capsys, version):
+    """``cq-file-short`` is ``clean`` with one CQ file cut to 300 bytes: its repaired store holds
+    what the clean fixture's broker answers require (same commitlog, complete queues)."""
+    from test_recover_job import assert_matches_broker
+
+    src = support.input_store(version, "cq-file-short")
+    before = support.tree_digest(src)
+    out = tmp_path / "out"
+    rc, stdout, err = _recover_cli(src, out, support.broker_conf(version, "cq-file-short"), capsys)
+    assert rc == 0 and support.tree_digest(src) == before
+    assert "REFUSE" in stdout and f"repaired store     {out}" in stdout
+    short = src / "consumequeue" / "TopicA" / "0" / "00000000000000000600"
+    assert f"warning: the broker would not start on this store: {short} @ byte 300" in err
+    version_arg = "5.x" if version == V5 else "4.9"
+    repaired = recovery.predict(open_store(out, support.broker_conf(version, "clean")), version_arg)
+    assert repaired.load_result
+    assert_matches_broker(out, (version, "clean"), repaired.max_phy_offset)
+    manifest = __import__("json").loads((out / "MANIFEST.json").read_text())
+    assert not manifest["prediction"]["loadResult"] and manifest["prediction"]["leftOut"] == []
+
+
+def _lost_found(root, info):
+    (root / "commitlog" / "lost+found").mkdir()
+
+
+def _not_a_number(root, info):
+    shutil.copy(root / "commitlog" / info.commitlog_files[0], root / "commitlog" / "00000000000000000000.bak")
+
+
+def _zero_length_last(root, info):
+    (root / "commitlog" / f"{int(info.commitlog_files[-1]) + SEGMENT:020d}").write_bytes(b"")
+
+
+def _short_last(root, info):
+    last = max(n for n in info.commitlog_files if int(n) < info.written_end)
+    with open(root / "commitlog" / last, "r+b") as fh:
+        fh.truncate(10_000)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("broker, damage", [
+    ("5.x", lambda root, info: _empty_last_cq_file(root)),
+    ("4.9", _lost_found),
+    ("4.9", _zero_length_last),
+    ("5.x", _not_a_number),
+    ("4.9", _short_last),
+], ids=["5x-empty-last-cq-file", "4x-lost+found", "4x-zero-length-last", "5x-not-a-number", "4x-short-last"])
+def test_recover_writes_a_store_the_broker_starts_on(spark, tmp_path, capsys, broker, damage):
+    root, info = _store(tmp_path, broker)
+    damage(root, info)
+    store = _open(root)
+    want = recovery.predict(store, broker)
+    assert not want.load_result
+    before = support.tree_digest(root)
+    out = tmp_path / "out"
+    rc, stdout, err = _recover_cli(root, out, root / "broker.conf", capsys, "--broker-version", broker)
+    assert rc == 0 and support.tree_digest(root) == before
+    assert "REFUSE" in stdout and err.count("warning: the broker would not start") == len(want.load_problems)
+    for path in store.left_out:
+        assert f"left out           {path}" in stdout
+        assert not (out / "commitlog" / os.path.basename(path)).exists()
+    repaired = recovery.predict(open_store(out, root / "broker.conf"), broker)
+    assert repaired.load_result, repaired.load_problems
+    assert repaired.max_phy_offset == want.max_phy_offset
+    assert sorted(os.listdir(out / "commitlog")) == [f.name for f in want.commitlog_files]
+    assert all(os.path.getsize(out / "commitlog" / f.name) == SEGMENT for f in want.commitlog_files)
