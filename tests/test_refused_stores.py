@@ -259,9 +259,11 @@ def _zero_length_last(root, info):
     (root / "commitlog" / f"{int(info.commitlog_files[-1]) + SEGMENT:020d}").write_bytes(b"")
 
 
-def _short_last(root, info):
-    last = max(n for n in info.commitlog_files if int(n) < info.written_end)
-    with open(root / "commitlog" / last, "r+b") as fh:
+def _short_full_file(root, info):
+    """The last full commitlog file cut to 10000 bytes: 4.9.7's normal recovery scans it (the
+    third-last file) and cuts there, 5.3.3's starts after it (the file holding the CQ max)."""
+    full = sorted(n for n in info.commitlog_files if int(n) + SEGMENT < info.written_end)[-1]
+    with open(root / "commitlog" / full, "r+b") as fh:
         fh.truncate(10_000)
 
 
@@ -272,8 +274,8 @@ def _short_last(root, info):
     ("4.9", _lost_found),
     ("4.9", _zero_length_last),
     ("5.x", _not_a_number),
-    ("4.9", _short_last),
-], ids=["5x-empty-last-cq-file", "4x-lost+found", "4x-zero-length-last", "5x-not-a-number", "4x-short-last"])
+    ("4.9", _short_full_file),
+], ids=["5x-empty-last-cq-file", "4x-lost+found", "4x-zero-length-last", "5x-not-a-number", "4x-short-file"])
 def test_recover_writes_a_store_the_broker_starts_on(spark, tmp_path, capsys, broker, damage):
     root, info = _store(tmp_path, broker)
     damage(root, info)
@@ -293,3 +295,5 @@ def test_recover_writes_a_store_the_broker_starts_on(spark, tmp_path, capsys, br
     assert repaired.max_phy_offset == want.max_phy_offset
     assert sorted(os.listdir(out / "commitlog")) == [f.name for f in want.commitlog_files]
     assert all(os.path.getsize(out / "commitlog" / f.name) == SEGMENT for f in want.commitlog_files)
+    if want.deleted_commitlog_files:      # what is lost is said
+        assert f"lost               {sum(s.records for s in store.summaries() if s.segment in want.deleted_commitlog_files)} records" in stdout
