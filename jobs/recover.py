@@ -569,7 +569,7 @@ def prediction_summary(pred: recovery.Prediction, report: RunReport | None = Non
         "loadProblems": pred.load_problems,
         **({"leftOut": report.left_out,
             "resized": [{"path": f, "length": n, "mappedFileSize": m} for f, n, m in report.resized]}
-           if report is not None and not pred.load_result else {}),
+           if report is not None and (report.left_out or report.resized) else {}),
         "recoveryPath": pred.recovery_path,
         "startFile": pred.start_file,
         "maxPhyOffset": pred.max_phy_offset,
@@ -620,8 +620,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     scanned = time.monotonic()
     pred = recovery.predict(store, version, summaries=summaries)
     report = RunReport(run_id, str(store.root), out, version, pred, summaries)
-    if not pred.load_result:
-        report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
+    report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
     report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scanned)
     t = scanned
     if pred.load_result:
@@ -671,16 +670,16 @@ def print_report(report: RunReport, out=None) -> None:
             p(f"    - {problem}", file=out)
         p("  what follows is its recovery of the store as repaired: consume queues and index files "
           "rebuilt from the commitlog", file=out)
-        for path in report.left_out:
-            p(f"    left out           {path} (the broker skips it or cannot map it)", file=out)
         for path, length, size in report.resized:
-            how = "zeros after its data, as never written" if length < size else \
-                f"the {length - size} bytes past it dropped (never mapped)"
+            how = f"zeros from byte {length} on, as never written (any records there are lost)" \
+                if length < size else f"the {length - size} bytes past it dropped (never mapped)"
             p(f"    resized            {path}: {length} -> {size} bytes, {how}", file=out)
         dropped = sum(s.records for s in report.summaries if s.segment in pred.deleted_commitlog_files)
         p(f"    lost               {dropped} records in the commitlog files after the cut, "
           f"{sum(s.records_after_cut for s in report.summaries)} intact records behind a bad one",
           file=out)
+    for path in report.left_out:
+        p(f"  left out           {path} (the broker skips it or cannot map it)", file=out)
     lost = sum(s.records_after_cut for s in report.summaries)
     p(f"  recovery path      {pred.recovery_path} (start file {pred.start_file})", file=out)
     p(f"  truncation point   phy {pred.max_phy_offset} (min {pred.min_phy_offset})", file=out)
