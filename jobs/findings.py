@@ -62,6 +62,8 @@ QUEUE_KINDS = {
     # broker vs the commitlog: what a restart still gets wrong (the repaired store fixes it)
     "not_restored": "a record below the truncation point has no entry after the broker's recovery",
     "wrong_entry": "the broker serves an entry that differs from the record at that queue offset",
+    "renumbered": "the broker serves a record at a queue offset other than its own: its put after a "
+                  "gap writes at the tail ('[BUG]logic queue order maybe wrong', E#23)",
     "delayed_early": "SCHEDULE_TOPIC_XXXX entry whose tags code is not the deliver time: delivered "
                      "at once (E#30b)",
     "delayed_early_on_disk": "the same, in the CQ files as they are",
@@ -863,8 +865,10 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
     order = np.argsort(rec[1], kind="stable")
     rphy, rflag = rec[1][order], rec[4][order]
     at = np.minimum(np.searchsorted(rphy, bp), max(len(rphy) - 1, 0))
-    b_rec = np.where((len(rphy) > 0) & (rphy[at] == bp) if len(rphy) else np.zeros(len(bp), bool),
-                     rflag[at] if len(rphy) else -1, -1)
+    starts_rec = (rphy[at] == bp) if len(rphy) else np.zeros(len(bp), bool)
+    b_rec = np.where(starts_rec, rflag[at] if len(rphy) else -1, -1)
+    # the broker's entry points at a record of this queue stored with another queue offset
+    renumbered = hb & (bs != _PRE_BLANK) & starts_rec & ((rec[0][order][at] if len(rphy) else -1) != keys)
     def scoped(p):
         return np.ones(len(p), bool) if scope is None else (p >= scope[0]) & (p < scope[1])
 
@@ -883,7 +887,8 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
         ("not_restored", hr & ~hb & scoped(rp), rp, rs),
         ("delayed_early", early_b & scoped(rp), bp, bs),
         ("delayed_early_on_disk", early_d & scoped(rp), dp, ds),
-        ("wrong_entry", hb & hr & differs(bp, bs, bt, rp, rs, rt) & ~early_b & scoped(rp), bp, bs),
+        ("wrong_entry", hb & hr & differs(bp, bs, bt, rp, rs, rt) & ~early_b & ~renumbered & scoped(rp), bp, bs),
+        ("renumbered", renumbered & scoped(bp), bp, bs),
         ("unbacked", hb & ~blank_b & ~hr & (b_rec < 0) & (bp < end) & scoped(bp), bp, bs),
         ("corrupt_served", hb & ~blank_b & (b_rec > 0), bp, bs),
         ("blank", hd & (ds == _PRE_BLANK), dp, ds),

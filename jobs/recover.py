@@ -672,14 +672,17 @@ def print_report(report: RunReport, out=None) -> None:
         for problem in pred.load_problems:
             p(f"  - {problem}", file=out)
         return
-    lost = sum(s.records_after_cut for s in report.summaries)
+    end = pred.max_phy_offset
+    # a bad record in a file the broker keeps whole (one its recovery does not re-read) loses nothing
+    lost = sum(s.records_after_cut for s in report.summaries if s.file_start + s.file_size > end)
     p(f"  recovery path      {pred.recovery_path} (start file {pred.start_file})", file=out)
-    p(f"  truncation point   phy {pred.max_phy_offset} (min {pred.min_phy_offset})", file=out)
+    p(f"  truncation point   phy {end} (min {pred.min_phy_offset})", file=out)
     p(f"  commitlog files    {len(pred.commitlog_files)} kept, "
       f"{len(pred.deleted_commitlog_files)} deleted {pred.deleted_commitlog_files}", file=out)
     for s in report.summaries:
         if s.end_reason in ("corrupt", "torn_tail"):
-            p(f"  {s.end_reason:<18} {s.path} @ byte {s.valid_bytes} ({s.end_check}); "
+            kept = "kept by the broker, not re-read; " if s.file_start + s.file_size <= end else ""
+            p(f"  {s.end_reason:<18} {s.path} @ byte {s.valid_bytes} ({s.end_check}); {kept}"
               f"{s.records_after_cut} intact records behind it", file=out)
     p(f"  records lost       {lost} intact records behind a bad one", file=out)
     p(f"  consume queues     {len(pred.consume_queues)} after the broker's recovery", file=out)
