@@ -1,10 +1,13 @@
 """Broker-exact recovery of a RocketMQ store into a new, repaired store.
 
     spark-submit jobs/recover.py --store DIR --out DIR [--broker-config FILE]
-                                 [--broker-version 4.9|5.x] [--dry-run] [--overwrite]
+                                 [--broker-version 4.9|5.x|both] [--dry-run] [--overwrite]
                                  [--apply --backup DIR] [--audit-path URI]
+                                 [--keep-consumer-offsets] [--json]
     python -m jobs.recover ...            (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.recover --demo DIR     (a sample store with a simulated crash, made and recovered)
+    python -m jobs.recover --store DIR --dry-run --broker-version both [--json]
+                                          (what-if: the 4.9 and 5.x predictions side by side)
 
 Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``);
@@ -18,11 +21,17 @@ Passes (each a function the notebooks can call):
      (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports), side by side with 4-5
      and 7 (both only read the input store and the prediction);
   7. write the repaired store into a temporary directory (the commitlog copied and hashed for the
-     manifest in one read) and, once the audit succeeded too, rename it into place;
+     manifest in one read; each committed consumer offset moved where the consumer's next pull on
+     the rebuilt queues would move it, the originals in the manifest) and, once the audit
+     succeeded too, rename it into place;
      ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
-Exit codes: 0 done, 2 could not recover (bad input, store the broker would refuse, disk full).
+A store the broker refuses to start on (a file of the wrong size, a stray entry in ``commitlog/``,
+5.3.3's correctMinOffset throw) still gets a repaired store it starts on: the refusal is printed
+(and a ``warning:`` line on stderr), the repaired store follows the broker's recovery of the store
+without what it refuses (``recovery.Prediction``), the entries left out are listed.
+Exit codes: 0 done, 2 could not recover (bad input, disk full).
 """
 from __future__ import annotations
 
@@ -235,6 +244,13 @@ class RunReport:
     applied_backup: str | None = None
     findings: fnd.Findings | None = None
     audit_tables: list[str] = field(default_factory=list)
+    keep_consumer_offsets: bool = False
+    offsets_moved: list[dict] = field(default_factory=list)
+    """Committed offsets the repaired store carries moved, originals included (repair.correct_consumer_offsets)."""
+    left_out: list[str] = field(default_factory=list)
+    """Entries of the commitlog directories the broker skips or cannot map: not in the repaired store."""
+    resized: list[tuple[str, int, int]] = field(default_factory=list)
+    """(file, length, mappedFileSizeCommitLog) of commitlog files the repaired store holds resized."""
 
     def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
         secs = (time.monotonic() if ended is None else ended) - started
@@ -428,6 +444,10 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                                           confirm, version_5x)
         repair.write_checkpoint_file(tmp, ckpt, version_5x)
         repair.copy_config(store.root, tmp)
+        if not report.keep_consumer_offsets:
+            ranges = {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"]) for r in
+                      queues.select(["topic", "queue_id", "min_offset", "max_offset"]).to_pylist()}
+            report.offsets_moved = repair.correct_consumer_offsets(tmp / "config", ranges)
         passes.check()
         t = time.monotonic()
         known = {**commitlog_digests, **index_digests, **queue_digests}
@@ -571,11 +591,14 @@ def apply_repaired(store_root: Path, repaired: Path, backup: Path) -> None:
         raise
 
 
-def prediction_summary(pred: recovery.Prediction) -> dict:
+def prediction_summary(pred: recovery.Prediction, report: RunReport | None = None) -> dict:
     return {
         "brokerVersion": pred.broker_version,
         "loadResult": pred.load_result,
         "loadProblems": pred.load_problems,
+        **({"leftOut": report.left_out,
+            "resized": [{"path": f, "length": n, "mappedFileSize": m} for f, n, m in report.resized]}
+           if report is not None and (report.left_out or report.resized) else {}),
         "recoveryPath": pred.recovery_path,
         "startFile": pred.start_file,
         "maxPhyOffset": pred.max_phy_offset,
@@ -596,14 +619,17 @@ def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
             inputs.append({"path": os.path.relpath(p, store.root), "size": os.path.getsize(p)})
     return {"runId": report.run_id, "store": str(store.root), "brokerConfig": store.config.source,
             "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
-            "prediction": prediction_summary(report.prediction)}
+            "prediction": prediction_summary(report.prediction, report),
+            "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved}}
 
 
 def recover(spark, store_path: str, out: str | None, broker_config: str | None = None,
             broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
-            backup: str | None = None, audit_path: str | None = None) -> RunReport:
+            backup: str | None = None, audit_path: str | None = None,
+            keep_consumer_offsets: bool = False) -> RunReport:
     """The whole run (passes 1-7); ``dry_run`` writes no repaired store (audit rows still go to
-    ``audit_path`` when given)."""
+    ``audit_path`` when given). The repaired store's committed consumer offsets are moved where
+    the consumers' next pull on it would move them, unless ``keep_consumer_offsets``."""
     t = started = time.monotonic()
     audited_at = dt.datetime.now(dt.timezone.utc)
     store = open_store(store_path, broker_config)
@@ -625,7 +651,9 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     summaries = scan_segments(spark, store, store.scan_options(broker_5x=version == recovery.V5X))
     scanned = time.monotonic()
     pred = recovery.predict(store, version, summaries=summaries)
-    report = RunReport(run_id, str(store.root), out, version, pred, summaries)
+    report = RunReport(run_id, str(store.root), out, version, pred, summaries,
+                       keep_consumer_offsets=keep_consumer_offsets)
+    report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
     report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scanned)
     t = scanned
     if pred.load_result:
@@ -633,7 +661,9 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)
     report.log_pass("plan", t, f"{pred.recovery_path} path, start {pred.start_file}, "
                     f"truncation point {pred.max_phy_offset}")
-    writing = pred.load_result and not dry_run and out is not None
+    writing = not dry_run and out is not None
+    if writing:
+        repair.check_repairable(store, pred, summaries)
     warming: threading.Thread | None = None
     if audit_path:      # delta-rs starts up (~0.3 s) while the audit runs, not at the commit
         warming = threading.Thread(target=deltasink.warm_up, args=(spark,), name="delta-warm-up", daemon=True)
@@ -654,12 +684,21 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
                                 repaired=str(Path(out).resolve()) if report.written else None)
         store_id = store_id_for(str(store.root))
         mtimes = {s.segment: os.stat(s.path).st_mtime_ns for s in summaries if os.path.exists(s.path)}
+        written = audit_job.fingerprints(store, {s.segment: s.valid_bytes for s in summaries if s.segment in mtimes})
         tables = fnd.run_tables(report.findings, row,
-                                fnd.segment_rows(summaries, pred, mtimes, {s.segment for s in summaries}),
+                                fnd.segment_rows(summaries, pred, mtimes, {s.segment for s in summaries}, written),
                                 run_id, store_id, audited_at)
         report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark)
         report.log_pass("write audit tables", t, audit_path)
     return report
+
+
+def recover_both(spark, store_path: str, broker_config: str | None = None,
+                 audit_path: str | None = None) -> list[RunReport]:
+    """The dry run for 4.9 and for 5.x (a scan and an audit each: the versions' record checks
+    differ), for ``whatif``."""
+    return [recover(spark, store_path, None, broker_config, v, dry_run=True, audit_path=audit_path)
+            for v in (recovery.V49, recovery.V5X)]
 
 
 def print_report(report: RunReport, out=None) -> None:
@@ -668,10 +707,22 @@ def print_report(report: RunReport, out=None) -> None:
     p = print
     p(f"run {report.run_id}: store {report.store} (broker {report.broker_version})", file=out)
     if not pred.load_result:
-        p("the broker would REFUSE to load this store:", file=out)
+        p("  the broker would REFUSE to start on this store as it is:", file=out)
         for problem in pred.load_problems:
-            p(f"  - {problem}", file=out)
-        return
+            p(f"    - {problem}", file=out)
+        p("  what follows is its recovery of the store as repaired: consume queues and index files "
+          "rebuilt from the commitlog", file=out)
+        for path, length, size in report.resized:
+            how = f"zeros from byte {length} on, as never written (any records there are lost)" \
+                if length < size else f"the {length - size} bytes past it dropped (never mapped)"
+            p(f"    resized            {path}: {length} -> {size} bytes, {how}", file=out)
+        dropped = sum(s.records for s in report.summaries if s.segment in pred.deleted_commitlog_files)
+        p(f"    lost               {dropped} records in the commitlog files after the cut, "
+          f"{sum(s.records_after_cut for s in report.summaries if s.file_start + s.file_size > pred.max_phy_offset)} "
+          "intact records behind a bad one",
+          file=out)
+    for path in report.left_out:
+        p(f"  left out           {path} (the broker skips it or cannot map it)", file=out)
     end = pred.max_phy_offset
     # a bad record in a file the broker keeps whole (one its recovery does not re-read) loses nothing
     lost = sum(s.records_after_cut for s in report.summaries if s.file_start + s.file_size > end)
@@ -692,6 +743,11 @@ def print_report(report: RunReport, out=None) -> None:
     for c in moved[:10]:
         p(f"    {c.group}@{c.topic}/{c.queue_id}: committed {c.committed_offset} -> {c.status}, "
           f"next {c.next_begin_offset} (queue {c.min_offset}..{c.max_offset})", file=out)
+    if report.written and report.keep_consumer_offsets:
+        p("  repaired offsets   kept as they were (--keep-consumer-offsets)", file=out)
+    elif report.written:
+        p(f"  repaired offsets   {len(report.offsets_moved)} moved where the repaired queues serve "
+          f"them (originals in MANIFEST.json)", file=out)
     if report.findings is not None:
         p("  audit", file=out)
         fnd.print_summary(report.findings, out)
@@ -712,8 +768,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--store", help="store root (storePathRootDir)")
     ap.add_argument("--out", help="directory for the repaired store (must not exist)")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
-    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X],
-                    help="recovery semantics; default: detected from the store")
+    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X, "both"],
+                    help="recovery semantics; default: detected from the store; both (with "
+                         "--dry-run): the two versions' predictions side by side")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     ap.add_argument("--overwrite", action="store_true", help="replace an earlier repaired store")
     ap.add_argument("--apply", action="store_true",
@@ -721,6 +778,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--backup", help="with --apply: where the input store is kept")
     ap.add_argument("--audit-path", help="directory or URI of the Delta audit tables (findings, "
                                          "what the repair changed); none: printed only")
+    ap.add_argument("--keep-consumer-offsets", action="store_true",
+                    help="copy the committed consumer offsets as they are (default: each moved where "
+                         "the consumer's next pull on the repaired store would move it)")
     ap.add_argument("--json", action="store_true", help="print the prediction as JSON")
     ap.add_argument("--demo", metavar="DIR",
                     help="make a sample store with a simulated crash in DIR and recover it")
@@ -733,6 +793,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--apply and --dry-run exclude each other")
     if not args.dry_run and not args.demo and not args.out:
         ap.error("--out is required unless --dry-run")
+    if args.broker_version == "both" and (not args.dry_run or args.demo):
+        ap.error("--broker-version both is a what-if: it needs --dry-run")
     return args
 
 
@@ -749,18 +811,39 @@ def main(argv: list[str] | None = None) -> int:
         args.overwrite = True
         args.audit_path = args.audit_path or os.path.join(args.demo, "audit")
     spark = get_spark("rocketmq-recover", session=False)
+    if args.broker_version == "both":
+        from jobs import whatif
+
+        try:
+            reports = recover_both(spark, args.store, args.broker_config, args.audit_path)
+        except StoreReaderError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        doc = whatif.compare_json(reports[0].store, [whatif.Side(r.broker_version, r.prediction, r.summaries,
+                                                                 r.findings) for r in reports])
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            whatif.print_side_by_side(doc, sys.stdout)
+        return 0 if all(r.prediction.load_result for r in reports) else 2
     try:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                          args.dry_run, args.overwrite, args.backup if args.apply else None,
-                         args.audit_path)
+                         args.audit_path, args.keep_consumer_offsets)
     except StoreReaderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(prediction_summary(report.prediction), indent=2))
+        print(json.dumps(prediction_summary(report.prediction, report), indent=2))
     else:
         print_report(report)
-    return 0 if report.prediction.load_result else 2
+    if not report.prediction.load_result:
+        for problem in report.prediction.load_problems:
+            print(f"warning: the broker would not start on this store: {problem}", file=sys.stderr)
+        if report.written:
+            print(f"warning: repaired store {report.out} written; the broker starts on it, not on "
+                  f"{report.store}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

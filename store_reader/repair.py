@@ -1,5 +1,6 @@
 """Write a repaired store: the commitlog cut at the broker's truncation point, consume queues and
-index files rebuilt from every surviving record, a consistent checkpoint, no ``abort``.
+index files rebuilt from every surviving record, a consistent checkpoint, no ``abort``, committed
+consumer offsets the rebuilt queues serve.
 
 Spark-free building blocks; ``jobs/recover.py`` runs them in parallel (consume queues: one task
 per bucket of CQ files or queues; index: one task per index file) and places the result atomically.
@@ -27,14 +28,17 @@ import pyarrow as pa
 from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
+from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
 from .consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE
 from .consumequeue import file_name as cq_file_name
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
-from .recovery import ConsumeQueueState, index_put_keys, multi_dispatch_rows
+from .exceptions import StoreReaderError
+from .recovery import ConsumeQueueState, Prediction, index_put_keys, multi_dispatch_rows, range_status
 
 if TYPE_CHECKING:
     from .commitlog import SegmentSummary
+    from .store import Store
 
 # Bytes read and hashed at a time while copying: small enough to stay in the core's cache between
 # the read and the hash.
@@ -61,6 +65,28 @@ ENTRY_SCHEMA = pa.schema([
     pa.field("copy", pa.int32(), False), pa.field("stored_phy_offset", pa.int64(), False),
     pa.field("total_size", pa.int32(), False), pa.field("tags_code", pa.int64(), False),
     pa.field("store_timestamp", pa.int64(), False)])
+
+
+def resized_commitlog_files(store: Store) -> list[tuple[str, int, int]]:
+    """(file, length, mappedFileSizeCommitLog) of the commitlog files whose length the broker
+    refuses: the repaired store holds each at the configured size, by the broker's own rule for
+    its bytes (a short file as its data then zeros, a preallocated file never written to the end;
+    a long file as its first mappedFileSizeCommitLog bytes, all the broker ever maps)."""
+    size = store.config.mappedFileSizeCommitLog
+    return [(str(f.path), f.size, size) for f in store.commitlog_files if f.size != size]
+
+
+def check_repairable(store: Store, pred: Prediction, summaries: Sequence[SegmentSummary]) -> None:
+    """Refuse a repair whose cut this package cannot place: a commitlog file longer than the
+    configured size whose valid records go on past that size (the broker maps only the first
+    ``mappedFileSizeCommitLog`` bytes and would cut at the record that crosses it)."""
+    size = store.config.mappedFileSizeCommitLog
+    for s in summaries:
+        if s.file_size > size and s.valid_bytes > size and s.segment not in pred.deleted_commitlog_files:
+            raise StoreReaderError(
+                f"commitlog file is {s.file_size} bytes, longer than mappedFileSizeCommitLog {size}, and "
+                f"its records go on past that size: the broker maps only the first {size} bytes; "
+                f"truncate it to {size} bytes (keep a copy) and run again", s.path, size)
 
 
 def copy_commitlog_file(src: str, dest: str, keep: int, file_size: int) -> str:
@@ -830,6 +856,34 @@ def copy_config(src_root: Path, dest_root: Path) -> list[str]:
         shutil.copyfile(src_root / "lock", dest_root / "lock")
         copied.append("lock")
     return copied
+
+
+def correct_consumer_offsets(config_dir: Path, queue_ranges: Mapping[tuple[str, int], tuple[int, int]]
+                             ) -> list[dict]:
+    """Move every committed offset of the consumer offset files under ``config_dir`` (each
+    generation, ``CONSUMER_OFFSET_FILES``) to where the consumer's next pull on the repaired store
+    would move it: the broker's own correction (``recovery.range_status``) against
+    ``queue_ranges``, (min, max) of each repaired queue (a queue not there is empty). An offset
+    the queue serves stays; a file that does not decode stays as it is.
+
+    Returns one dict per moved offset, the original value included (for the manifest)."""
+    def serves(topic: str, queue_id: int, offset: int) -> tuple[int, int, str | None, int]:
+        lo, hi = queue_ranges.get((topic, queue_id), (0, 0))
+        return (lo, hi, *range_status(lo, hi, offset))
+
+    moved: list[dict] = []
+    for name in CONSUMER_OFFSET_FILES:
+        path = config_dir / name
+        if not path.is_file():
+            continue
+        changed = rewrite_consumer_offsets(path, lambda t, g, q, o: serves(t, q, o)[3],
+                                           lmq=name.startswith("lmq"))
+        for topic, group, qid, old, new in changed or ():
+            lo, hi, status, _ = serves(topic, qid, old)
+            moved.append({"file": f"config/{name}", "topic": topic, "group": group, "queueId": qid,
+                          "committedOffset": old, "repairedOffset": new, "status": status,
+                          "repairedMin": lo, "repairedMax": hi})
+    return moved
 
 
 def repaired_checkpoint(last_store_ts: int, last_cq_store_ts: int, index_msg_ts: int,

@@ -26,19 +26,6 @@ def _copy(case, tmp_path):
     return dest
 
 
-def test_store_the_broker_refuses_is_reported_and_nothing_written(spark, tmp_path, capsys):
-    case = (V4, "cq-file-short")
-    out = tmp_path / "out"
-    report = job.recover(spark, str(support.input_store(*case)), str(out),
-                         str(support.broker_conf(*case)), "4.9")
-    assert not report.prediction.load_result and not out.exists()
-    assert any("600" in p and "00000000000000000600" in p for p in report.prediction.load_problems)
-    rc = job.main(["--store", str(support.input_store(*case)), "--out", str(out),
-                   "--broker-config", str(support.broker_conf(*case))])
-    assert rc == 2 and not out.exists()
-    assert "REFUSE" in capsys.readouterr().out
-
-
 def test_refusals(spark, tmp_path):
     case = (V5, "clean")
     src = support.input_store(*case)
