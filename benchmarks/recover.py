@@ -292,7 +292,8 @@ def reference(store_path: str, out_path: str) -> dict[str, float]:
 
     parts = [repair.rebuild_queue_part(topic, qid, -1, pa.concat_tables(queues.pop((topic, qid))),
                                        cfg.cq_file_size, str(out / "consumequeue" / topic / str(qid)),
-                                       str(store.root / "consumequeue" / topic / str(qid)))
+                                       str(store.root / "consumequeue" / topic / str(qid)),
+                                       cfg.mappedFileSizeCommitLog)
              for topic, qid in sorted(queues)]
     last_cq_ts = max((p.last_store_timestamp for p in parts), default=0)
     timed("rebuild consume queues", t)

@@ -11,7 +11,9 @@ Four views of every consume queue entry meet per (topic, queue id) and are compa
     the entry after the broker's own recovery (``store_reader.recovery.predict``);
 ``rebuilt``
     the entry the commitlog's records below the truncation point give (what the repaired store
-    holds): every dispatchable record at its QUEUEOFFSET, LMQ copies included;
+    holds): every dispatchable record at its QUEUEOFFSET, LMQ copies included, records behind
+    bytes that are not a record in a file the broker keeps included (``repair.place_entries``);
+    an offset between two of them that no record holds is a filler there;
 ``rec``
     every record the scan finds, intact ones behind a bad record included, with its damage flag.
 
@@ -60,6 +62,8 @@ QUEUE_KINDS = {
     # broker vs the commitlog: what a restart still gets wrong (the repaired store fixes it)
     "not_restored": "a record below the truncation point has no entry after the broker's recovery",
     "wrong_entry": "the broker serves an entry that differs from the record at that queue offset",
+    "renumbered": "the broker serves a record at a queue offset other than its own: its put after a "
+                  "gap writes at the tail ('[BUG]logic queue order maybe wrong', E#23)",
     "delayed_early": "SCHEDULE_TOPIC_XXXX entry whose tags code is not the deliver time: delivered "
                      "at once (E#30b)",
     "delayed_early_on_disk": "the same, in the CQ files as they are",
@@ -67,9 +71,14 @@ QUEUE_KINDS = {
     "corrupt_served": "the broker serves an entry whose record fails its CRC check or lies behind a "
                       "bad record, in a file its recovery does not read (OBSERVATIONS 17-18)",
     "duplicate_queue_offset": "several records claim the same queue offset",
+    # the repaired store
+    "filler": "no record left for this queue offset inside the queue (zeroed bytes, a missing "
+              "commitlog file): the repaired store holds a filler unit (size 2^31-1) that a pull "
+              "skips, never a renumbered entry",
     # structure of the CQ files
     "hole": "invalid entries inside a queue on disk, valid ones after them",
-    "blank": "pre-blank filler entries on disk (phy 0, size 2^31-1)",
+    "blank": "filler entries on disk (size 2^31-1: the broker's pre-blank head, phy 0, or a "
+             "repaired store's filler)",
     "duplicate_phy": "the same phy offset at more than one queue offset (after recovery)",
     "duplicate_phy_on_disk": "the same phy offset at more than one queue offset (on disk)",
     "queue_missing": "no CQ directory on disk for a queue the commitlog has records of",
@@ -341,14 +350,17 @@ def scan_segment(path: str, segment: str, lost: bool, plan: AuditPlan) -> Iterat
     puts, lost_rows, flush = [], [], []
     topic_no: dict[str, int] = {}
     for rb in SegmentScan(path, plan.opts, columns=cols, include_lost=True, batch_size=65536):
-        below = (_column(rb, "phy_offset") < plan.end) & _column(rb, "valid_prefix")
-        _queue_rows(rb, plan, below, queues)
+        # records below the cut: the broker keeps their bytes, behind a bad record too (a file it
+        # does not re-read); the flush window counts the valid prefix (what was written in order)
+        kept = _column(rb, "phy_offset") < plan.end
+        below = kept & _column(rb, "valid_prefix")
+        _queue_rows(rb, plan, kept, queues)
         if lost:
             lost_rows.append(_lost_rows(rb, segment, plan))
         if below.any():
-            b = rb.filter(pa.array(below))
-            flush += _flush_partials(b, plan)
-            p = index_puts(b, ordered=True)
+            flush += _flush_partials(rb.filter(pa.array(below)), plan)
+        if kept.any():
+            p = index_puts(rb.filter(pa.array(kept)), ordered=True)
             topics = p.topic.dictionary_encode()
             code = np.array([topic_no.setdefault(t, len(topic_no)) for t in topics.dictionary.to_pylist()]
                             or [0], np.int32)[topics.indices.to_numpy(zero_copy_only=False)]
@@ -892,8 +904,10 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
     order = np.argsort(rec[1], kind="stable")
     rphy, rflag = rec[1][order], rec[4][order]
     at = np.minimum(np.searchsorted(rphy, bp), max(len(rphy) - 1, 0))
-    b_rec = np.where((len(rphy) > 0) & (rphy[at] == bp) if len(rphy) else np.zeros(len(bp), bool),
-                     rflag[at] if len(rphy) else -1, -1)
+    starts_rec = (rphy[at] == bp) if len(rphy) else np.zeros(len(bp), bool)
+    b_rec = np.where(starts_rec, rflag[at] if len(rphy) else -1, -1)
+    # the broker's entry points at a record of this queue stored with another queue offset
+    renumbered = hb & (bs != _PRE_BLANK) & starts_rec & ((rec[0][order][at] if len(rphy) else -1) != keys)
     def scoped(p):
         return np.ones(len(p), bool) if scope is None else (p >= scope[0]) & (p < scope[1])
 
@@ -912,7 +926,8 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
         ("not_restored", hr & ~hb & scoped(rp), rp, rs),
         ("delayed_early", early_b & scoped(rp), bp, bs),
         ("delayed_early_on_disk", early_d & scoped(rp), dp, ds),
-        ("wrong_entry", hb & hr & differs(bp, bs, bt, rp, rs, rt) & ~early_b & scoped(rp), bp, bs),
+        ("wrong_entry", hb & hr & differs(bp, bs, bt, rp, rs, rt) & ~early_b & ~renumbered & scoped(rp), bp, bs),
+        ("renumbered", renumbered & scoped(bp), bp, bs),
         ("unbacked", hb & ~blank_b & ~hr & (b_rec < 0) & (bp < end) & scoped(bp), bp, bs),
         ("corrupt_served", hb & ~blank_b & (b_rec > 0), bp, bs),
         ("blank", hd & (ds == _PRE_BLANK), dp, ds),
@@ -929,13 +944,25 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
         gaps = np.flatnonzero(np.diff(vo) > 1)
         for g in gaps:
             out += _runs("hole", topic, qid, np.arange(vo[g] + 1, vo[g + 1]))
-    for kind, v, keep in (("duplicate_phy_on_disk", d, d[2] > 0), ("duplicate_phy", b, b[2] != _PRE_BLANK)):
+    for kind, v, keep in (("duplicate_phy_on_disk", d, (d[2] > 0) & (d[2] != _PRE_BLANK)),
+                          ("duplicate_phy", b, b[2] != _PRE_BLANK)):
         o, p, s = v[0][keep], v[1][keep], v[2][keep]
         if len(p) < 2 or (np.diff(p) > 0).all():        # the usual queue: phy offsets ascend
             continue
         vals, cnt = np.unique(p, return_counts=True)
         m = np.isin(p, vals[cnt > 1])
         out += _runs(kind, topic, qid, o[m], p[m], s[m], detail="phy offset at several queue offsets")
+    # offsets inside the rebuilt queue that no record holds: the repaired store's fillers
+    for g in np.flatnonzero(np.diff(r[0]) > 1):
+        prev_end, nxt = int(r[1][g] + r[2][g]), int(r[1][g + 1])
+        out.append({"kind": "filler", "topic": topic, "queue_id": qid, "from_offset": int(r[0][g]) + 1,
+                    "to_offset": int(r[0][g + 1]), "count": int(r[0][g + 1] - r[0][g] - 1),
+                    "phy_from": prev_end if prev_end <= nxt else None, "phy_to": nxt if prev_end <= nxt else None,
+                    "detail": "records gone between its neighbours' commitlog positions"})
+    # ... and past the last record left, up to the max of the queue the broker keeps
+    tail = b[0] > r[0][-1] if len(r[0]) else np.ones(len(b[0]), bool)
+    out += _runs("filler", topic, qid, b[0][tail], b[1][tail], b[2][tail],
+                 detail="the broker keeps these offsets past the queue's last record left")
     if not on_disk and len(r[0]):           # one row for the queue: its whole range
         out.append({"kind": "queue_missing", "topic": topic, "queue_id": qid, "from_offset": int(r[0][0]),
                     "to_offset": int(r[0][-1]) + 1, "count": len(r[0]), "phy_from": int(r[1].min()),

@@ -127,19 +127,25 @@ def surviving_records(spark, store: Store, end: int, broker_5x: bool, buckets: i
 @dataclass
 class QueueRebuild:
     """What ``rebuild_consume_queues`` did: one row per queue (topic, queue_id, min/max offset,
-    entries, last store time), the rebuild tasks, the parts they built and the queues that had to
-    be rebuilt in one piece."""
+    entries, last store time), the rebuild tasks, the parts they built, the queues that had to
+    be rebuilt in one piece and the filler units written for queue offsets whose records are gone
+    (topic, queue id, first offset, end offset, phy; ``repair.place_entries``)."""
 
     queues: pa.Table
     tasks: int
     parts: int
     rebuilt_whole: list[tuple[str, int]]
+    fillers: list[tuple[str, int, int, int, int]]
 
 
 def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_root: str,
-                           expected_entries: int) -> QueueRebuild:
+                           expected_entries: int,
+                           kept_queues: dict[tuple[str, int], tuple[int, int]] | None = None) -> QueueRebuild:
     """Write every queue's CQ files under ``out_root/consumequeue`` (LMQ copies included when
-    ``enableMultiDispatch``) from the records below ``end``.
+    ``enableMultiDispatch``) from the records below ``end``, each entry at its record's own
+    queue offset (``repair.place_entries``). ``kept_queues``: (min, max) offset of each queue the
+    broker keeps; where its max is past the rebuilt queue's (the last records are gone), the
+    offsets up to it get filler units (``repair.extend_queue``).
 
     One task per bucket of parts, ``expected_entries / ENTRIES_PER_REBUILD_TASK`` buckets (at least
     one per core): a huge queue is split by CQ file, its files spread over the buckets, and many
@@ -159,7 +165,8 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
             topic, qid, file_no = key
             yield repair.rebuild_queue_part(
                 topic, qid, file_no, pa.concat_tables(parts.pop(key)), cfg.cq_file_size,
-                os.path.join(out_root, "consumequeue", topic, str(qid)), queue_dirs / topic / str(qid))
+                os.path.join(out_root, "consumequeue", topic, str(qid)), queue_dirs / topic / str(qid),
+                cfg.mappedFileSizeCommitLog)
 
     def run(only: set[tuple[str, int]] | None) -> list[repair.QueuePart]:
         rdd = surviving_records(spark, store, end, broker_5x, buckets, only)
@@ -173,7 +180,16 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
         for topic, qid in irregular:
             shutil.rmtree(os.path.join(out_root, "consumequeue", topic, str(qid)), ignore_errors=True)
         parts = [p for p in parts if (p.topic, p.queue_id) not in irregular] + run(irregular)
-    return QueueRebuild(repair.queue_table(parts), buckets, len(parts), sorted(irregular))
+    table = repair.queue_table(parts)
+    rebuilt = {(t, q): (lo, hi) for t, q, lo, hi in zip(*(table[c].to_pylist() for c in (
+        "topic", "queue_id", "min_offset", "max_offset")))}
+    for key, (lo, hi) in sorted((kept_queues or {}).items()):
+        have = rebuilt.get(key)
+        if hi > (lo if have is None else have[1]):
+            parts.append(repair.extend_queue(*key, os.path.join(out_root, "consumequeue", key[0], str(key[1])),
+                                             cfg.cq_file_size, have, (lo, hi)))
+    fillers = sorted((p.topic, p.queue_id, *run) for p in parts for run in p.fillers)
+    return QueueRebuild(repair.queue_table(parts), buckets, len(parts), sorted(irregular), fillers)
 
 
 def index_put_counts(spark, store: Store, summaries: Sequence[SegmentSummary], end: int,
@@ -405,10 +421,12 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                 if queued is not None:
                     queued.set()
                 t = time.monotonic()
-                rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected)
+                kept = {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()}
+                rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected, kept)
                 report.log_pass("rebuild consume queues", t, f"{rebuilt.queues.num_rows} queues, "
                                 f"{sum(rebuilt.queues['entries'].to_pylist())} entries, {rebuilt.parts} "
-                                f"parts in {rebuilt.tasks} tasks, {len(rebuilt.rebuilt_whole)} rebuilt whole")
+                                f"parts in {rebuilt.tasks} tasks, {len(rebuilt.rebuilt_whole)} rebuilt whole, "
+                                f"{sum(hi - lo for _, _, lo, hi, _ in rebuilt.fillers)} filler units")
                 return rebuilt.queues, _digests(tmp, "consumequeue")
 
             copying = passes.submit(commitlog)
@@ -702,18 +720,22 @@ def print_report(report: RunReport, out=None) -> None:
             p(f"    resized            {path}: {length} -> {size} bytes, {how}", file=out)
         dropped = sum(s.records for s in report.summaries if s.segment in pred.deleted_commitlog_files)
         p(f"    lost               {dropped} records in the commitlog files after the cut, "
-          f"{sum(s.records_after_cut for s in report.summaries)} intact records behind a bad one",
+          f"{sum(s.records_after_cut for s in report.summaries if s.file_start + s.file_size > pred.max_phy_offset)} "
+          "intact records behind a bad one",
           file=out)
     for path in report.left_out:
         p(f"  left out           {path} (the broker skips it or cannot map it)", file=out)
-    lost = sum(s.records_after_cut for s in report.summaries)
+    end = pred.max_phy_offset
+    # a bad record in a file the broker keeps whole (one its recovery does not re-read) loses nothing
+    lost = sum(s.records_after_cut for s in report.summaries if s.file_start + s.file_size > end)
     p(f"  recovery path      {pred.recovery_path} (start file {pred.start_file})", file=out)
-    p(f"  truncation point   phy {pred.max_phy_offset} (min {pred.min_phy_offset})", file=out)
+    p(f"  truncation point   phy {end} (min {pred.min_phy_offset})", file=out)
     p(f"  commitlog files    {len(pred.commitlog_files)} kept, "
       f"{len(pred.deleted_commitlog_files)} deleted {pred.deleted_commitlog_files}", file=out)
     for s in report.summaries:
         if s.end_reason in ("corrupt", "torn_tail"):
-            p(f"  {s.end_reason:<18} {s.path} @ byte {s.valid_bytes} ({s.end_check}); "
+            kept = "kept by the broker, not re-read; " if s.file_start + s.file_size <= end else ""
+            p(f"  {s.end_reason:<18} {s.path} @ byte {s.valid_bytes} ({s.end_check}); {kept}"
               f"{s.records_after_cut} intact records behind it", file=out)
     p(f"  records lost       {lost} intact records behind a bad one", file=out)
     p(f"  consume queues     {len(pred.consume_queues)} after the broker's recovery", file=out)

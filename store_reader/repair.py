@@ -19,7 +19,7 @@ import shutil
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -30,14 +30,13 @@ from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
-from .consumequeue import CQ_STORE_UNIT_SIZE
-from .exceptions import OutputError, UnreadableFileError
-from .fsutil import walk_files
-from .storefs import READ_CHUNK, PathRef, StoreLocation, location
+from .consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE
 from .consumequeue import file_name as cq_file_name
+from .exceptions import OutputError, StoreReaderError, UnreadableFileError
+from .fsutil import walk_files
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
-from .exceptions import StoreReaderError
+from .storefs import READ_CHUNK, PathRef, StoreLocation, location
 from .recovery import ConsumeQueueState, Prediction, index_put_keys, multi_dispatch_rows, range_status
 
 if TYPE_CHECKING:
@@ -202,11 +201,13 @@ def update_zeros(digest: Any, n: int) -> None:
 def dispatch_entries(path: str, opts: rf.ScanOptions, end: int, config: BrokerConfig,
                      broker_5x: bool) -> Iterator[pa.Table]:
     """The consume queue puts (``ENTRY_SCHEMA``) of one commitlog file's records below ``end``:
-    dispatchable records (F§3.5) and their LMQ copies (R§5.3, E#33), batch by batch."""
+    dispatchable records (F§3.5) and their LMQ copies (R§5.3, E#33), batch by batch. Records
+    behind bytes that are not a record (a zeroed span in a file the broker keeps, E#3) are
+    records below ``end`` too: the broker keeps and serves them, so they keep their entries."""
     from .commitlog import SegmentScan
 
     cols = DISPATCH_COLUMNS + (["properties"] if config.enableMultiDispatch else [])
-    for rb in SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH):
+    for rb in SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH, include_lost=True):
         tran = rb.column("sys_flag").to_numpy() & rf.TRANSACTION_MASK
         keep = (rb.column("phy_offset").to_numpy() < end) & (
             (tran == rf.TRANSACTION_NOT_TYPE) | (tran == rf.TRANSACTION_COMMIT_TYPE))
@@ -260,22 +261,103 @@ def part_bucket(topic: str, queue_id: int, file_no: int, buckets: int) -> int:
     return (zlib.crc32(f"{topic}\x00{queue_id}".encode()) + max(file_no, 0)) % buckets
 
 
-def rebuild_queue(topic: str, queue_id: int, records: pa.Table, cq_file_size: int) -> ConsumeQueueState:
-    """A queue as the broker's dispatch builds it from nothing (R§5.3) over ``records`` (the
-    queue's dispatchable records or ``ENTRY_SCHEMA`` rows, any order; put in commitlog order)."""
+# A queue offset whose record is gone: the size of the broker's own filler unit (``fillPreBlank``).
+# CQ recovery counts it valid, a pull never reads it (no commitlog range that long) and moves on.
+FILLER_SIZE = PRE_BLANK_SIZE
+
+
+@dataclass
+class RepairedQueue:
+    """A queue of the repaired store (``place_entries``) and the runs of queue offsets inside it
+    whose records are gone: ``(first offset, end offset, filler phy offset)``."""
+
+    state: ConsumeQueueState
+    fillers: list[tuple[int, int, int]]
+
+    @property
+    def filler_count(self) -> int:
+        return sum(hi - lo for lo, hi, _ in self.fillers)
+
+
+def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.ndarray,
+                  tags_code: np.ndarray, queue_offset: np.ndarray, cq_file_size: int,
+                  commitlog_file_size: int) -> RepairedQueue:
+    """The repaired store's queue from its puts in commitlog order: every entry at its record's
+    own queue offset, never renumbered (a queue offset is a message's identity: consumers commit
+    it, and the next put continues from the max).
+
+    Kept from the broker's put (R§5.3): a put whose end is not past every earlier put's end is a
+    repeat (dedup by phy); the queue starts at its first put's offset, the slots of its first
+    CQ file before it pre-blank fillers (``fillPreBlank``); the first put claiming a queue offset
+    holds it (later claims are ``duplicate_queue_offset`` findings), puts below the start are
+    dropped. Not kept: the broker writes a put whose offset is past its write position at that
+    position ("[BUG]logic queue order maybe wrong", E#23), which renumbers every later entry.
+    Here the offsets between are fillers: size ``FILLER_SIZE``, tags 0, and as phy offset the
+    queue's last entry before them in an earlier commitlog file than the entry after them (0 if
+    there is none). A pull that meets a filler gets nothing and skips every later entry of the
+    filler's commitlog file (``DefaultMessageStore#getMessage``, ``rollNextFile``), so the phy
+    must not share a file with the entries that follow; where it can, it is also the previous
+    entry's phy, so phy offsets do not decrease along the queue, as 5.x's
+    ``ConsumeQueue#correctMinOffset`` binary search assumes (R§7.2). Entries on disk are not
+    consulted: a queue offset holds what the commitlog says or a filler."""
+    stored_phy = np.asarray(stored_phy, dtype=np.int64)
+    size = np.asarray(size, dtype=np.int64)
+    tags_code = np.asarray(tags_code, dtype=np.int64)
+    queue_offset = np.asarray(queue_offset, dtype=np.int64)
+    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    # 1. repeats by phy: an end not past every earlier put's end
+    ends = stored_phy + size
+    put = np.flatnonzero(ends > np.maximum.accumulate(np.concatenate(([-1], ends[:-1]))))
+    put = put[queue_offset[put] >= 0]
+    if not put.size:
+        return RepairedQueue(ConsumeQueueState(topic, queue_id, cq_file_size), [])
+    # 2. the queue starts at its first put; each offset from there on is held by its first claim
+    start = int(queue_offset[put[0]])
+    put = put[queue_offset[put] >= start]
+    offsets, first_claim = np.unique(queue_offset[put], return_index=True)
+    rows = put[first_claim]
+    # 3. the slots from the start's CQ file on: pre-blank head, entries at their offsets, fillers
+    base = start - start % per_file
+    slots = np.zeros(int(offsets[-1]) + 1 - base, CQ_ENTRY_DTYPE)
+    slots[:start - base] = (0, PRE_BLANK_SIZE, 0)
+    at = offsets - base
+    slots["phy_offset"][at] = stored_phy[rows]
+    slots["size"][at] = size[rows]
+    slots["tags_code"][at] = tags_code[rows]
+    fillers = []
+    gaps = np.flatnonzero(np.diff(offsets) > 1)
+    if gaps.size:
+        phys = stored_phy[rows]
+        reached = np.maximum.accumulate(phys)
+        after = phys[gaps + 1]
+        file_of_after = after - after % commitlog_file_size
+        # the last entry before the first one reaching the following entry's commitlog file
+        before = np.minimum(np.searchsorted(reached, file_of_after, "left"), gaps + 1) - 1
+        filler_phy = np.where(before >= 0, phys[np.maximum(before, 0)], 0)
+        for g, phy in zip(gaps.tolist(), filler_phy.tolist()):
+            lo, hi = int(offsets[g]) + 1, int(offsets[g + 1])
+            slots[lo - base:hi - base] = (phy, FILLER_SIZE, 0)
+            fillers.append((lo, hi, phy))
+    state = ConsumeQueueState.from_slots(topic, queue_id, cq_file_size, base, slots, start)
+    return RepairedQueue(state, fillers)
+
+
+def rebuild_queue(topic: str, queue_id: int, records: pa.Table, cq_file_size: int,
+                  commitlog_file_size: int) -> RepairedQueue:
+    """A queue of the repaired store (``place_entries``) over ``records`` (the queue's
+    dispatchable records or ``ENTRY_SCHEMA`` rows, any order; put in commitlog order)."""
     order = [(c, "ascending") for c in ("phy_offset", "copy") if c in records.column_names]
     t = records.sort_by(order or "stored_phy_offset")
-    q = ConsumeQueueState(topic, queue_id, cq_file_size)
-    q.put_many(t.column("stored_phy_offset").to_numpy(), t.column("total_size").to_numpy(),
-               t.column("tags_code").to_numpy(), t.column("queue_offset").to_numpy())
-    return q
+    return place_entries(topic, queue_id, t.column("stored_phy_offset").to_numpy(),
+                         t.column("total_size").to_numpy(), t.column("tags_code").to_numpy(),
+                         t.column("queue_offset").to_numpy(), cq_file_size, commitlog_file_size)
 
 
 @dataclass
 class QueuePart:
     """What a rebuild task wrote for one part (a CQ file of a queue, or a whole queue), and what
-    the driver needs to check that a queue cut into parts gives the bytes of one sequential
-    rebuild (``irregular_queues``)."""
+    the driver needs to check that a queue cut into parts gives the bytes of one rebuild of the
+    whole queue (``irregular_queues``)."""
 
     topic: str
     queue_id: int
@@ -291,15 +373,17 @@ class QueuePart:
     min_offset: int
     max_offset: int
     last_store_timestamp: int
+    fillers: list[tuple[int, int, int]] = field(default_factory=list)
+    """(first offset, end offset, phy) of each run of filler units written (``place_entries``)."""
 
 
 def rebuild_queue_part(topic: str, queue_id: int, file_no: int, entries: pa.Table, cq_file_size: int,
-                       queue_dir: str, input_queue_dir: str | None) -> QueuePart:
+                       queue_dir: str, input_queue_dir: str | None, commitlog_file_size: int) -> QueuePart:
     """Rebuild one part and write its CQ file(s) under ``queue_dir``.
 
-    A whole queue (``file_no`` -1) is the broker's sequential put. A CQ file of a queue
+    A whole queue (``file_no`` -1) is ``place_entries`` over all its puts. A CQ file of a queue
     (``file_no`` >= 0) is written only if its puts are regular: queue offsets consecutive and
-    ends strictly increasing in commitlog order, so that every put is accepted at its own queue
+    ends strictly increasing in commitlog order, so that every put lands at its own queue
     offset and the file's bytes do not depend on the other files. Whether the neighbouring
     parts continue it is the driver's check."""
     t = entries.sort_by([("phy_offset", "ascending"), ("copy", "ascending")])
@@ -308,14 +392,57 @@ def rebuild_queue_part(topic: str, queue_id: int, file_no: int, entries: pa.Tabl
     regular = bool(offsets[0] >= 0 and ends[0] > -1 and (np.diff(offsets) == 1).all()
                    and (np.diff(ends) > 0).all())
     q = ConsumeQueueState(topic, queue_id, cq_file_size)
+    fillers: list[tuple[int, int, int]] = []
     if file_no < 0 or regular:
-        q.put_many(stored, size, t.column("tags_code").to_numpy(), offsets)
+        repaired = place_entries(topic, queue_id, stored, size, t.column("tags_code").to_numpy(), offsets,
+                                 cq_file_size, commitlog_file_size)
+        q, fillers = repaired.state, repaired.fillers
         write_queue_state(q, queue_dir, input_queue_dir)
     pos, copy = t.column("phy_offset").to_numpy(), t.column("copy").to_numpy()
     return QueuePart(topic, queue_id, file_no, regular, t.num_rows, int(offsets[0]), int(offsets[-1]),
                      (int(pos[0]), int(copy[0])), (int(pos[-1]), int(copy[-1])), int(ends[0]),
                      int(ends[-1]), q.min_offset, q.max_offset,
-                     int(t.column("store_timestamp").to_numpy().max()))
+                     int(t.column("store_timestamp").to_numpy().max()), fillers)
+
+
+def extend_queue(topic: str, queue_id: int, queue_dir: str, cq_file_size: int, rebuilt: tuple[int, int] | None,
+                 kept: tuple[int, int]) -> QueuePart:
+    """Filler units from the rebuilt queue's max (``rebuilt``: its min and max offset, None when
+    no record of the queue is left) to the max offset of the queue the broker keeps (``kept``:
+    its min and max), written into the CQ files under ``queue_dir``. The broker served those
+    offsets, consumers may have committed past them, and the next put continues from the max:
+    the records behind them are gone (their entries point at zeroed bytes or a missing
+    commitlog file), their queue offsets are not. The fillers' phy offset is the queue's last
+    entry's (nothing follows them that a pull could skip, and phy offsets do not decrease), 0
+    for a queue of fillers alone, whose first CQ file gets the pre-blank head below its min."""
+    os.makedirs(queue_dir, exist_ok=True)
+    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    min_offset, first = (kept[0], kept[0]) if rebuilt is None else rebuilt
+    stop = kept[1]
+    phy = 0
+    if rebuilt is not None:
+        last = first - 1
+        with open(os.path.join(queue_dir, cq_file_name(last - last % per_file)), "rb") as fh:
+            fh.seek(last % per_file * CQ_STORE_UNIT_SIZE)
+            phy = int(np.frombuffer(fh.read(CQ_STORE_UNIT_SIZE), CQ_ENTRY_DTYPE)[0]["phy_offset"])
+    offset = first
+    while offset < stop:
+        base = offset - offset % per_file
+        n = min(stop, base + per_file) - offset
+        slots = np.zeros(n, CQ_ENTRY_DTYPE)
+        slots[:] = (phy, FILLER_SIZE, 0)
+        path = os.path.join(queue_dir, cq_file_name(base))
+        with open(path, "r+b" if os.path.exists(path) else "xb") as fh:
+            if rebuilt is None and base <= min_offset < base + per_file:
+                head = np.zeros(min_offset - base, CQ_ENTRY_DTYPE)
+                head[:] = (0, PRE_BLANK_SIZE, 0)
+                fh.write(head.tobytes())
+            fh.seek((offset - base) * CQ_STORE_UNIT_SIZE)
+            fh.write(slots.tobytes())
+            fh.truncate(cq_file_size)
+        offset += n
+    return QueuePart(topic, queue_id, -1, False, 0, first, stop - 1, (0, 0), (0, 0), 0, 0, min_offset, stop, 0,
+                     [(first, stop, phy)])
 
 
 def irregular_queues(parts: Iterable[QueuePart]) -> set[tuple[str, int]]:
@@ -343,8 +470,7 @@ def queue_table(parts: Iterable[QueuePart]) -> pa.Table:
         by_queue.setdefault((p.topic, p.queue_id), []).append(p)
     rows = []
     for (topic, qid), ps in sorted(by_queue.items()):
-        ps.sort(key=lambda p: p.file_no)
-        lo, hi = ps[0].min_offset, ps[-1].max_offset
+        lo, hi = min(p.min_offset for p in ps), max(p.max_offset for p in ps)
         rows.append({"topic": topic, "queue_id": qid, "min_offset": lo, "max_offset": hi,
                      "entries": hi - lo, "last_store_timestamp": max(p.last_store_timestamp for p in ps)})
     return pa.Table.from_pylist(rows, schema=pa.schema([
@@ -417,10 +543,11 @@ def index_puts(records: pa.Table | pa.RecordBatch, ordered: bool = False) -> Ind
 def segment_index_puts(path: str, opts: rf.ScanOptions, end: int) -> Iterator[tuple[IndexPuts, int]]:
     """The index puts of one commitlog file's records below ``end``, batch by batch, in commitlog
     order, each with the largest store time of the batch's records (the checkpoint's
-    physicMsgTimestamp is the store's latest)."""
+    physicMsgTimestamp is the store's latest). Records behind bytes that are not a record below
+    ``end`` included, as for the consume queues (``dispatch_entries``)."""
     from .commitlog import SegmentScan
 
-    for rb in SegmentScan(path, opts, columns=INDEX_COLUMNS, batch_size=SCAN_BATCH):
+    for rb in SegmentScan(path, opts, columns=INDEX_COLUMNS, batch_size=SCAN_BATCH, include_lost=True):
         pos = rb.column("phy_offset").to_numpy()
         if pos[0] >= end:
             return
@@ -437,7 +564,7 @@ def segment_index_counts(path: str, opts: rf.ScanOptions, end: int) -> tuple[int
 
     puts, last_ts = 0, 0
     cols = ["phy_offset", "sys_flag", "store_timestamp", "uniq_key", "key_list"]
-    for rb in SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH):
+    for rb in SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH, include_lost=True):
         pos = rb.column("phy_offset").to_numpy()
         below = pos < end
         if not below.any():
@@ -461,11 +588,13 @@ def index_put_counts(summaries: Sequence[SegmentSummary], end: int,
     """``segment_index_counts`` of every commitlog file below ``end`` (``summaries`` in file
     order), taken from the scan's summaries where the rebuild reads exactly a file's valid prefix
     (the usual case: no second pass). ``recount(indexes)`` counts the other files again: those
-    whose prefix ended on a check the rebuild skips or runs past ``end``."""
+    whose prefix ended on a check the rebuild skips or runs past ``end``, and those the broker
+    keeps whole with records behind a bad one (``dispatch_entries``)."""
     below = [s for s in summaries if s.file_start < end]
     counts = [(s.index_puts, s.max_store_timestamp or 0) for s in below]
     again = [i for i, s in enumerate(below)
-             if s.end_check in _CHECKS_THE_REBUILD_SKIPS or s.end_phy_offset > end]
+             if s.end_check in _CHECKS_THE_REBUILD_SKIPS or s.end_phy_offset > end
+             or (s.resync_position is not None and s.file_start + s.file_size <= end)]
     for i, c in zip(again, recount(again) if again else []):
         counts[i] = c
     return counts

@@ -316,7 +316,7 @@ DELAY_LEVELS_MS = tuple(BrokerConfig().delay_levels_ms)
 KINDS = ("normal", "delayed", "retry", "half", "commit", "op", "prepared", "rollback")
 (KIND_NORMAL, KIND_DELAYED, KIND_RETRY, KIND_HALF, KIND_COMMIT, KIND_OP, KIND_PREPARED,
  KIND_ROLLBACK) = range(len(KINDS))
-DAMAGES = ("torn", "corrupt_crc", "corrupt_magic", "lost")
+DAMAGES = ("torn", "corrupt_crc", "corrupt_magic", "lost", "zeroed", "missing_file")
 
 # Every property name a generated record can carry, in the order a client + broker insert them. A
 # record has at most 12, so its HashMap keeps capacity 16 and iterates in this global bucket order.
@@ -348,8 +348,9 @@ MESSAGES_SCHEMA = pa.schema([
 ``queue_offset`` is QUEUEOFFSET as stored (0 for PREPARED/ROLLBACK); ``tags_code`` what a consume
 queue entry holds (F§3.9); ``dispatched``: the record has a consume queue entry on disk;
 ``indexed``: its keys are in the index files; ``survived``: the record lies before the point where
-the broker's recovery ends the commitlog (``StoreInfo.truncation_offset``); ``damage``: what was
-done to this record's bytes (``torn``, ``corrupt_crc``, ``corrupt_magic``, ``lost``), else null.
+the broker's recovery ends the commitlog (``StoreInfo.truncation_offset``) and is undamaged;
+``damage``: what was done to this record's bytes (``torn``, ``corrupt_crc``, ``corrupt_magic``,
+``lost``, ``zeroed``, ``missing_file``), else null.
 """
 
 
@@ -534,6 +535,18 @@ class CrashSpec:
     preallocated_next
         The next, all-zero commitlog file exists (``AllocateMappedFileService`` creates it ahead
         and only a clean shutdown deletes it).
+    zeroed_span
+        ``"last"`` or ``"second_last"``: ``zeroed_bytes`` zeroed from inside the middle record of
+        the last / second-to-last commitlog file holding records (a disk fault after the records
+        were dispatched: their CQ and index entries stay), intact records after it in that file.
+        A recovery that reads the file ends the commitlog at the first damaged record; 5.x's
+        normal path never re-reads a file before the one holding the consume queues' max and
+        keeps the span and the records after it.
+    zeroed_bytes
+        Length of the zeroed span.
+    missing_file
+        The middle commitlog file holding records is deleted (neither the first nor the last):
+        a gap in the file names, which both brokers load, serving what lies after it.
     """
 
     abort: bool = True
@@ -544,10 +557,16 @@ class CrashSpec:
     cq_ahead: int = 0
     corrupt: str | None = None
     preallocated_next: bool = True
+    zeroed_span: str | None = None
+    zeroed_bytes: int = 4096
+    missing_file: bool = False
 
     def __post_init__(self) -> None:
         if self.corrupt not in (None, "crc", "magic"):
             raise ValueError(f"corrupt must be None, 'crc' or 'magic', got {self.corrupt!r}")
+        if self.zeroed_span not in (None, "last", "second_last") or self.zeroed_bytes <= 0:
+            raise ValueError(f"zeroed_span must be None, 'last' or 'second_last' (zeroed_bytes > 0), "
+                             f"got {self.zeroed_span!r}")
         if self.cq_behind < 0 or self.cq_ahead < 0 or not 0 <= self.checkpoint_fraction <= 1:
             raise ValueError("cq_behind/cq_ahead must be >= 0 and checkpoint_fraction in [0, 1]")
         if self.torn_tail and self.cq_ahead:
@@ -572,6 +591,9 @@ CRASH_PRESETS: dict[str, dict[str, Any]] = {
     "cq-behind": {"cq_behind": 20},
     "cq-ahead": {"cq_ahead": 20},
     "no-abort": {"abort": False},
+    "zeroed-span-last": {"zeroed_span": "last"},
+    "zeroed-span-second-last": {"zeroed_span": "second_last"},
+    "missing-middle-file": {"missing_file": True},
     "fresh-checkpoint": {"stale_checkpoint": False},
 }
 """Named crash variants for the CLI; combine with commas (``torn-tail,cq-behind``)."""
@@ -1094,6 +1116,28 @@ def _apply_crash(commitlog_dir: Path, spec: SyntheticStoreSpec, crash: CrashSpec
             _patch(commitlog_dir, spec.segment_size, at + 4, struct.pack(">I", 0xDEADBEEF))
             out.damage[victim] = DAMAGES.index("corrupt_magic")
         out.truncation = min(out.truncation, int(phy[victim]))
+    segment = phy[:out.intact] // spec.segment_size
+    files = np.unique(segment)
+    if crash.zeroed_span:
+        which = -1 if crash.zeroed_span == "last" else -2
+        if len(files) < -which:
+            raise ValueError(f"zeroed_span={crash.zeroed_span!r} but the records fill {len(files)} file(s)")
+        members = np.flatnonzero(segment == files[which])
+        victim = int(members[len(members) // 2])
+        start = int(phy[victim]) + 37                 # inside the victim's header
+        stop = start + crash.zeroed_bytes
+        if len(members) < 3 or stop > int(phy[members[-1]]):
+            raise ValueError("the file is too small for the zeroed span with intact records after it")
+        _patch(commitlog_dir, spec.segment_size, start, bytes(crash.zeroed_bytes))
+        hit = (phy < stop) & (phy + size > start)
+        out.damage[hit] = DAMAGES.index("zeroed")
+        out.truncation = min(out.truncation, int(phy[np.flatnonzero(hit)[0]]))
+    if crash.missing_file:
+        if len(files) < 3:
+            raise ValueError(f"missing_file needs records in 3 files or more, they fill {len(files)}")
+        gone = int(files[len(files) // 2])
+        os.unlink(commitlog_dir / f"{gone * spec.segment_size:020d}")
+        out.damage[phy // spec.segment_size == gone] = DAMAGES.index("missing_file")
     return out
 
 
@@ -1237,6 +1281,7 @@ def write_store(dest_dir: str | os.PathLike[str], spec: SyntheticStoreSpec | Non
     clean = CrashSpec(abort=False, stale_checkpoint=False, preallocated_next=False)
     damage = _apply_crash(root / "commitlog", spec, crash or clean, phy, size, cols.numpy("sys_flag"),
                           written_end)
+    files = [f for f in files if (root / "commitlog" / f).exists()]     # a missing file is gone
     if crash and crash.preallocated_next:
         nxt = f"{int(files[-1]) + spec.segment_size:020d}"
         with open(root / "commitlog" / nxt, "xb") as fh:
@@ -1288,7 +1333,7 @@ def write_store(dest_dir: str | os.PathLike[str], spec: SyntheticStoreSpec | Non
                      for (t, q) in sorted(queue_max) if t == SCHEDULE_TOPIC}
     _write_config(root, spec, queue_max, topics, delay_offsets, last_ts)
 
-    survived = phy < damage.truncation
+    survived = (phy < damage.truncation) & (damage.damage < 0)
     counts = {"records": n, "survived": int(np.count_nonzero(survived)),
               "dispatched": int(np.count_nonzero(dispatched)), "indexed": int(np.count_nonzero(indexed)),
               "index_puts": sum(h.index_count - 1 for _, h in index_files)}

@@ -74,7 +74,7 @@ def _trees(root: Path) -> dict[str, bytes]:
 
 
 def _unsplit(store, end: int, out: Path) -> None:
-    """The reference: every queue rebuilt in one piece by the broker's sequential put."""
+    """The reference: every queue rebuilt in one piece (``repair.rebuild_queue``)."""
     opts = ScanOptions(check_crc=False, compute_crc=False, broker_5x=True,
                        delay_levels_ms=tuple(store.config.delay_levels_ms))
     queues: dict[tuple[str, int], list[pa.Table]] = {}
@@ -87,8 +87,9 @@ def _unsplit(store, end: int, out: Path) -> None:
                                 & (entries["queue_id"].to_numpy() == qid))
                 queues.setdefault((topic, qid), []).append(entries.filter(mask))
     for (topic, qid), tables in queues.items():
-        q = repair.rebuild_queue(topic, qid, pa.concat_tables(tables), store.config.cq_file_size)
-        repair.write_queue_state(q, str(out / "consumequeue" / topic / str(qid)),
+        q = repair.rebuild_queue(topic, qid, pa.concat_tables(tables), store.config.cq_file_size,
+                                 store.config.mappedFileSizeCommitLog)
+        repair.write_queue_state(q.state, str(out / "consumequeue" / topic / str(qid)),
                                  str(store.root / "consumequeue" / topic / str(qid)))
 
 
@@ -204,9 +205,20 @@ def test_queues_that_do_not_split_are_rebuilt_whole(spark, tmp_path):
         ["Backwards", "GapAtFile", "GapInside", "Reorder", "Repeat", "Zero"]
     _unsplit(store, end, tmp_path / "unsplit")
     assert _trees(tmp_path / "split") == _trees(tmp_path / "unsplit")
-    # the broker's put shifts a queue after a gap: GapAtFile's offset 6 sits at queue offset 5
-    got = (tmp_path / "split" / "consumequeue" / "GapAtFile" / "0" / "00000000000000000100").read_bytes()
-    assert len(got) == 100 and any(got[:20])
+    # the broker's put would shift a queue after a gap (offset 6 at queue offset 5); the repaired
+    # store keeps every entry at its own offset, and offset 5, whose record never was, a filler
+    from store_reader.consumequeue import decode_entries
+
+    got = decode_entries((tmp_path / "split" / "consumequeue" / "GapAtFile" / "0" / "00000000000000000100").read_bytes())
+    assert (got.size[0], got.tags_code[0]) == (repair.FILLER_SIZE, 0)
+    assert got.phy_offset[0] == 0           # its neighbours share the commitlog file: nothing earlier
+    t = scan_segment(store.commitlog_files[0].path, ScanOptions(), columns=["phy_offset", "queue_offset"])[0]
+    records = dict(zip(t["phy_offset"].to_pylist(), t["queue_offset"].to_pylist()))
+    assert [records[int(p)] for p in got.phy_offset[1:5]] == [6, 7, 8, 9]
+    # fillers where no record holds an offset: the gaps, and Backwards' offset 6, whose record is a
+    # repeat by phy; Reorder's late records and the second claims of Repeat and Zero fill nothing
+    assert [(t, lo, hi) for t, _, lo, hi, _ in rebuilt.fillers] == \
+        [("Backwards", 6, 7), ("GapAtFile", 5, 6), ("GapInside", 7, 9)]
 
 
 # -- index files, one task each ------------------------------------------------------------------------
