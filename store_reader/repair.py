@@ -422,7 +422,7 @@ def extend_queue(topic: str, queue_id: int, queue_dir: str, cq_file_size: int, r
     phy = 0
     if rebuilt is not None:
         last = first - 1
-        with open(os.path.join(queue_dir, cq_file_name(last - last % per_file)), "rb") as fh:
+        with open(os.path.join(queue_dir, cq_file_name((last - last % per_file) * CQ_STORE_UNIT_SIZE)), "rb") as fh:
             fh.seek(last % per_file * CQ_STORE_UNIT_SIZE)
             phy = int(np.frombuffer(fh.read(CQ_STORE_UNIT_SIZE), CQ_ENTRY_DTYPE)[0]["phy_offset"])
     offset = first
@@ -431,7 +431,7 @@ def extend_queue(topic: str, queue_id: int, queue_dir: str, cq_file_size: int, r
         n = min(stop, base + per_file) - offset
         slots = np.zeros(n, CQ_ENTRY_DTYPE)
         slots[:] = (phy, FILLER_SIZE, 0)
-        path = os.path.join(queue_dir, cq_file_name(base))
+        path = os.path.join(queue_dir, cq_file_name(base * CQ_STORE_UNIT_SIZE))
         with open(path, "r+b" if os.path.exists(path) else "xb") as fh:
             if rebuilt is None and base <= min_offset < base + per_file:
                 head = np.zeros(min_offset - base, CQ_ENTRY_DTYPE)

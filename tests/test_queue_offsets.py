@@ -56,6 +56,18 @@ def test_a_filler_never_shares_a_commitlog_file_with_the_entries_after_it():
     assert q.fillers == [(9, 10, 0)]
 
 
+def test_tail_fillers_cross_cq_files(tmp_path):
+    """``extend_queue`` past the rebuilt max into later CQ files, which are named by byte offset
+    (4 slots of 20 bytes a file: 00..080, 00..160)."""
+    q = _place([0, 1, 2, 3, 4, 5], [0, 100, 200, 300, 400, 500])
+    repair.write_queue_state(q.state, str(tmp_path))
+    part = repair.extend_queue("T", 0, str(tmp_path), 4 * 20, (0, 6), (0, 11))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{n:020d}" for n in (0, 80, 160)]
+    slots = np.concatenate([np.fromfile(p, CQ_ENTRY_DTYPE) for p in sorted(tmp_path.iterdir())])
+    assert [tuple(int(x) for x in e) for e in slots[6:11]] == [(500, FILLER, 0)] * 5
+    assert int(slots[5]["phy_offset"]) == 500 and part.fillers == [(6, 11, 500)]
+
+
 def test_repeats_and_duplicate_claims_keep_the_first_put():
     # a repeat by phy (end not past the last), a second claim on offset 4, an offset below the start
     q = _place([3, 4, 4, 5, 2, 6], [100, 200, 300, 190, 400, 500])
