@@ -29,9 +29,11 @@ from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
 from .consumequeue import CQ_STORE_UNIT_SIZE
 from .consumequeue import file_name as cq_file_name
+from .exceptions import UnreadableFileError
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
 from .recovery import ConsumeQueueState, index_put_keys, multi_dispatch_rows
+from .storefs import open_regular
 
 if TYPE_CHECKING:
     from .commitlog import SegmentSummary
@@ -691,15 +693,35 @@ def write_manifest(out_dir: str, content: dict) -> None:
 
 
 def copy_config(src_root: Path, dest_root: Path) -> list[str]:
-    """``config/`` copied as it is (the broker's own fallback files included) and the ``lock`` file."""
-    copied = []
-    if (src_root / "config").is_dir():
-        shutil.copytree(src_root / "config", dest_root / "config")
-        copied.append("config")
-    if (src_root / "lock").is_file():
-        shutil.copyfile(src_root / "lock", dest_root / "lock")
-        copied.append("lock")
-    return copied
+    """``config/`` copied as it is (the broker's own fallback files included) and the ``lock`` file.
+
+    A file that cannot be read is left out, as the broker's load treats it (``config.load_config``:
+    it falls back to the ``.bak``), and returned as ``"<file>: <reason>"``; anything but a regular
+    file or a directory (a FIFO would block the copy forever) is refused naming it."""
+    left_out: list[str] = []
+
+    def copy(src: str, dest: str) -> str:
+        try:
+            with open_regular(src, "config file") as fin, open(dest, "xb") as fout:
+                shutil.copyfileobj(fin, fout)
+            shutil.copystat(src, dest)
+        except OSError as exc:
+            if os.path.lexists(dest):
+                os.unlink(dest)
+            left_out.append(f"{src}: {exc.strerror}")
+        return dest
+
+    try:
+        if (src_root / "config").is_dir():
+            shutil.copytree(src_root / "config", dest_root / "config", copy_function=copy)
+        if os.path.lexists(src_root / "lock"):
+            copy(str(src_root / "lock"), str(dest_root / "lock"))
+    except shutil.Error as exc:     # a directory under config/ that could not be listed or made
+        src, _, why = exc.args[0][0]
+        raise UnreadableFileError(f"cannot copy config: {why}", src) from None
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot copy config: {exc.strerror}", exc.filename or src_root) from None
+    return left_out
 
 
 def repaired_checkpoint(last_store_ts: int, last_cq_store_ts: int, index_msg_ts: int,

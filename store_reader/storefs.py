@@ -23,6 +23,7 @@ import mmap
 import operator
 import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -48,6 +49,27 @@ _FS_ERRORS = (OSError, pa.ArrowException)
 
 def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFDIR: "a directory"}
+
+
+def open_regular(path: str, what: str) -> Any:
+    """A local regular file opened for binary reading. Anything else named like a store file (a
+    FIFO would block the open, or every read, forever) is refused naming the file; ``OSError`` if
+    it cannot be opened."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise UnreadableFileError(f"{what} is {kind}, not a regular file; refusing to read it", path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @dataclass(frozen=True, eq=False)
@@ -232,7 +254,7 @@ class FileReader:
     def __init__(self, loc: StoreLocation) -> None:
         self.location = loc
         if loc.filesystem is None:
-            self._fh: Any = open(loc.path, "rb")
+            self._fh: Any = open_regular(loc.path, "file")
             self.size = os.fstat(self._fh.fileno()).st_size
             return
         self._fh = loc.open_input()
@@ -308,7 +330,7 @@ class SegmentBuffer:
     def _map(self, what: str, advice: int | None) -> None:
         path = self.location.path
         try:
-            self._fh = open(path, "rb")
+            self._fh = open_regular(path, what)
         except OSError as exc:
             raise UnreadableFileError(f"cannot open {what}: {exc.strerror}", path) from None
         try:

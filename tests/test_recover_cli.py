@@ -14,6 +14,7 @@ import pytest
 
 import support
 from jobs import recover as job
+from store_reader import publish
 from store_reader.exceptions import StoreReaderError
 
 pytestmark = pytest.mark.spark
@@ -149,7 +150,7 @@ def test_store_held_by_a_running_broker_is_refused(spark, tmp_path):
         with pytest.raises(StoreReaderError, match="running broker holds the store's lock"):
             job.recover(spark, str(store), str(tmp_path / "out"), str(support.broker_conf(*case)), "4.9")
         with pytest.raises(StoreReaderError, match="running broker"):
-            job.apply_repaired(store, tmp_path / "whatever", tmp_path / "backup")
+            publish.apply_repaired(store, tmp_path / "whatever", tmp_path / "backup")
     finally:
         holder.kill()
         holder.wait()
