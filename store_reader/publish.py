@@ -168,10 +168,25 @@ def check_writable(target: str, what: str) -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise StoreReaderError(f"{what} cannot be created: {probe} is not a directory", p)
-    if not os.access(probe, os.W_OK | os.X_OK):
-        read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
-        raise StoreReaderError(f"{what} is not writable: "
-                               f"{'read-only file system' if read_only else 'permission denied'}", probe)
+    try:
+        _probe_write(probe)
+    except OSError as exc:
+        raise StoreReaderError(f"{what} is not writable: {exc.strerror}", probe) from None
+
+
+def _probe_write(directory: Path) -> None:
+    """Create a file in ``directory`` and let it go: an unnamed ``O_TMPFILE`` where the filesystem
+    has it (nothing is ever left), else a named one removed at once. Mode bits alone do not say
+    it: root passes them, not a read-only mount or a pseudo filesystem."""
+    try:
+        fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
+        name = directory / f".write-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.unlink(name)
+    os.close(fd)
 
 
 # -- 3. the temporary tree --------------------------------------------------------------------------
