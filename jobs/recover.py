@@ -528,7 +528,7 @@ def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
         dirnames.sort()
         for name in sorted(filenames):
             p = os.path.join(dirpath, name)
-            inputs.append({"path": os.path.relpath(p, store.root), "size": os.path.getsize(p)})
+            inputs.append({"path": os.path.relpath(p, store.root), "size": audit_job._stat(p).st_size})
     # resolved: the same store and config give the same manifest however they were spelled
     return {"runId": report.run_id, "store": _resolved(str(store.root)),
             "brokerConfig": _resolved(store.config.source),
@@ -572,6 +572,8 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     ``audit_path`` when given). A store without commitlog files is refused unless
     ``commitlog_gone`` (the operator says it is really gone, not on a volume that is not mounted)."""
     started = time.monotonic()
+    # absolute: Spark tasks write under it, whatever their working directory
+    out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
     store = open_store(store_path, broker_config)
     lock = lock_status(store.root)
     if lock.locked:

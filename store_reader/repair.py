@@ -700,27 +700,36 @@ def copy_config(src_root: Path, dest_root: Path) -> list[str]:
     file or a directory (a FIFO would block the copy forever) is refused naming it."""
     left_out: list[str] = []
 
-    def copy(src: str, dest: str) -> str:
-        try:
-            with open_regular(src, "config file") as fin, open(dest, "xb") as fout:
-                shutil.copyfileobj(fin, fout)
-            shutil.copystat(src, dest)
+    def copy(src: str, dest: str) -> None:
+        try:                    # config files are small: read whole, so only reading is forgiven
+            with open_regular(src, "config file") as fin:
+                data = fin.read()
         except OSError as exc:
-            if os.path.lexists(dest):
-                os.unlink(dest)
             left_out.append(f"{src}: {exc.strerror}")
-        return dest
+            return
+        with open(dest, "xb") as fout:
+            fout.write(data)
+        shutil.copystat(src, dest)
+
+    def copy_dir(src: str, dest: str) -> None:
+        os.mkdir(dest)
+        for entry in sorted(os.scandir(src), key=lambda e: e.name):
+            try:
+                is_dir = entry.is_dir()
+            except OSError:     # a symlink that cannot be followed: the copy names why
+                is_dir = False
+            (copy_dir if is_dir else copy)(entry.path, os.path.join(dest, entry.name))
+        shutil.copystat(src, dest)
 
     try:
         if (src_root / "config").is_dir():
-            shutil.copytree(src_root / "config", dest_root / "config", copy_function=copy)
+            copy_dir(str(src_root / "config"), str(dest_root / "config"))
         if os.path.lexists(src_root / "lock"):
             copy(str(src_root / "lock"), str(dest_root / "lock"))
-    except shutil.Error as exc:     # a directory under config/ that could not be listed or made
-        src, _, why = exc.args[0][0]
-        raise UnreadableFileError(f"cannot copy config: {why}", src) from None
-    except OSError as exc:
-        raise UnreadableFileError(f"cannot copy config: {exc.strerror}", exc.filename or src_root) from None
+    except OSError as exc:      # a directory under config/ that cannot be listed (writing: as it is)
+        if not os.fspath(exc.filename or "").startswith(os.fspath(src_root)):
+            raise
+        raise UnreadableFileError(f"cannot copy config: {exc.strerror}", exc.filename) from None
     return left_out
 
 

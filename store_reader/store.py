@@ -253,7 +253,8 @@ def open_store(path: PathRef, broker_config: BrokerConfig | PathRef | None = Non
         commitlog segment at a time; a plain ``LocalFileSystem`` is read like any local path.
     """
     loc = location(path, filesystem)
-    root: Path | StoreLocation = Path(loc.path) if loc.filesystem is None else loc
+    # absolute: the paths handed to Spark tasks must not depend on a worker's working directory
+    root: Path | StoreLocation = Path(os.path.abspath(loc.path)) if loc.filesystem is None else loc
     try:
         return _discover(root, broker_config, strict)
     except OSError as exc:      # a remote filesystem that fails to answer; local stat errors
