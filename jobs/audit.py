@@ -72,7 +72,7 @@ def mtimes(store: Store) -> dict[str, int]:
     return {f.name: os.stat(f.path).st_mtime_ns for f in store.commitlog_files}
 
 
-def _stat(path: str) -> os.stat_result:
+def stat_input(path: str) -> os.stat_result:
     """The file's stat, or the link's own for a symlink that cannot be followed (a loop, a dangling
     link: the broker treats such a config file as unreadable, not the run as failed)."""
     try:
@@ -88,7 +88,7 @@ def run_id_for(job: str, store: Store, version: str, extra: str = "") -> str:
     for dirpath, dirnames, filenames in os.walk(store.root):
         dirnames.sort()
         for name in sorted(filenames):
-            st = _stat(os.path.join(dirpath, name))
+            st = stat_input(os.path.join(dirpath, name))
             h.update(f"{os.path.relpath(os.path.join(dirpath, name), store.root)}:{st.st_size}:"
                      f"{st.st_mtime_ns}\n".encode())
     return f"{job}-{h.hexdigest()[:16]}"

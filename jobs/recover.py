@@ -2,12 +2,14 @@
 
     spark-submit jobs/recover.py --store DIR --out DIR [--broker-config FILE]
                                  [--broker-version 4.9|5.x] [--dry-run] [--overwrite]
-                                 [--apply --backup DIR] [--audit-path URI]
+                                 [--apply --backup DIR] [--audit-path URI] [--commitlog-gone]
     python -m jobs.recover ...            (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.recover --demo DIR     (a sample store with a simulated crash, made and recovered)
 
 Passes (each a function the notebooks can call):
-  1. discover the store, refuse a store a live broker holds (its ``lock``);
+  1. discover the store, refuse a store a live broker holds (its ``lock``) or one without commitlog
+     files (unless ``--commitlog-gone``); check every output target and lock the output
+     (``claim_outputs``), before any work;
   2. scan segments in parallel, one Spark task per commitlog file -> scan summaries;
   3. decide on the driver what the broker would do (``store_reader.recovery.predict``);
   4. rebuild consume queues from every record below the cut: CQ files as parts packed into a bounded
@@ -17,12 +19,14 @@ Passes (each a function the notebooks can call):
   6. audit: what is inconsistent and what the broker's own restart would lose or rewind
      (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports), side by side with 4-5
      and 7 (both only read the input store and the prediction);
-  7. write the repaired store into a temporary directory (the commitlog copied and hashed for the
-     manifest in one read) and, once the audit succeeded too, rename it into place;
+  7. write the repaired store into a temporary directory of this run's own (the commitlog copied
+     and hashed for the manifest in one read) and, once the audit succeeded too, check it against
+     its manifest and rename it into place, all under the output's lock (``store_reader.publish``);
      ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
-Exit codes: 0 done, 2 could not recover (bad input, store the broker would refuse, disk full).
+Exit codes: 0 done, 2 could not recover (bad input, store the broker would refuse, disk full, an
+output another run holds), with one ``error:`` line on stderr.
 """
 from __future__ import annotations
 
@@ -528,7 +532,7 @@ def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
         dirnames.sort()
         for name in sorted(filenames):
             p = os.path.join(dirpath, name)
-            inputs.append({"path": os.path.relpath(p, store.root), "size": audit_job._stat(p).st_size})
+            inputs.append({"path": os.path.relpath(p, store.root), "size": audit_job.stat_input(p).st_size})
     # resolved: the same store and config give the same manifest however they were spelled
     return {"runId": report.run_id, "store": _resolved(str(store.root)),
             "brokerConfig": _resolved(store.config.source),
