@@ -52,7 +52,7 @@ def _reason(exc: BaseException) -> str:
 
 
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
-          stat.S_IFBLK: "a block device", stat.S_IFDIR: "a directory"}
+          stat.S_IFBLK: "a block device"}
 
 
 def open_regular(path: str, what: str) -> Any:
@@ -62,8 +62,10 @@ def open_regular(path: str, what: str) -> Any:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):      # as open() would fail on it
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(mode):
-            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            kind = _KINDS.get(stat.S_IFMT(mode), "a special file")
             raise UnreadableFileError(f"{what} is {kind}, not a regular file; refusing to read it", path)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
