@@ -90,10 +90,11 @@ class Store:
     def missing_commitlog(self) -> str:
         """Why the store has no commitlog file (``commitlog_files`` is empty): to the broker all of
         its messages are deleted, which is far more often a wrong path or an unmounted volume."""
-        dirs = ", ".join(str(d) for d in self.commitlog_dirs)
+        dirs = "" if len(self.commitlog_dirs) == 1 else \
+            f" ({', '.join(str(d) for d in self.commitlog_dirs)})"
         if not any(d.is_dir() for d in self.commitlog_dirs):
-            return f"the commitlog directory is missing ({dirs})"
-        return f"the commitlog directory holds no commitlog file ({dirs})"
+            return f"the commitlog directory is missing{dirs}"
+        return f"the commitlog directory holds no commitlog file{dirs}"
 
     def scan_options(self, broker_5x: bool | None = None, compute_crc: bool = True) -> ScanOptions:
         if broker_5x is None:

@@ -204,7 +204,7 @@ def test_missing_commitlog_is_refused_unless_the_operator_says_it_is_gone(spark,
         rc = job.main(["--store", str(store), "--out", str(tmp_path / "out"), "--broker-config", conf, *extra])
         err = capsys.readouterr().err
         assert rc == 2 and _errors(err) == [
-            f"error: {store}/commitlog: the commitlog directory is missing ({store}/commitlog): recovering "
+            f"error: {store}/commitlog: the commitlog directory is missing: recovering "
             "would drop every message and consume queue entry (a wrong --store or an unmounted volume?); "
             "pass --commitlog-gone if the commitlog is really gone"]
     assert not (tmp_path / "out").exists()
