@@ -12,7 +12,6 @@ import textwrap
 
 import pytest
 
-import support
 from store_reader import publish, repair
 from store_reader.exceptions import StoreReaderError
 

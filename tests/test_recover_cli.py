@@ -164,11 +164,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _job(args, env_extra=None, module="jobs.recover", wrap=()) -> subprocess.Popen:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=ROOT, **(env_extra or {}))
-    env.pop(publish.PAUSE_ENV, None) if not env_extra or publish.PAUSE_ENV not in env_extra else None
+    env = {k: v for k, v in os.environ.items() if k != publish.PAUSE_ENV}
+    env.update(PYSPARK_PYTHON=sys.executable, PYTHONPATH=ROOT, **(env_extra or {}))
     return subprocess.Popen([*wrap, sys.executable, "-m", module, *args], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+
+
+def _finish(proc: subprocess.Popen) -> tuple[int, str]:
+    """Exit code and stderr of a job (its pipes drained while it runs)."""
+    _, err = proc.communicate(timeout=600)
+    return proc.returncode, err
 
 
 def _errors(stderr: str) -> list[str]:
@@ -304,8 +310,8 @@ def test_read_only_targets_are_refused_before_any_work(tmp_path):
                      "to replace it",
     }
     for name, proc in runs.items():
-        _, err = proc.communicate(timeout=300)
-        assert (proc.returncode, _errors(err)) == (2, [want[name]]), err
+        rc, err = _finish(proc)
+        assert (rc, _errors(err)) == (2, [want[name]]), err
         assert " pass scan " not in err and "Traceback" not in err    # refused before the scan
     assert sorted(p.name for p in tmp_path.iterdir()) == ["existing", "ro"]
     assert list(ro.iterdir()) == [] and list(existing.iterdir()) == []
@@ -318,15 +324,15 @@ def test_two_runs_onto_one_output_publish_one_complete_store(tmp_path):
     case = (V5, "crash-ckpt-mid-torn-crc")
     base = ["--store", str(support.input_store(*case)), "--broker-config", str(support.broker_conf(*case))]
     reference = tmp_path / "reference"
-    first = _job(base + ["--out", str(reference)])
-    assert first.wait(timeout=600) == 0, first.stderr.read()
+    rc, err = _finish(_job(base + ["--out", str(reference)]))
+    assert rc == 0, err
     rng = random.Random(19)
     for attempt, delay in enumerate([0.0, 1.0, rng.uniform(0, 3), 3.0]):
         out = tmp_path / f"out{attempt}"
         a = _job(base + ["--out", str(out)])
         time.sleep(delay)
         b = _job(base + ["--out", str(out)])
-        results = [(p.wait(timeout=600), p.stderr.read()) for p in (a, b)]
+        results = [_finish(p) for p in (a, b)]
         codes = sorted(rc for rc, _ in results)
         assert codes == [0, 2], results
         loser = next(err for rc, err in results if rc == 2)
@@ -341,7 +347,7 @@ def test_a_run_killed_at_the_rename_or_the_swap_is_finished_by_the_next(tmp_path
     case = (V4, "crash-tail")
     base = ["--store", str(support.input_store(*case)), "--broker-config", str(support.broker_conf(*case))]
     reference = tmp_path / "reference"
-    assert _job(base + ["--out", str(reference)]).wait(timeout=600) == 0
+    assert _finish(_job(base + ["--out", str(reference)]))[0] == 0
     out = tmp_path / "out"
 
     def killed_at(point, *extra):
@@ -358,13 +364,13 @@ def test_a_run_killed_at_the_rename_or_the_swap_is_finished_by_the_next(tmp_path
     # re-run does it again on its own
     killed_at("unmarked")
     assert not out.exists() and [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
-    rerun = _job(base + ["--out", str(out)])
-    assert rerun.wait(timeout=600) == 0, rerun.stderr.read()
+    rc, err = _finish(_job(base + ["--out", str(out)]))
+    assert rc == 0, err
     _assert_verified(out, reference)
     # --overwrite killed right after the swap: the output is complete at every instant
     killed_at("replaced", "--overwrite")
     _assert_verified(out, reference)
-    rerun = _job(base + ["--out", str(out), "--overwrite"])
-    assert rerun.wait(timeout=600) == 0, rerun.stderr.read()
+    rc, err = _finish(_job(base + ["--out", str(out), "--overwrite"]))
+    assert rc == 0, err
     _assert_verified(out, reference)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "reference"]
