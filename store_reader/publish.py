@@ -136,7 +136,10 @@ def recover_leftovers(out: Path) -> list[str]:
         repair.sync_path(str(out.parent))
         done.append(f"restored {out} from {restorable[-1].name} (an overwrite was interrupted)")
     for p in _siblings(out, "old") + _siblings(out, "tmp"):
-        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else os.unlink(p)
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            os.unlink(p)
         done.append(f"removed {p.name} (left by a run that did not finish)")
     return done
 
