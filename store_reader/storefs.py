@@ -55,22 +55,24 @@ _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a ch
           stat.S_IFBLK: "a block device"}
 
 
+def _open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
 def open_regular(path: str, what: str) -> Any:
     """A local regular file opened for binary reading. Anything else named like a store file (a
     FIFO would block the open, or every read, forever) is refused naming the file; ``OSError`` if
-    it cannot be opened."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    it cannot be opened (a directory: ``IsADirectoryError``, as ``open`` gives)."""
+    fh = open(path, "rb", opener=_open_nonblocking)
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):      # as open() would fail on it
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        mode = os.fstat(fh.fileno()).st_mode
         if not stat.S_ISREG(mode):
             kind = _KINDS.get(stat.S_IFMT(mode), "a special file")
             raise UnreadableFileError(f"{what} is {kind}, not a regular file; refusing to read it", path)
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
+        os.set_blocking(fh.fileno(), True)
+        return fh
     except BaseException:
-        os.close(fd)
+        fh.close()
         raise
 
 
