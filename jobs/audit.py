@@ -1,7 +1,7 @@
 """Scheduled, read-only consistency audit of a RocketMQ store into Delta audit tables.
 
     spark-submit jobs/audit.py --store DIR --audit-path URI [--broker-config FILE]
-                               [--broker-version 4.9|5.x] [--since-last]
+                               [--broker-version 4.9|5.x|both] [--since-last] [--json]
     python -m jobs.audit ...              (embedded local Spark, settings from spark-conf/local.conf)
     spark-submit --properties-file spark-conf/cluster.conf --load-spark-defaults jobs/audit.py ...
                  (cluster: executors run the archive of scripts/build_env_archive.sh, see
@@ -12,13 +12,18 @@ snapshot. What a restart of the broker would do is predicted (``store_reader.rec
 difference to the files as they are, to the commitlog's records and to the consumers' committed
 offsets is written to the audit tables (``schemas/audit.py``; ``jobs/findings.py`` for the kinds).
 
-``--since-last`` reads the records only of segments that are new or changed (name, size, mtime)
-since the last run for this store; the other segments' scan summaries come from the ``segments``
+``--since-last`` reads the records only from the first segment that is new or changed (name,
+size, mtime, ``written_fingerprint``) since the last run for this store, or that holds records in a
+flush window at risk, to the end; the other segments' scan summaries come from the ``segments``
 table, so the state survives restarts. Findings that need the records are then judged inside the
 scanned range only (``runs.scan_phy_from``); the rest (consume queues vs the broker's recovery,
-index files, consumer offsets) are judged in full every run.
+index files, consumer offsets, the store's other files) are judged in full every run.
 
-Exit codes: 0 clean, 1 findings, 2 could not audit (unreadable or unsupported store).
+``--broker-version both`` audits the store as 4.9 and as 5.x and prints the two side by side
+(``jobs/whatif.py``); ``--json`` prints everything (predictions, consumer offsets, findings).
+
+Exit codes: 0 clean (both versions, with both), 1 findings, 2 could not audit (unreadable or
+unsupported store).
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import hashlib
+import json
 import logging
 import os
 import sys
@@ -38,9 +44,10 @@ import pyarrow.compute as pc
 from jobs import findings as fnd
 from jobs.deltasink import store_id_for
 from store_reader import open_store, publish, recovery
-from store_reader.commitlog import SegmentSummary
-from store_reader.exceptions import StoreReaderError
+from store_reader.commitlog import SegmentSummary, written_fingerprint
+from store_reader.exceptions import StoreReaderError, UnreadableFileError
 from store_reader.store import Store
+from store_reader.storefs import location
 
 log = logging.getLogger("jobs.audit")
 
@@ -81,6 +88,20 @@ def stat_input(path: str) -> os.stat_result:
         return os.lstat(path)
 
 
+def fingerprints(store: Store, written: dict[str, int]) -> dict[str, str]:
+    """``written_fingerprint`` of the commitlog files named in ``written`` (name -> where its valid
+    records end)."""
+    out = {}
+    for f in store.commitlog_files:
+        if f.name in written:
+            try:
+                with location(f.path).open_reader() as r:
+                    out[f.name] = written_fingerprint(r, written[f.name])
+            except OSError as exc:
+                raise UnreadableFileError(f"cannot read commitlog file: {exc.strerror}", str(f.path)) from None
+    return out
+
+
 def run_id_for(job: str, store: Store, version: str, extra: str = "") -> str:
     """Same job, store files (names, sizes, mtimes), version and options -> same run id: a re-run
     replaces its rows instead of adding new ones."""
@@ -113,18 +134,32 @@ def previous_segments(audit_path: str, store_id: str) -> dict[str, dict]:
 
 def plan_scan(store: Store, audit_path: str, store_id: str, since_last: bool
               ) -> tuple[list, dict[str, SegmentSummary]]:
-    """(commitlog files to scan, summaries carried over from the last run)."""
+    """(commitlog files to scan, summaries carried over from the last run).
+
+    A file's summary is carried over when its size, mtime and ``written_fingerprint`` are those of
+    the last run's row and none of its records was stored after a checkpoint flush time at risk
+    (the flush window needs those records). The records are read from the first file not carried
+    over to the end, so the findings judged on records cover one phy range (``runs.scan_phy_from``)."""
     files = list(store.commitlog_files)
     if not since_last:
         return files, {}
     prev = previous_segments(audit_path, store_id)
     now = mtimes(store)
-    carried = {}
+    same = {f.name for f in files if (row := prev.get(f.name)) and row["file_size"] == f.size
+            and row["file_mtime_ns"] == now[f.name]}
+    fingerprint = fingerprints(store, {name: prev[name]["valid_bytes"] for name in same})
+    since = min((stamp for _, stamp in fnd.flush_risk(store).windows), default=None)
+    first = 0
     for f in files:
         row = prev.get(f.name)
-        if row and row["file_size"] == f.size and row["file_mtime_ns"] == now[f.name]:
-            carried[f.name] = dataclasses.replace(fnd.summary_from_row(row), path=f.path)
-    return [f for f in files if f.name not in carried], carried
+        if f.name not in same or row.get("fingerprint") != fingerprint[f.name] or (
+                since is not None and row["last_store_time"] is not None
+                and row["last_store_time"].timestamp() * 1000 > since):
+            break
+        first += 1
+    carried = {f.name: dataclasses.replace(fnd.summary_from_row(prev[f.name]), path=f.path)
+               for f in files[:first]}
+    return files[first:], carried
 
 
 def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str | None = None,
@@ -162,7 +197,8 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     counts = fnd.alerting_counts(f)
     row = run_row("audit", "since_last" if since_last else "full", run.status, pred, summaries, scanned,
                   f, counts, started, passes, repaired=None)
-    run.tables = fnd.run_tables(f, row, fnd.segment_rows(summaries, pred, mtimes(store), set(by_name)),
+    written = fingerprints(store, {s.segment: s.valid_bytes for s in summaries})
+    run.tables = fnd.run_tables(f, row, fnd.segment_rows(summaries, pred, mtimes(store), set(by_name), written),
                                 run.run_id, store_id, audited_at)
     if audit_path:
         t = time.monotonic()
@@ -186,7 +222,8 @@ def run_row(job: str, mode: str, status: str, pred: recovery.Prediction, summari
             "scan_phy_from": f.scope[0] if f.scope else None,
             "queue_findings": counts["queue_findings"], "index_findings": counts["index_findings"],
             "consumer_offsets_at_risk": counts["consumer_offsets_at_risk"],
-            "lost_messages": counts["lost_messages"], "flush_window_records": flush,
+            "lost_messages": counts["lost_messages"], "store_findings": counts["store_findings"],
+            "flush_window_records": flush, "flush_risk": f.flush.reason if f.flush else None,
             "repaired_store": repaired, "duration_ms": int((time.monotonic() - started) * 1000),
             "passes": fnd.passes_json(passes),
             "detail": "; ".join(pred.load_problems) or None}
@@ -248,11 +285,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--store", required=True, help="store root (storePathRootDir); never written")
     ap.add_argument("--audit-path", help="directory or URI of the Delta audit tables")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
-    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X],
-                    help="recovery semantics; default: detected from the store")
+    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X, "both"],
+                    help="recovery semantics; default: detected from the store; both: the two "
+                         "versions side by side")
     ap.add_argument("--since-last", action="store_true",
                     help="scan only segments new or changed since the last audit of this store")
-    return ap.parse_args(argv)
+    ap.add_argument("--json", action="store_true",
+                    help="print the prediction, consumer offsets and findings as JSON")
+    args = ap.parse_args(argv)
+    if args.broker_version == "both" and args.since_last:
+        # each version's run would carry the other's scan summaries over
+        ap.error("--since-last audits one version: it cannot be used with --broker-version both")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,15 +305,29 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     args = parse_args(argv)
 
+    from jobs import whatif
+
     spark = get_spark("rocketmq-audit", session=False)
+    versions = whatif.VERSIONS if args.broker_version == "both" else [args.broker_version]
     try:
-        run = run_audit(spark, args.store, args.audit_path, args.broker_config, args.broker_version,
-                        args.since_last)
+        runs = [run_audit(spark, args.store, args.audit_path, args.broker_config, v, args.since_last)
+                for v in versions]
     except StoreReaderError as exc:
         print(f"error: could not audit: {exc}", file=sys.stderr)
         return 2
-    print_audit(run, args.audit_path)
-    return 0 if run.status == "clean" else 1
+    sides = [whatif.Side(r.prediction.broker_version, r.prediction, r.summaries, r.findings) for r in runs]
+    if args.broker_version == "both":
+        doc = whatif.compare_json(runs[0].store_id, sides)
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            whatif.print_side_by_side(doc, sys.stdout)
+    elif args.json:
+        print(json.dumps({"store": runs[0].store_id, "versions": {s.version: whatif.side_json(s)
+                                                                  for s in sides}}, indent=2))
+    else:
+        print_audit(runs[0], args.audit_path)
+    return 0 if all(r.status == "clean" for r in runs) else 1
 
 
 if __name__ == "__main__":

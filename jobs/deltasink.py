@@ -48,8 +48,8 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
         exists = True
     except Exception:  # deltalake raises TableNotFoundError (a subclass varies by version)
         exists = False
-    if exists:
-        write_deltalake(table_uri, rows, mode="overwrite", predicate=predicate,
+    if exists:      # merge: tables written before a column was added take it (null in old rows)
+        write_deltalake(table_uri, rows, mode="overwrite", predicate=predicate, schema_mode="merge",
                         storage_options=storage_options)
     else:
         write_deltalake(table_uri, rows, mode="append", storage_options=storage_options)

@@ -703,8 +703,7 @@ def verify_commitlog(view: StoreView, found: Findings) -> None:
         if "zero-length last file" in note and not view.broker_5x:
             found.add("layout.load_problem", path, 0, "zero-length last commitlog file: 4.9.7's "
                       "load() fails on it (5.x deletes it)")
-        elif "gap or overlap" in note:
-            found.note("note.commitlog_gap", path, None, note.split(": ", 1)[1])
+    verify_commitlog_sequence(store, found)
     summaries = view.summaries
     found.files_checked += len(summaries)
     for i, s in enumerate(summaries):
@@ -734,6 +733,15 @@ def verify_commitlog(view: StoreView, found: Findings) -> None:
             found.note("note.crc_unchecked", s.path, None,
                        f"{s.crc_failures} records fail their CRC, which the broker does not check "
                        "(checkCRCOnRecover=false)")
+
+
+def verify_commitlog_sequence(store: Store, found: Findings) -> None:
+    """Consecutive commitlog files whose start offsets are not one file size apart (a missing file
+    or an overlap): the broker only logs it, so it is a note. ``jobs.audit`` reports it too."""
+    for note in store.notes:
+        if "gap or overlap" in note:
+            path, text = note.split(": ", 1)
+            found.note("note.commitlog_gap", path, None, text)
 
 
 def _bad_record_message(view: StoreView, i: int, s: SegmentSummary, later: Sequence[SegmentSummary]
@@ -1240,11 +1248,13 @@ def dump_config(p: Printer, path: Path) -> None:
            {"type": "config_load", "file": str(path), "verdict": verdict})
 
 
-def verify_config(view: StoreView, found: Findings, only: Path | None = None) -> None:
-    names = sorted(e.name for e in list_dir(view.store.config_dir, "config")
+def verify_config(store: Store, found: Findings, only: Path | None = None) -> None:
+    """``config/*.json`` the broker cannot use (``config.undecodable``) and ``.tmp`` leftovers;
+    ``jobs.audit`` reports the same."""
+    names = sorted(e.name for e in list_dir(store.config_dir, "config")
                    if e.name.endswith(".json") and e.is_file())
     for name in names:
-        path = view.store.config_dir / name
+        path = store.config_dir / name
         if only is not None and _norm(only) not in (_norm(path), _norm(str(path) + ".bak")):
             continue
         found.files_checked += 1
@@ -1348,7 +1358,7 @@ def verify_store(view: StoreView, index_only: bool = False) -> Findings:
     verify_index(view, found)
     if not index_only:
         verify_checkpoint(view, found)
-        verify_config(view, found)
+        verify_config(view.store, found)
     return found
 
 
@@ -1367,7 +1377,7 @@ def verify_file(view: StoreView, sf: StoreFile, index_only: bool) -> Findings:
     elif sf.kind == "checkpoint":
         verify_checkpoint(view, found)
     else:
-        verify_config(view, found, only=sf.path)
+        verify_config(view.store, found, only=sf.path)
     return found.only(sf.path)
 
 

@@ -114,6 +114,47 @@ INDEX_PUTS = pa.schema([pa.field("topic", pa.int32(), False), pa.field("key_hash
 _TS = pa.timestamp("us", tz="UTC")
 
 
+@dataclass(frozen=True)
+class FlushRisk:
+    """What a power loss could still take from the page cache, judged from the broker's
+    ``flushDiskType`` and its shutdown state (the ``abort`` file the broker creates at start and
+    deletes at a clean shutdown).
+
+    ``reason``: ``async_flush_unclean`` (ASYNC_FLUSH and not shut down cleanly: what was stored
+    after each checkpoint flush time may exist only in the page cache), ``sync_flush`` (every put is
+    flushed before it is acknowledged, and the consume queues and index files past their flush times
+    are rebuilt from the flushed commitlog by the abnormal recovery) or ``clean_shutdown`` (the broker
+    flushed everything before it removed ``abort``). ``windows``: (window, checkpoint timestamp) of
+    the windows at risk, empty unless ``async_flush_unclean``."""
+
+    reason: str
+    windows: tuple[tuple[str, int], ...]
+
+    TEXT = {
+        "async_flush_unclean": "ASYNC_FLUSH and no clean shutdown (abort file): at risk if the OS "
+                               "or the machine went down with it",
+        "sync_flush": "nothing at risk: SYNC_FLUSH flushes every put before acknowledging it",
+        "clean_shutdown": "nothing at risk: the broker shut down cleanly (no abort file) and "
+                          "flushed everything",
+    }
+
+    @property
+    def text(self) -> str:
+        return self.TEXT[self.reason]
+
+
+def flush_risk(store: Store) -> FlushRisk:
+    """The flush windows at risk for ``store`` now (``FlushRisk``)."""
+    if not store.abort_exists:
+        return FlushRisk("clean_shutdown", ())
+    if store.config.flushDiskType.strip().upper() == "SYNC_FLUSH":
+        return FlushRisk("sync_flush", ())
+    ckpt = read_checkpoint(store.checkpoint_path)
+    return FlushRisk("async_flush_unclean", (
+        ("commitlog", ckpt.physic_msg_timestamp), ("consume_queue", ckpt.logics_msg_timestamp),
+        ("index", ckpt.index_msg_timestamp)))
+
+
 def audit_scan_options(store: Store, broker_5x: bool) -> rf.ScanOptions:
     """Header checks only (as the broker's dispatch reads records), CRCs computed to flag damage."""
     return replace(store.scan_options(broker_5x=broker_5x), check_crc=False, compute_crc=True)
@@ -654,7 +695,6 @@ def audit_plan(spark, store: Store, pred: recovery.Prediction, summaries: Sequen
     for i, ref in enumerate(list_index_files(store.index_dir, cfg.index_file_size, strict=False)):
         sources.append(IndexSource(ref.name, i, recovered.get(ref.path, -1), ref.path, read_header(ref.path)))
     sources += [IndexSource(f.name, -1, i, None) for i, f in enumerate(pred.index_files) if f.data is not None]
-    ckpt = read_checkpoint(store.checkpoint_path)
     return AuditPlan(
         end=pred.max_phy_offset, min_phy=pred.min_phy_offset, broker_5x=broker_5x, config=cfg,
         opts=audit_scan_options(store, broker_5x), buckets=buckets, file_size=file_size,
@@ -664,8 +704,7 @@ def audit_plan(spark, store: Store, pred: recovery.Prediction, summaries: Sequen
         broker_on_disk={k: runs for k, q in pred.consume_queues.items()
                         if (runs := tuple(r for r in q.entry_runs() if r.slots is None))},
         cut_segment=next((f.name for f in pred.commitlog_files if f.wrote < f.size), None),
-        windows=(("commitlog", ckpt.physic_msg_timestamp), ("consume_queue", ckpt.logics_msg_timestamp),
-                 ("index", ckpt.index_msg_timestamp)),
+        windows=flush_risk(store).windows,
         index_sources=tuple(sources), index_part_entries=INDEX_ENTRIES_PER_PART)
 
 
@@ -942,7 +981,7 @@ def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_range
 # -- segments ----------------------------------------------------------------------------------------------
 
 def segment_rows(summaries: Sequence[SegmentSummary], pred: recovery.Prediction,
-                 mtimes: dict[str, int], scanned: set[str]) -> list[dict]:
+                 mtimes: dict[str, int], scanned: set[str], fingerprints: dict[str, str]) -> list[dict]:
     import datetime as dt
 
     kept = {f.name: f.wrote for f in pred.commitlog_files}
@@ -955,7 +994,8 @@ def segment_rows(summaries: Sequence[SegmentSummary], pred: recovery.Prediction,
         row = s.as_row()
         row.update(first_store_time=ts(s.first_store_timestamp), last_store_time=ts(s.last_store_timestamp),
                    end_phy_offset=s.end_phy_offset, broker_keeps_bytes=kept.get(s.segment),
-                   file_mtime_ns=mtimes.get(s.segment), scanned=s.segment in scanned)
+                   file_mtime_ns=mtimes.get(s.segment), fingerprint=fingerprints.get(s.segment),
+                   scanned=s.segment in scanned)
         out.append(row)
     return out
 
@@ -969,12 +1009,34 @@ def summary_from_row(row: dict) -> SegmentSummary:
 
 # -- all of it -------------------------------------------------------------------------------------------
 
+def store_file_findings(store: Store) -> pa.Table:
+    """What ``jobs.dump --verify`` reports about the store's files outside the commitlog records,
+    consume queues and index files, with its checks and kinds: a gap in the commitlog file
+    sequence (a note: the broker only logs it) and config files the broker cannot use."""
+    from jobs import dump
+
+    found = dump.Findings()
+    dump.verify_commitlog_sequence(store, found)
+    dump.verify_config(store, found)
+    rows = [{"kind": a.kind, "severity": severity, "file": a.path, "position": a.position,
+             "phy_offset": a.phy_offset, "detail": a.message}
+            for severity, items in (("anomaly", found.anomalies), ("note", found.notes)) for a in items]
+    return pa.Table.from_pylist(rows, schema=STORE_FINDING_ROWS)
+
+
+STORE_FINDING_ROWS = pa.schema([
+    pa.field("kind", pa.string(), False), pa.field("severity", pa.string(), False),
+    pa.field("file", pa.string(), False), pa.field("position", pa.int64(), True),
+    pa.field("phy_offset", pa.int64(), True), pa.field("detail", pa.string(), True)])
+
+
 @dataclass
 class Findings:
     """The audit's tables (rows without the run keys) and the counts the run summary prints."""
 
     tables: dict[str, pa.Table] = field(default_factory=dict)
     scope: tuple[int, int] | None = None
+    flush: FlushRisk | None = None
 
     def count(self, table: str, where=None) -> int:
         t = self.tables.get(table)
@@ -992,6 +1054,8 @@ def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[Se
     if len(scan) < len(summaries):       # --since-last: records read only in the new segments
         last = summaries[-1].file_start + summaries[-1].file_size if summaries else 0
         out.scope = (scan[0].file_start, last) if scan else (last, last)
+    out.tables["store_findings"] = store_file_findings(store)
+    out.flush = flush_risk(store)
     if not pred.load_result:
         return out
     plan = audit_plan(spark, store, pred, summaries, scan, out.scope)
@@ -1040,6 +1104,7 @@ def alerting_counts(f: Findings) -> dict[str, int]:
         "index_findings": f.count("index_findings"),
         "lost_messages": f.count("lost_messages"),
         "consumer_offsets_at_risk": f.count("consumer_offset_findings", lambda t: t["at_risk"]),
+        "store_findings": f.count("store_findings", lambda t: pc.equal(t["severity"], "anomaly")),
     }
 
 
@@ -1064,7 +1129,7 @@ def run_tables(f: Findings, run: dict, segments: list[dict], run_id: str, store_
     out = {"runs": audit_rows(A.RUNS, [run], run_id, store_id, audited_at),
            "segments": audit_rows(A.SEGMENTS, segments, run_id, store_id, audited_at)}
     for name in ("queue_findings", "index_findings", "consumer_offset_findings", "lost_messages",
-                 "flush_window"):
+                 "flush_window", "store_findings"):
         t = f.tables.get(name)
         rows = t if t is not None and t.num_rows else []
         out[name] = audit_rows(A.TABLES[name], rows, run_id, store_id, audited_at)
@@ -1096,9 +1161,13 @@ def print_summary(f: Findings, out) -> None:
     if lost is not None and lost.num_rows:
         print(f"    lost    {lost.num_rows} intact messages the broker's recovery discards "
               f"(phy {pc.min(lost['phy_offset']).as_py()}..{pc.max(lost['phy_offset']).as_py()})", file=out)
-    fw = f.tables.get("flush_window")
-    if fw is not None and fw.num_rows:
-        cl = fw.filter(pc.equal(fw["window"], "commitlog"))
-        if cl.num_rows:
-            print(f"    flush   {pc.sum(cl['records']).as_py()} records stored after the checkpoint's "
-                  f"commitlog flush time (at risk under ASYNC_FLUSH power loss)", file=out)
+    if f.flush is not None and f.flush.windows:
+        n = f.count("flush_window", lambda t: pc.if_else(pc.equal(t["window"], "commitlog"), t["records"], 0))
+        print(f"    flush   {n} records stored after the checkpoint's commitlog flush time: "
+              f"{f.flush.text}", file=out)
+    elif f.flush is not None:
+        print(f"    flush   {f.flush.text}", file=out)
+    sf = f.tables.get("store_findings")
+    for r in sf.to_pylist() if sf is not None else ():
+        where = r["file"] + (f" @ byte {r['position']}" if r["position"] is not None else "")
+        print(f"    file    {r['kind']} {where}: {r['detail']}", file=out)

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.deltasink import read_table, store_id_for
-from jobs.findings import QUEUE_KINDS, audit_scan_options
+from jobs.findings import QUEUE_KINDS, audit_scan_options, flush_risk
 from schemas import audit as A
 from store_reader import recovery
 from store_reader.checkpoint import read_checkpoint
@@ -326,11 +326,23 @@ def _by_queue(df: pd.DataFrame, value: str, name: str) -> pd.Series:
     return df.groupby(["topic", "queue_id"])[value].sum().rename(name)
 
 
-def duplicates_per_queue(dup_queue: pd.DataFrame, redelivered: pd.DataFrame) -> pd.DataFrame:
-    """Per queue: entries of each duplicate kind and queue offsets redelivered (summed over the
-    groups: each group is served them again)."""
+def duplicates_per_queue(dup_queue: pd.DataFrame, redelivered_msgs: pd.DataFrame) -> pd.DataFrame:
+    """Per queue: entries of each duplicate kind and the messages rewound groups are served again as
+    the same message (``served_again``, summed over the groups). A rewound offset whose record is
+    lost is no duplicate: the next message sent to the queue takes it."""
     kinds = [_by_queue(dup_queue[dup_queue["kind"] == k], "count", k) for k in DUPLICATE_QUEUE_KINDS]
-    return per_queue(*kinds, _by_queue(redelivered, "redelivered", "redelivered"))
+    again = redelivered_msgs[redelivered_msgs["served_again"].astype(bool)].assign(n=1)
+    return per_queue(*kinds, _by_queue(again, "n", "served_again"))
+
+
+def duplicates_title(summary: dict) -> str:
+    """The per-queue chart's title: what is delivered twice, and the rewound offsets apart (they are
+    served again with other messages, not duplicated)."""
+    rewound, again = summary["redelivered"], summary["redelivered_served_again"]
+    return (f"Duplicates per queue: {summary['duplicate_queue_entries']} duplicate CQ entries, "
+            f"{again} messages served again after a rewind, {summary['index_duplicates']} duplicate index "
+            f"entries\n({rewound - again} of {rewound} rewound queue offsets are taken by new messages: "
+            f"not duplicates)")
 
 
 def duplicate_summary(run: AuditRun, dup_queue: pd.DataFrame, queue_messages: pd.DataFrame,
@@ -439,7 +451,8 @@ TIMELINE_STATES = ("kept", "at_risk", "lost", "discarded")
 def timeline(store: Store, run: AuditRun) -> Timeline:
     """Classify every record: ``lost`` (a lost message of the run), ``discarded`` (past the
     truncation point, damaged or not intact), ``at_risk`` (kept, but stored after the commitlog
-    flush time: an OS crash under ASYNC_FLUSH may still take it) or ``kept``."""
+    flush time while that is at risk, ``findings.flush_risk``: an OS crash may still take it) or
+    ``kept``."""
     t = scan_records(store, run.broker_version == recovery.V5X,
                      ["phy_offset", "store_timestamp", "valid_prefix"])
     phy = t["phy_offset"].to_numpy()
@@ -447,9 +460,10 @@ def timeline(store: Store, run: AuditRun) -> Timeline:
     prefix = t["valid_prefix"].to_numpy()
     end = run.truncation_point
     flush_ms = read_checkpoint(store.checkpoint_path).physic_msg_timestamp
+    at_risk = prefix & (ts > flush_ms) if dict(flush_risk(store).windows).get("commitlog") is not None \
+        else np.zeros(len(ts), bool)
     lost = np.isin(phy, run["lost_messages"]["phy_offset"].to_numpy())
-    state = np.where(lost, "lost", np.where(phy >= end, "discarded",
-                     np.where(prefix & (ts > flush_ms), "at_risk", "kept")))
+    state = np.where(lost, "lost", np.where(phy >= end, "discarded", np.where(at_risk, "at_risk", "kept")))
     df = pd.DataFrame({"phy_offset": phy, "store_time": pd.to_datetime(ts, unit="ms", utc=True),
                        "state": state})
     flush = pd.Timestamp(flush_ms, unit="ms", tz="UTC") if flush_ms else None

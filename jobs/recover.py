@@ -1,10 +1,13 @@
 """Broker-exact recovery of a RocketMQ store into a new, repaired store.
 
     spark-submit jobs/recover.py --store DIR --out DIR [--broker-config FILE]
-                                 [--broker-version 4.9|5.x] [--dry-run] [--overwrite]
-                                 [--apply --backup DIR] [--audit-path URI] [--commitlog-gone]
+                                 [--broker-version 4.9|5.x|both] [--dry-run] [--overwrite]
+                                 [--apply --backup DIR] [--audit-path URI]
+                                 [--keep-consumer-offsets] [--commitlog-gone] [--json]
     python -m jobs.recover ...            (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.recover --demo DIR     (a sample store with a simulated crash, made and recovered)
+    python -m jobs.recover --store DIR --dry-run --broker-version both [--json]
+                                          (what-if: the 4.9 and 5.x predictions side by side)
 
 Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``) or one without commitlog
@@ -20,8 +23,10 @@ Passes (each a function the notebooks can call):
      (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports), side by side with 4-5
      and 7 (both only read the input store and the prediction);
   7. write the repaired store into a temporary directory of this run's own (the commitlog copied
-     and hashed for the manifest in one read) and, once the audit succeeded too, check it against
-     its manifest and rename it into place, all under the output's lock (``store_reader.publish``);
+     and hashed for the manifest in one read; each committed consumer offset moved where the
+     consumer's next pull on the rebuilt queues would move it, the originals in the manifest) and,
+     once the audit succeeded too, check it against its manifest and rename it into place, all
+     under the output's lock (``store_reader.publish``);
      ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
@@ -224,6 +229,9 @@ class RunReport:
     applied_backup: str | None = None
     findings: fnd.Findings | None = None
     audit_tables: list[str] = field(default_factory=list)
+    keep_consumer_offsets: bool = False
+    # committed offsets the repaired store carries moved, originals included (repair.correct_consumer_offsets)
+    offsets_moved: list[dict] = field(default_factory=list)
     config_left_out: list[str] = field(default_factory=list)
 
     def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
@@ -414,6 +422,10 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         for line in report.config_left_out:
             log.warning("config file left out of the repaired store (the broker reads its .bak "
                         "instead): %s", line)
+        if not report.keep_consumer_offsets:
+            ranges = {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"]) for r in
+                      queues.select(["topic", "queue_id", "min_offset", "max_offset"]).to_pylist()}
+            report.offsets_moved = repair.correct_consumer_offsets(tmp / "config", ranges)
         passes.check()
         t = time.monotonic()
         known = {**commitlog_digests, **index_digests, **queue_digests}
@@ -537,7 +549,8 @@ def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
     return {"runId": report.run_id, "store": _resolved(str(store.root)),
             "brokerConfig": _resolved(store.config.source),
             "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
-            "prediction": prediction_summary(report.prediction)}
+            "prediction": prediction_summary(report.prediction),
+            "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved}}
 
 
 def claim_outputs(stack: ExitStack, store: Store, out: str | None, overwrite: bool,
@@ -571,10 +584,12 @@ def claim_outputs(stack: ExitStack, store: Store, out: str | None, overwrite: bo
 def recover(spark, store_path: str, out: str | None, broker_config: str | None = None,
             broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
             backup: str | None = None, audit_path: str | None = None,
-            commitlog_gone: bool = False) -> RunReport:
+            keep_consumer_offsets: bool = False, commitlog_gone: bool = False) -> RunReport:
     """The whole run (passes 1-7); ``dry_run`` writes no repaired store (audit rows still go to
-    ``audit_path`` when given). A store without commitlog files is refused unless
-    ``commitlog_gone`` (the operator says it is really gone, not on a volume that is not mounted)."""
+    ``audit_path`` when given). The repaired store's committed consumer offsets are moved where
+    the consumers' next pull on it would move them, unless ``keep_consumer_offsets``. A store
+    without commitlog files is refused unless ``commitlog_gone`` (the operator says it is really
+    gone, not on a volume that is not mounted)."""
     started = time.monotonic()
     # absolute: Spark tasks write under it, whatever their working directory
     out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
@@ -592,11 +607,12 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         claim_outputs(stack, store, None if dry_run else out, overwrite,
                       backup if not dry_run else None, audit_path)
         return _recover(spark, store, out, broker_version, dry_run, overwrite, backup, audit_path,
-                        started)
+                        keep_consumer_offsets, started)
 
 
 def _recover(spark, store: Store, out: str | None, broker_version: str | None, dry_run: bool,
-             overwrite: bool, backup: str | None, audit_path: str | None, started: float) -> RunReport:
+             overwrite: bool, backup: str | None, audit_path: str | None, keep_consumer_offsets: bool,
+             started: float) -> RunReport:
     t = started
     audited_at = dt.datetime.now(dt.timezone.utc)
     version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
@@ -609,7 +625,8 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
     summaries = scan_segments(spark, store, store.scan_options(broker_5x=version == recovery.V5X))
     scanned = time.monotonic()
     pred = recovery.predict(store, version, summaries=summaries)
-    report = RunReport(run_id, str(store.root), out, version, pred, summaries)
+    report = RunReport(run_id, str(store.root), out, version, pred, summaries,
+                       keep_consumer_offsets=keep_consumer_offsets)
     report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scanned)
     t = scanned
     if pred.load_result:
@@ -637,12 +654,21 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
                                 repaired=str(Path(out).resolve()) if report.written else None)
         store_id = store_id_for(str(store.root))
         mtimes = {s.segment: os.stat(s.path).st_mtime_ns for s in summaries if os.path.exists(s.path)}
+        written = audit_job.fingerprints(store, {s.segment: s.valid_bytes for s in summaries if s.segment in mtimes})
         tables = fnd.run_tables(report.findings, row,
-                                fnd.segment_rows(summaries, pred, mtimes, {s.segment for s in summaries}),
+                                fnd.segment_rows(summaries, pred, mtimes, {s.segment for s in summaries}, written),
                                 run_id, store_id, audited_at)
         report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark)
         report.log_pass("write audit tables", t, audit_path)
     return report
+
+
+def recover_both(spark, store_path: str, broker_config: str | None = None,
+                 audit_path: str | None = None, commitlog_gone: bool = False) -> list[RunReport]:
+    """The dry run for 4.9 and for 5.x (a scan and an audit each: the versions' record checks
+    differ), for ``whatif``."""
+    return [recover(spark, store_path, None, broker_config, v, dry_run=True, audit_path=audit_path,
+                    commitlog_gone=commitlog_gone) for v in (recovery.V49, recovery.V5X)]
 
 
 def print_report(report: RunReport, out=None) -> None:
@@ -672,6 +698,11 @@ def print_report(report: RunReport, out=None) -> None:
     for c in moved[:10]:
         p(f"    {c.group}@{c.topic}/{c.queue_id}: committed {c.committed_offset} -> {c.status}, "
           f"next {c.next_begin_offset} (queue {c.min_offset}..{c.max_offset})", file=out)
+    if report.written and report.keep_consumer_offsets:
+        p("  repaired offsets   kept as they were (--keep-consumer-offsets)", file=out)
+    elif report.written:
+        p(f"  repaired offsets   {len(report.offsets_moved)} moved where the repaired queues serve "
+          f"them (originals in MANIFEST.json)", file=out)
     if report.findings is not None:
         p("  audit", file=out)
         fnd.print_summary(report.findings, out)
@@ -694,8 +725,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--store", help="store root (storePathRootDir)")
     ap.add_argument("--out", help="directory for the repaired store (must not exist)")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
-    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X],
-                    help="recovery semantics; default: detected from the store")
+    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X, "both"],
+                    help="recovery semantics; default: detected from the store; both (with "
+                         "--dry-run): the two versions' predictions side by side")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     ap.add_argument("--overwrite", action="store_true", help="replace an earlier repaired store")
     ap.add_argument("--apply", action="store_true",
@@ -703,6 +735,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--backup", help="with --apply: where the input store is kept")
     ap.add_argument("--audit-path", help="directory or URI of the Delta audit tables (findings, "
                                          "what the repair changed); none: printed only")
+    ap.add_argument("--keep-consumer-offsets", action="store_true",
+                    help="copy the committed consumer offsets as they are (default: each moved where "
+                         "the consumer's next pull on the repaired store would move it)")
     ap.add_argument("--commitlog-gone", action="store_true",
                     help="the store's commitlog is really gone (deleted, not merely unmounted): "
                          "recover without it, dropping every consume queue entry; without this "
@@ -719,6 +754,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--apply and --dry-run exclude each other")
     if not args.dry_run and not args.demo and not args.out:
         ap.error("--out is required unless --dry-run")
+    if args.broker_version == "both" and (not args.dry_run or args.demo):
+        ap.error("--broker-version both is a what-if: it needs --dry-run")
     return args
 
 
@@ -735,10 +772,31 @@ def main(argv: list[str] | None = None) -> int:
         args.overwrite = True
         args.audit_path = args.audit_path or os.path.join(args.demo, "audit")
     spark = get_spark("rocketmq-recover", session=False)
+    if args.broker_version == "both":
+        from jobs import whatif
+
+        try:
+            reports = recover_both(spark, args.store, args.broker_config, args.audit_path,
+                                   args.commitlog_gone)
+        except StoreReaderError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        doc = whatif.compare_json(reports[0].store, [whatif.Side(r.broker_version, r.prediction, r.summaries,
+                                                                 r.findings) for r in reports])
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            whatif.print_side_by_side(doc, sys.stdout)
+        refused = [r for r in reports if not r.prediction.load_result]
+        if refused:
+            print(f"error: broker {refused[0].broker_version} would refuse to load this store: "
+                  f"{refused[0].prediction.load_problems[0]}", file=sys.stderr)
+            return 2
+        return 0
     try:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                          args.dry_run, args.overwrite, args.backup if args.apply else None,
-                         args.audit_path, args.commitlog_gone)
+                         args.audit_path, args.keep_consumer_offsets, args.commitlog_gone)
     except StoreReaderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -72,6 +72,10 @@ def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str
     conf = SparkConf().setAppName(app_name)
     if "SPARK_SUBMIT_OPTS" not in os.environ and not os.environ.get("SPARK_ENV_LOADED"):
         conf.setAll(list(embedded_settings(conf_file, extra).items()))
+    elif "log4j2.configurationFile" not in (conf.get(JAVA_OPTIONS) or ""):
+        # spark-submit without spark-conf/log4j2.properties: Spark's INFO lines (~450 a run) off
+        # from the context's start on, unless the submit asks for them
+        conf.setIfMissing("spark.log.level", "WARN")
     # pyspark's first py4j call, once the JVM is up, imports pyspark.testing.utils and pandas with
     # it (NumpyArrayConverter, ~0.3 s): imported here while this thread waits for the JVM to start
     threading.Thread(target=importlib.import_module, args=("pyspark.testing.utils",),

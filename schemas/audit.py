@@ -40,7 +40,12 @@ RUNS = audit_table("runs", (
     F("index_findings", "int64"),
     F("consumer_offsets_at_risk", "int64"),
     F("lost_messages", "int64"),
-    F("flush_window_records", "int64", doc="records stored after the commitlog flush checkpoint"),
+    F("store_findings", "int64", doc="store_findings rows of severity anomaly"),
+    F("flush_window_records", "int64",
+      doc="records stored after the commitlog flush checkpoint while at risk (see flush_risk)"),
+    F("flush_risk", "string", nullable=True,
+      doc="async_flush_unclean (ASYNC_FLUSH, abort file present: the flush windows are at risk) | "
+          "sync_flush | clean_shutdown (nothing at risk from the page cache)"),
     F("repaired_store", "string", nullable=True, doc="where recover wrote the repaired store"),
     F("duration_ms", "int64"),
     F("passes", "string", doc="JSON: seconds per pass"),
@@ -53,7 +58,9 @@ SEGMENTS = audit_table("segments", SEGMENT.fields + (
     F("end_phy_offset", "int64", doc="phy offset where the valid prefix ends"),
     F("broker_keeps_bytes", "int64", nullable=True,
       doc="bytes the broker's recovery keeps of this file; null: the broker deletes it"),
-    F("file_mtime_ns", "int64", nullable=True, doc="with file_size: what --since-last compares"),
+    F("file_mtime_ns", "int64", nullable=True, doc="with file_size and fingerprint: what --since-last compares"),
+    F("fingerprint", "string", nullable=True,
+      doc="SHA-256 of the written head and tail (store_reader.commitlog.written_fingerprint)"),
     F("scanned", "bool", doc="scanned by this run (false: carried over unchanged, --since-last)"),
 ))
 
@@ -123,7 +130,8 @@ LOST_MESSAGES = audit_table("lost_messages", (
 ))
 
 FLUSH_WINDOW = audit_table("flush_window", (
-    F("window", "string", doc="commitlog | consume_queue | index: which checkpoint timestamp"),
+    F("window", "string", doc="commitlog | consume_queue | index: which checkpoint timestamp; rows "
+                              "only while at risk (runs.flush_risk async_flush_unclean)"),
     F("checkpoint_time", "timestamp", nullable=True, doc="the checkpoint's flush timestamp"),
     F("topic", "string"),
     F("queue_id", "int32"),
@@ -136,5 +144,15 @@ FLUSH_WINDOW = audit_table("flush_window", (
     F("last_store_time", "timestamp"),
 ))
 
+STORE_FINDINGS = audit_table("store_findings", (
+    F("kind", "string", doc="the kind jobs.dump --verify reports: note.commitlog_gap, "
+                            "config.undecodable, note.config_tmp"),
+    F("severity", "string", doc="anomaly (the broker acts on it) | note (it only logs it)"),
+    F("file", "string"),
+    F("position", "int64", nullable=True, doc="byte position in the file, when known"),
+    F("phy_offset", "int64", nullable=True),
+    F("detail", "string", nullable=True),
+))
+
 TABLES = {t.name: t for t in (RUNS, SEGMENTS, QUEUE_FINDINGS, INDEX_FINDINGS,
-                              CONSUMER_OFFSET_FINDINGS, LOST_MESSAGES, FLUSH_WINDOW)}
+                              CONSUMER_OFFSET_FINDINGS, LOST_MESSAGES, FLUSH_WINDOW, STORE_FINDINGS)}

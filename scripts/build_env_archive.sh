@@ -16,9 +16,11 @@
 #    rewrites the scripts' shebangs; the archive is unpacked into two directories in turn to check
 #    that bin/python resolves and imports the packed project, not this checkout, wherever it lies.
 #
-# venv-pack keeps the interpreter out of the archive: bin/python links to the base Python 3.11
-# (default: the one .venv was made from). Every node needs Python 3.11 at that prefix; build with
-# ENV_PYTHON_PREFIX=/usr (the nodes' prefix) to link there instead.
+# The archive holds no interpreter. Its bin/python is scripts/env_python.sh instead of venv's link
+# to this machine's Python: it starts the node's Python 3.11 (the build's base Python where it
+# exists, else $ROCKETMQ_ENV_PYTHON, else python3.11 on PATH) as the environment's interpreter, so
+# the archive runs wherever a node keeps its Python 3.11. ENV_PYTHON_PREFIX=/usr names the nodes'
+# prefix to try first instead of the build's (pyvenv.cfg's home, rewritten by venv-pack).
 #
 # Idempotent: nothing is rebuilt while the sources, pyproject.toml, setup.py, this script, the base
 # Python, .venv's package versions and ENV_PYTHON_PREFIX are unchanged (their hash is kept beside
@@ -40,8 +42,8 @@ exec 9>build/.env-archive.lock
 flock 9                               # one build at a time (two test runs, CI and a developer)
 
 base_prefix=$("$py" -c 'import sys; print(sys.base_prefix)')
-# bin/python, not python3.11: venv-pack's --python-prefix relinks a venv's python only when it
-# points at <prefix>/bin/python exactly.
+# the build venv is made from it, so pyvenv.cfg's home is <base prefix>/bin (venv-pack's
+# --python-prefix rewrites that prefix)
 base_python=$base_prefix/bin/python
 if [ ! -x "$base_python" ]; then
     echo "error: the base interpreter of .venv ($base_python) is missing" >&2
@@ -60,7 +62,7 @@ tar -c --exclude=__pycache__ --exclude='*.so' --exclude='*.pyc' \
     pyproject.toml setup.py README.md store_reader schemas jobs | tar -x -C "$src"
 
 key=$( {
-    sha256sum scripts/build_env_archive.sh | cut -c1-64
+    sha256sum scripts/build_env_archive.sh scripts/env_python.sh | cut -c1-64
     "$base_python" -c 'import sys; print(sys.version)'
     echo "prefix=${python_prefix:-$base_prefix}"
     cat "$constraints"
@@ -138,6 +140,11 @@ pip_into=("$py" -m pip --python "$venv/bin/python" install -q --no-warn-script-l
 "${pip_into[@]}" --no-deps "$wheel"
 # informational only, and it names this machine's build directory
 sed -i '/^command = /d' "$venv/pyvenv.cfg"
+# the launcher in place of the links to this machine's interpreter (see the top)
+rm -f "$venv/bin/python" "$venv/bin/python3" "$venv/bin/python3.11"
+install -m 755 scripts/env_python.sh "$venv/bin/python"
+ln -s python "$venv/bin/python3"
+ln -s python "$venv/bin/python3.11"
 echo "installed $(basename "$wheel") + ${reqs[*]}"
 
 echo "== pack =="
@@ -177,15 +184,9 @@ if [ -n "$stale" ]; then
     echo "$stale" >&2
     exit 1
 fi
-interp=$(readlink -f "$check/first/environment/bin/python")
-echo "bin/python -> $interp"
-if [ -x "$interp" ]; then
-    check_env "$check/first/environment"
-    mv "$check/first" "$check/moved"
-    check_env "$check/moved/environment"
-else
-    echo "warning: $interp (ENV_PYTHON_PREFIX) is not on this machine: imports not checked here" >&2
-fi
+check_env "$check/first/environment"
+mv "$check/first" "$check/moved"
+check_env "$check/moved/environment"
 
 mv "$partial" "$archive"
 echo "$key" > "$key_file"

@@ -11,6 +11,7 @@ only when ``body`` is selected).
 """
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import struct
@@ -23,7 +24,7 @@ import pyarrow as pa
 from schemas import MESSAGE, SEGMENT
 
 from . import recordformat as rf
-from .storefs import PathRef, SegmentBuffer, StoreLocation, location
+from .storefs import FileReader, PathRef, SegmentBuffer, StoreLocation, location
 
 DEFAULT_BATCH_SIZE = 16384
 
@@ -275,6 +276,27 @@ class SegmentScan:
             if outcome == rf.END_OF_FILE or pos >= size or impl.is_zero(buf, pos, size):
                 return
             q = impl.resync(buf, self.file_start, pos + 1, size, opts)
+
+
+FINGERPRINT_BYTES = 4096
+
+
+def written_fingerprint(reader: FileReader, written: int) -> str:
+    """SHA-256 of what a segment's scan summary rests on, cheap to read: the file's size, where its
+    valid records end (``written``, the summary's ``valid_bytes``), its first ``FINGERPRINT_BYTES``
+    (the first record, which recovery's start file choice reads) and the ``FINGERPRINT_BYTES``
+    either side of ``written`` (the last records, then the end-of-file marker or the zeros the next
+    record would be written into). ``reader``: the file opened through ``storefs``.
+
+    A segment rewritten or appended to changes one of these, whatever its mtime says; a change
+    strictly between the two ends, with everything at the ends intact, does not (only a full scan
+    sees it)."""
+    size = reader.size
+    h = hashlib.sha256(f"{size}:{written}\n".encode())
+    for lo, hi in ((0, FINGERPRINT_BYTES), (written - FINGERPRINT_BYTES, written + FINGERPRINT_BYTES)):
+        lo, hi = max(0, min(lo, size)), max(0, min(hi, size))
+        h.update(reader.read_at(lo, hi - lo))
+    return h.hexdigest()
 
 
 def scan_segment(path: PathRef, opts: rf.ScanOptions, **kwargs: Any

@@ -7,6 +7,8 @@ fastjson 1.x writes map keys that are integers **without quotes** (``{0:250,1:24
 tabs, so the files are not strict JSON. :func:`parse_fastjson` accepts that, plus what fastjson's
 default parser features tolerate on reading (unquoted field names, single-quoted strings, stray
 commas). It is a small tokenizer + recursive-descent parser; nothing is ``eval``'d.
+:func:`to_fastjson` writes the broker's form back (a file read and written again unchanged keeps
+its bytes); :func:`rewrite_consumer_offsets` changes committed offsets in place with it.
 
 Every typed reader applies the broker's ``ConfigManager#load`` order: ``<f>``; if missing, empty or
 undecodable, ``<f>.bak``; a missing/empty ``.bak`` is an empty table; an undecodable ``.bak`` makes the
@@ -29,9 +31,12 @@ from .exceptions import ConfigError
 from .storefs import PathRef, StoreLocation, location
 
 __all__ = [
+    "CONSUMER_OFFSET_FILES",
     "CONSUMER_OFFSET_SCHEMA",
     "ConfigLoad",
     "parse_fastjson",
+    "to_fastjson",
+    "rewrite_consumer_offsets",
     "load_config",
     "read_consumer_offsets",
     "read_lmq_consumer_offsets",
@@ -202,6 +207,26 @@ def parse_fastjson(text: str, *, path: str | os.PathLike[str] | None = None) -> 
         raise ConfigError("not decodable as fastjson: nesting too deep", path) from None
 
 
+# -- writer -------------------------------------------------------------------------------------
+
+def to_fastjson(value: Any, depth: int = 0) -> str:
+    """``value`` as the broker persists a config file (``RemotingSerializable#toJson(pretty)``,
+    fastjson 1.x, F§10): tabs, integer map keys unquoted, an int-keyed map on one line with its
+    closing brace on the next, no newline at the end. Keys keep ``value``'s order."""
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        close = "\n" + "\t" * depth + "}"
+        if all(isinstance(k, int) for k in value):
+            return "{" + ",".join(f"{k}:{to_fastjson(v, depth + 1)}" for k, v in value.items()) + close
+        tabs = "\t" * (depth + 1)
+        return "{\n" + ",\n".join(f"{tabs}{json.dumps(str(k), ensure_ascii=False)}:{to_fastjson(v, depth + 1)}"
+                                   for k, v in value.items()) + close
+    if isinstance(value, list):
+        return "[" + ",".join(to_fastjson(v, depth + 1) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
 # -- fallback loading (ConfigManager#load) -----------------------------------------------------
 
 @dataclass(frozen=True)
@@ -328,8 +353,10 @@ def _split_topic_group(key: Any) -> tuple[str, str | None]:
     return (topic, group) if sep else (key, None)
 
 
-def _offset_rows(doc: Any, p: str, *, lmq: bool) -> pa.Table:
-    rows: list[tuple[str, str | None, int, int, bool]] = []
+def _offset_slots(doc: Any, p: str, *, lmq: bool) -> list[tuple[dict, Any, str, str | None, int, int, bool]]:
+    """Every committed offset of a decoded offset file: (the map holding it, its key there, topic,
+    group, queue id, offset, from ``lmqOffsetTable``), in the file's order."""
+    slots: list[tuple[dict, Any, str, str | None, int, int, bool]] = []
     for tg, queues in _mapping(doc, "offsetTable", p).items():
         if queues is None:
             continue
@@ -337,13 +364,19 @@ def _offset_rows(doc: Any, p: str, *, lmq: bool) -> pa.Table:
             raise ConfigError(f"offsetTable[{tg!r}] is {type(queues).__name__}, expected an object", p)
         topic, group = _split_topic_group(tg)
         for qid, off in queues.items():
-            rows.append((topic, group, _java_int(qid, f"queue id of {tg!r}", p),
-                         _java_int(off, f"offset of {tg!r} queue {qid}", p, 64), False))
+            slots.append((queues, qid, topic, group, _java_int(qid, f"queue id of {tg!r}", p),
+                          _java_int(off, f"offset of {tg!r} queue {qid}", p, 64), False))
     if lmq:
         # lmqOffsetTable: "<lmqTopic>@<lmqGroup>" -> offset; LMQ queues are always queue 0
-        for tg, off in _mapping(doc, "lmqOffsetTable", p).items():
+        table = _mapping(doc, "lmqOffsetTable", p)
+        for tg, off in table.items():
             topic, group = _split_topic_group(tg)
-            rows.append((topic, group, 0, _java_int(off, f"lmq offset of {tg!r}", p, 64), True))
+            slots.append((table, tg, topic, group, 0, _java_int(off, f"lmq offset of {tg!r}", p, 64), True))
+    return slots
+
+
+def _offset_rows(doc: Any, p: str, *, lmq: bool) -> pa.Table:
+    rows = [s[2:] for s in _offset_slots(doc, p, lmq=lmq)]
     rows.sort(key=lambda r: (r[0], r[1] or "", r[2], r[4]))
     cols = list(zip(*rows)) if rows else [[], [], [], [], []]
     return pa.table([pa.array(c, type=f.type) for c, f in zip(cols, CONSUMER_OFFSET_SCHEMA)],
@@ -369,6 +402,42 @@ def read_consumer_offsets(path: PathRef) -> ConfigLoad[pa.Table]:
     return load_config(_config_file(path, "consumerOffset.json"),
                        lambda doc, p: _offset_rows(doc, p, lmq=False),
                        lambda: CONSUMER_OFFSET_SCHEMA.empty_table())
+
+
+# ConfigManager's generations of the committed offsets: the broker reads <f>, else <f>.bak (R§9.1)
+CONSUMER_OFFSET_FILES = ("consumerOffset.json", "consumerOffset.json.bak",
+                         "lmqConsumerOffset.json", "lmqConsumerOffset.json.bak")
+
+
+def rewrite_consumer_offsets(path: str | os.PathLike[str],
+                             move: Callable[[str, str | None, int, int], int], *, lmq: bool = False
+                             ) -> list[tuple[str, str | None, int, int, int]] | None:
+    """Set each committed offset of the local file ``path`` (``offsetTable``; with ``lmq``, as
+    ``lmqConsumerOffset.json`` is read, ``lmqOffsetTable`` at queue 0 too) to
+    ``move(topic, group, queue id, offset)``.
+
+    Every other field, and the order of everything, stays; the file is written in the broker's form
+    only when an offset changed. Returns the changed ones as ``(topic, group, queue id, old, new)``,
+    or None when the file does not decode as the broker's reader would (it is left as it is: the
+    broker passes over it the same way)."""
+    p = str(path)
+    with open(p, encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    try:
+        doc = parse_fastjson(text, path=p)
+        slots = [] if doc is None else _offset_slots(doc, p, lmq=lmq)
+    except ConfigError:
+        return None
+    changed = []
+    for table, key, topic, group, qid, old, _ in slots:
+        new = move(topic, group, qid, old)
+        if new != old:
+            table[key] = new
+            changed.append((topic, group, qid, old, new))
+    if changed:
+        with open(p, "w", encoding="utf-8") as fh:
+            fh.write(to_fastjson(doc))
+    return changed
 
 
 def read_lmq_consumer_offsets(path: PathRef) -> ConfigLoad[pa.Table]:

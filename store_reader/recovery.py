@@ -958,6 +958,22 @@ def _readable(pred: Prediction, phy: int, size: int) -> bool:
     return False
 
 
+def range_status(min_offset: int, max_offset: int, offset: int) -> tuple[str | None, int]:
+    """The checks of a pull's offset against the queue's range, in the broker's order (R§9.2, the
+    same in 4.9.7 and 5.3.3): ``(GetMessageStatus, nextBeginOffset on a master)``, or ``(None,
+    offset)`` when the offset lies inside the queue. The second value is where the consumer's
+    next pull leaves its committed offset (PULL_OFFSET_MOVED persists it)."""
+    if max_offset == 0:
+        return "NO_MESSAGE_IN_QUEUE", 0
+    if offset < min_offset:
+        return "OFFSET_TOO_SMALL", min_offset
+    if offset == max_offset:
+        return "OFFSET_OVERFLOW_ONE", offset
+    if offset > max_offset:
+        return "OFFSET_OVERFLOW_BADLY", max_offset
+    return None, offset
+
+
 def check_offset(pred: Prediction, config: BrokerConfig, topic: str, group: str | None,
                  queue_id: int, offset: int) -> OffsetCheck:
     """Pull status and corrected offset on a master for one committed offset (R§9.2)."""
@@ -967,14 +983,9 @@ def check_offset(pred: Prediction, config: BrokerConfig, topic: str, group: str 
     def result(status: str, nxt: int) -> OffsetCheck:
         return OffsetCheck(topic, group, queue_id, offset, lo, hi, status, nxt)
 
-    if hi == 0:
-        return result("NO_MESSAGE_IN_QUEUE", 0)
-    if offset < lo:
-        return result("OFFSET_TOO_SMALL", lo)
-    if offset == hi:
-        return result("OFFSET_OVERFLOW_ONE", offset)
-    if offset > hi:
-        return result("OFFSET_OVERFLOW_BADLY", hi)
+    status, nxt = range_status(lo, hi, offset)
+    if status is not None:
+        return result(status, nxt)
     # getIndexBuffer: the rest of the CQ file holding the offset, at most 16000 bytes scanned
     logic = offset * CQ_STORE_UNIT_SIZE
     f = next((f for f in q.files if f.start <= logic < f.start + f.wrote), None)

@@ -1,5 +1,6 @@
 """Write a repaired store: the commitlog cut at the broker's truncation point, consume queues and
-index files rebuilt from every surviving record, a consistent checkpoint, no ``abort``.
+index files rebuilt from every surviving record, a consistent checkpoint, no ``abort``, committed
+consumer offsets the rebuilt queues serve.
 
 Spark-free building blocks; ``jobs/recover.py`` runs them in parallel (consume queues: one task
 per bucket of CQ files or queues; index: one task per index file) and places the result atomically.
@@ -27,12 +28,13 @@ import pyarrow as pa
 from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
+from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
 from .consumequeue import CQ_STORE_UNIT_SIZE
 from .consumequeue import file_name as cq_file_name
 from .exceptions import UnreadableFileError
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
-from .recovery import ConsumeQueueState, index_put_keys, multi_dispatch_rows
+from .recovery import ConsumeQueueState, index_put_keys, multi_dispatch_rows, range_status
 from .storefs import open_regular
 
 if TYPE_CHECKING:
@@ -731,6 +733,34 @@ def copy_config(src_root: Path, dest_root: Path) -> list[str]:
             raise
         raise UnreadableFileError(f"cannot copy config: {exc.strerror}", exc.filename) from None
     return left_out
+
+
+def correct_consumer_offsets(config_dir: Path, queue_ranges: Mapping[tuple[str, int], tuple[int, int]]
+                             ) -> list[dict]:
+    """Move every committed offset of the consumer offset files under ``config_dir`` (each
+    generation, ``CONSUMER_OFFSET_FILES``) to where the consumer's next pull on the repaired store
+    would move it: the broker's own correction (``recovery.range_status``) against
+    ``queue_ranges``, (min, max) of each repaired queue (a queue not there is empty). An offset
+    the queue serves stays; a file that does not decode stays as it is.
+
+    Returns one dict per moved offset, the original value included (for the manifest)."""
+    def serves(topic: str, queue_id: int, offset: int) -> tuple[int, int, str | None, int]:
+        lo, hi = queue_ranges.get((topic, queue_id), (0, 0))
+        return (lo, hi, *range_status(lo, hi, offset))
+
+    moved: list[dict] = []
+    for name in CONSUMER_OFFSET_FILES:
+        path = config_dir / name
+        if not path.is_file():
+            continue
+        changed = rewrite_consumer_offsets(path, lambda t, g, q, o: serves(t, q, o)[3],
+                                           lmq=name.startswith("lmq"))
+        for topic, group, qid, old, new in changed or ():
+            lo, hi, status, _ = serves(topic, qid, old)
+            moved.append({"file": f"config/{name}", "topic": topic, "group": group, "queueId": qid,
+                          "committedOffset": old, "repairedOffset": new, "status": status,
+                          "repairedMin": lo, "repairedMax": hi})
+    return moved
 
 
 def repaired_checkpoint(last_store_ts: int, last_cq_store_ts: int, index_msg_ts: int,

@@ -638,13 +638,15 @@ def _data_end(store: Store, results: dict[str, SegmentComparison], which: str, o
     return (store.commitlog_files[0].start, None) if store.commitlog_files else (None, None)
 
 
-def _queue_ranges(store: Store, side: str, min_phy: int | None, shared_end: int,
+def _queue_ranges(store: Store, side: str, min_phy: int | None, data_end: int,
+                  scanned: Sequence[tuple[int, int]],
                   tails: dict[tuple[str, str, int], tuple[int, int]], broker_5x: bool
                   ) -> dict[tuple[str, int], tuple[int, int]]:
-    """Per queue ``[min, max)`` a side holds: its consume queue entries for records below
-    ``shared_end`` (entries are in phy order, so a cut at the first entry at or past it, as
-    R§5.2 cuts at a commitlog end), min corrected to the side's first commitlog file (R§7.2),
-    then extended by the records scanned past the shared end."""
+    """Per queue ``[min, max)`` a side holds: its consume queue entries for records below its
+    ``data_end`` outside the ``scanned`` phy ranges (a segment pair's bytes from its divergence on:
+    the records scanned there, ``tails``, replace the entries pointing into them; the byte-identical
+    segments around them hold the same records on both sides), min corrected to the side's first
+    commitlog file (R§7.2), then extended by ``tails``."""
     queues, problems = load_consume_queues(store, broker_5x)
     if problems:
         raise problems[0]
@@ -653,10 +655,13 @@ def _queue_ranges(store: Store, side: str, min_phy: int | None, shared_end: int,
         q.recover()
         if not q.files:
             continue
-        slots = np.concatenate([f.slots[: f.wrote // CQ_STORE_UNIT_SIZE] for f in q.files])
-        cut = np.flatnonzero(slots["phy_offset"] >= shared_end)
+        phy = np.concatenate([f.slots[: f.wrote // CQ_STORE_UNIT_SIZE] for f in q.files])["phy_offset"]
+        held = phy < data_end
+        for a, b in scanned:
+            held &= (phy < a) | (phy >= b)
+        kept = np.flatnonzero(held)
         first = q.files[0].start // CQ_STORE_UNIT_SIZE
-        hi = first + (int(cut[0]) if cut.size else len(slots))
+        hi = first + (int(kept[-1]) + 1 if kept.size else 0)
         if min_phy is not None:
             q.correct_min_offset(min_phy, V5X if broker_5x else V49)
         out[key] = (min(q.min_offset, hi), hi)
@@ -728,15 +733,18 @@ def assemble(master: Store, slave: Store, results: Sequence[SegmentComparison], 
     kept = [r.records for r in results if r.records is not None]
     records = pa.concat_tables([RECORD_SCHEMA.empty_table(), *kept]).sort_by(
         [("side", "ascending"), ("phy_offset", "ascending")]) if len(kept) == len(results) else None
-    # 4. queue offset ranges and consumer offsets
-    shared_end = first_div if first_div is not None else common_end
+    # 4. queue offset ranges and consumer offsets: each side's entries up to its own end, those
+    # pointing where the pairs were scanned replaced by the records scanned there
     tails: dict[tuple[str, str, int], tuple[int, int]] = {}
+    scanned = []
     for r in results:
+        if r.divergence is not None:
+            scanned.append((r.divergence, r.pair.file_start + r.pair.file_size))
         for k, (a, b) in r.tail_queues.items():
             old = tails.get(k)
             tails[k] = (a, b) if old is None else (min(old[0], a), max(old[1], b))
-    mq = _queue_ranges(master, MASTER, m_min, shared_end, tails, opts.broker_5x)
-    sq = _queue_ranges(slave, SLAVE, s_min, shared_end, tails, opts.broker_5x)
+    mq = _queue_ranges(master, MASTER, m_min, m_e, scanned, tails, opts.broker_5x)
+    sq = _queue_ranges(slave, SLAVE, s_min, s_e, scanned, tails, opts.broker_5x)
     queues = {k: QueueRange(k[0], k[1], *mq.get(k, (0, 0)), *sq.get(k, (0, 0)))
               for k in sorted(set(mq) | set(sq))}
     offsets = (_consumer_offset_findings(master, MASTER, queues)

@@ -36,6 +36,7 @@ import pyarrow as pa
 from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
+from .config import to_fastjson
 from .consumequeue import CQ_STORE_UNIT_SIZE, write_queue
 from .indexfile import IndexHeader, build_index_files, index_file_name, write_index_file
 from .javahash import index_key_hashes, java_string_hash
@@ -1108,22 +1109,6 @@ def _corrupt_target(phy: np.ndarray, limit: int, segment_size: int) -> int:
 
 # -- derived files --------------------------------------------------------------------------------
 
-def _fastjson(value: Any, depth: int = 0) -> str:
-    """fastjson 1.x pretty form (F§10): tabs, integer map keys unquoted, int-keyed maps inline."""
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        close = "\n" + "\t" * depth + "}"
-        if all(isinstance(k, int) for k in value):
-            return "{" + ",".join(f"{k}:{_fastjson(v, depth + 1)}" for k, v in value.items()) + close
-        tabs = "\t" * (depth + 1)
-        return "{\n" + ",\n".join(f"{tabs}{json.dumps(k, ensure_ascii=False)}:{_fastjson(v, depth + 1)}"
-                                  for k, v in value.items()) + close
-    if isinstance(value, list):
-        return "[" + ",".join(_fastjson(v, depth + 1) for v in value) + "]"
-    return json.dumps(value, ensure_ascii=False)
-
-
 def _data_version(spec: SyntheticStoreSpec, timestamp: int) -> dict[str, int]:
     if spec.rocketmq5:
         return {"counter": 0, "stateVersion": 0, "timestamp": timestamp}
@@ -1142,7 +1127,7 @@ def _write_config(root: Path, spec: SyntheticStoreSpec, queue_max: dict[tuple[st
                       "topicFilterType": "SINGLE_TAG", "topicName": topic, "topicSysFlag": 0,
                       "writeQueueNums": topics[topic]})
         table[topic] = entry
-    (config / "topics.json").write_text(_fastjson({"dataVersion": _data_version(spec, timestamp),
+    (config / "topics.json").write_text(to_fastjson({"dataVersion": _data_version(spec, timestamp),
                                                     "topicConfigTable": table}), encoding="utf-8")
     # consumers: the group nearly caught up, GroupLag halfway, GroupAhead past the end (max + 5)
     consumed = [t for t, _ in spec.topics] + [spec.retry_topic]
@@ -1155,10 +1140,10 @@ def _write_config(root: Path, spec: SyntheticStoreSpec, queue_max: dict[tuple[st
         body["dataVersion"] = _data_version(spec, timestamp)
         body["groupTopicMap"] = {g: consumed for g in groups}
     body["offsetTable"] = offsets
-    (config / "consumerOffset.json").write_text(_fastjson(body), encoding="utf-8")
+    (config / "consumerOffset.json").write_text(to_fastjson(body), encoding="utf-8")
     delay: dict[str, Any] = {"dataVersion": _data_version(spec, timestamp)} if spec.rocketmq5 else {}
     delay["offsetTable"] = delay_offsets
-    (config / "delayOffset.json").write_text(_fastjson(delay), encoding="utf-8")
+    (config / "delayOffset.json").write_text(to_fastjson(delay), encoding="utf-8")
 
 
 def _write_consume_queues(root: Path, spec: SyntheticStoreSpec, queues: list[tuple[str, int]],

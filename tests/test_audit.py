@@ -256,16 +256,33 @@ def test_tables_are_delta_with_the_declared_schemas(audited):
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_since_last_on_an_unchanged_store_scans_nothing(audited):
+def test_since_last_on_an_unchanged_store_reads_only_the_flush_window(audited):
+    """A crashed ASYNC_FLUSH store: an unchanged store's segments are carried over up to the first
+    one holding records stored after a checkpoint flush time (the flush window at risk needs
+    them), which the run reads to the end; its flush window is the full run's. (An unchanged store
+    with nothing at risk scans nothing: test_audit_state.py.)"""
     _, path, codes, _, _ = audited
+    e = expected(*TORN)
+    stamp = min(e["input"]["checkpoint"][k] for k in ("physicMsgTimestamp", "logicsMsgTimestamp",
+                                                       "indexMsgTimestamp"))
+    first = min(r["phyOffset"] for r in e["afterRecovery"]["commitLogScan"]
+                if "phyOffset" in r and r["storeTimestamp"] > stamp) // 65536 * 65536
     runs = read_table(f"{path}/runs").to_pylist()
     since = [r for r in runs if r["mode"] == "since_last"]
-    assert len(since) == 1 and since[0]["segments_scanned"] == 0 and since[0]["bytes_scanned"] == 0
     full = [r for r in runs if r["mode"] == "full"][0]
+    assert len(since) == 1 and since[0]["scan_phy_from"] == first
+    assert since[0]["segments_scanned"] == full["segments_total"] - first // 65536
     assert since[0]["truncation_point"] == full["truncation_point"] == 812977
+    assert since[0]["flush_window_records"] == full["flush_window_records"] > 0
     segs = read_table(f"{path}/segments").filter(pc.equal(read_table(f"{path}/segments")["run_id"],
                                                           since[0]["run_id"]))
-    assert not any(segs["scanned"].to_pylist()) and segs.num_rows == full["segments_total"]
+    assert segs.num_rows == full["segments_total"]
+    assert sorted(int(s) for s, scanned in zip(segs["segment"].to_pylist(), segs["scanned"].to_pylist())
+                  if not scanned) == list(range(0, first, 65536))
+    fw = read_table(f"{path}/flush_window")
+    by_run = [sorted(map(repr, fw.filter(pc.equal(fw["run_id"], r["run_id"])).drop_columns(
+        ["run_id", "audited_at"]).to_pylist())) for r in (full, since[0])]
+    assert by_run[0] == by_run[1] and by_run[0]
 
 
 @pytest.mark.spark

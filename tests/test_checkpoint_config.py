@@ -264,3 +264,46 @@ def test_fixture_config_files(case):
         assert topics.generation == "current"
         assert topics.value["TopicA"]["readQueueNums"] == 4 and topics.value["TopicB"]["writeQueueNums"] == 2
         assert cf.read_delay_offsets(root).generation in ("current", "empty")
+
+
+@pytest.mark.parametrize("case", LOADED, ids=support.case_id)
+def test_config_files_written_back_as_the_broker_wrote_them(case):
+    """``to_fastjson`` of what ``parse_fastjson`` read is the broker's file, byte for byte (both
+    versions' consumerOffset.json, topics.json, delayOffset.json, as fixtures and as the broker
+    rewrote them after its recovery)."""
+    n = 0
+    for root in (support.input_store(*case), support.expected_store(*case)):
+        for f in sorted((root / "config").iterdir()):
+            text = f.read_text(encoding="utf-8")
+            if text.strip():
+                assert cf.to_fastjson(cf.parse_fastjson(text)) == text, f
+                n += 1
+    assert n >= 4
+
+
+def test_rewrite_consumer_offsets_changes_only_the_offsets_moved(tmp_path):
+    # 5.x form: dataVersion and groupTopicMap stay, the order of keys stays, tabs, unquoted int keys
+    text = ('{\n\t"dataVersion":{\n\t\t"counter":3,\n\t\t"timestamp":1795235675292\n\t},\n'
+            '\t"groupTopicMap":{\n\t\t"G":["T","U"]\n\t},\n'
+            '\t"offsetTable":{\n\t\t"U@G":{0:7\n\t\t},\n\t\t"T@G":{0:31,1:52\n\t\t}\n\t}\n}')
+    f = tmp_path / "consumerOffset.json"
+    f.write_text(text)
+    assert cf.rewrite_consumer_offsets(f, lambda t, g, q, o: o) == []
+    assert f.read_text() == text                                    # nothing moved: not rewritten
+    moved = cf.rewrite_consumer_offsets(f, lambda t, g, q, o: 40 if (t, q) == ("T", 1) else o)
+    assert moved == [("T", "G", 1, 52, 40)]
+    assert f.read_text() == text.replace("{0:31,1:52", "{0:31,1:40")
+    assert cf.read_consumer_offsets(f).value.column("offset").to_pylist() == [31, 40, 7]
+
+
+def test_rewrite_lmq_and_undecodable_offset_files(tmp_path):
+    f = tmp_path / "lmqConsumerOffset.json"
+    f.write_text('{"offsetTable":{"T@G":{0:3}},"lmqOffsetTable":{"%LMQ%a@%LMQ%g":9}}')
+    moved = cf.rewrite_consumer_offsets(f, lambda t, g, q, o: o - 1, lmq=True)
+    assert moved == [("T", "G", 0, 3, 2), ("%LMQ%a", "%LMQ%g", 0, 9, 8)]
+    assert [r["offset"] for r in cf.read_lmq_consumer_offsets(f).value.to_pylist()] == [8, 2]
+    bad = tmp_path / "consumerOffset.json"
+    for text in ('{"offsetTable":{', '{"offsetTable":{"T@G":{0:true}}}'):
+        bad.write_text(text)
+        assert cf.rewrite_consumer_offsets(bad, lambda t, g, q, o: 0) is None   # the broker skips it
+        assert bad.read_text() == text

@@ -312,6 +312,36 @@ def test_bases_written_apart_diverge_from_the_first_record(version):
 
 @pytest.mark.reader
 @pytest.mark.parametrize("version", VERSIONS)
+def test_one_flipped_byte_keeps_the_queue_ranges_past_it(version, tmp_path):
+    """One body byte flipped in the slave's copy of a middle segment: the pair diverges at that
+    record, but the byte-identical segments after it hold the same records on both sides, so
+    neither side's queues end at the divergence (no false ``past_slave_max`` consumer offsets)."""
+    master = support.input_store(version, "clean")
+    slave = _copy(version, "clean", tmp_path / "slave")
+    rec = next(e for e in _scan(version, "clean") if e["phyOffset"] > 2 * SEGMENT + 5000)
+    where = rec["phyOffset"] + rec["size"] // 2
+    with open(_segment_file(slave, where), "r+b") as fh:
+        fh.seek(where % SEGMENT)
+        byte = fh.read(1)
+        fh.seek(where % SEGMENT)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    c = _compare(master, slave, version, range_size=4096)
+    assert c.status == R.DIVERGED and c.first_divergent_offset == rec["phyOffset"]
+    assert c.first_difference == where
+    expected = _queues(version, "clean")
+    assert _ranges(c, R.MASTER) == expected
+    # the slave holds every record but the damaged one's successors in its file (its scan stops
+    # at the bad record); the segments after it are the master's bytes
+    later = _queues(version, "clean")
+    got = _ranges(c, R.SLAVE)
+    assert {k: v[1] for k, v in got.items()} == {k: v[1] for k, v in later.items()}
+    # the consumer offsets judged against full ranges: only the ones an identical copy has
+    want = _offset_findings(master, R.MASTER, expected) | _offset_findings(slave, R.SLAVE, expected)
+    assert _got_offset_findings(c) == want
+
+
+@pytest.mark.reader
+@pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("scenario", ["torn-middle-crc", "torn-middle-magic"])
 def test_corrupt_record_on_the_slave_ends_what_it_holds(version, scenario):
     master, slave = support.input_store(version, "crash-tail"), support.input_store(version, scenario)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,6 +35,8 @@ ROOT = support.ROOT
 BUILD_SCRIPT = ROOT / "scripts" / "build_env_archive.sh"
 ARCHIVE = ROOT / "dist" / "rocketmq-store-env.tar.gz"
 CASE = ("rocketmq-5.3.3", "torn-middle-crc")     # abnormal recovery: a CRC break mid-store
+LOG4J2 = ROOT / "spark-conf" / "log4j2.properties"
+SPARK_INFO = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ")    # log4j's console layout
 BUILD_TIMEOUT_S = 1800       # a fresh machine downloads pyarrow, deltalake, pandas, numpy
 SUBMIT_TIMEOUT_S = 900
 
@@ -174,6 +177,7 @@ def test_recover_job_through_spark_submit_on_the_archive(env_archive, spark_home
            "--conf", f"spark.executorEnv.RMQ_PROBE_OUT={records}",
            "--conf", "spark.ui.enabled=false",
            "--conf", "spark.python.daemon.module=jobs.pydaemon",
+           "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile={LOG4J2}",
            str(ROOT / "jobs" / "recover.py"),
            "--store", str(store), "--out", str(out),
            "--broker-config", str(support.broker_conf(*CASE)),
@@ -181,6 +185,11 @@ def test_recover_job_through_spark_submit_on_the_archive(env_archive, spark_home
     log = tmp_path / "spark-submit.log"
     rc = _run(cmd, cwd=tmp_path, env=_spark_env(spark_home), timeout=SUBMIT_TIMEOUT_S, log=log)
     assert rc == 0, f"spark-submit exited {rc}:\n{_tail(log)}"
+    # the console: the job's own lines, Spark's only at WARN and above (spark-conf/log4j2.properties)
+    console = log.read_text(errors="replace").splitlines()
+    assert [ln for ln in console if SPARK_INFO.match(ln)] == []
+    assert any(ln.startswith("  repaired store ") for ln in console)
+    assert any(" jobs.recover pass " in ln for ln in console)
 
     # every Python process the executor started ran the archive Spark unpacked into the
     # executor's working directory, and loaded the archive's native scanner
@@ -201,3 +210,40 @@ def test_recover_job_through_spark_submit_on_the_archive(env_archive, spark_home
     assert support.tree_digest(store) == before, "the input store was modified"
     manifest = json.loads((out / "MANIFEST.json").read_text())
     recover_checks.assert_matches_broker(out, CASE, manifest["prediction"]["maxPhyOffset"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BUILD_TIMEOUT_S + 300)
+def test_archive_runs_where_the_build_python_is_not(env_archive, tmp_path):
+    """A node without the build machine's Python (its prefix and the project's .venv hidden by
+    empty mounts in a private mount namespace) and another Python 3.11 on PATH: the unpacked
+    archive's bin/python runs that one, with the archive's packages and native scanner."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"]).returncode:
+        pytest.skip("needs a private mount namespace (unshare -m) to hide the build's Python")
+    build_prefix = os.path.realpath(sys.base_prefix)
+    other = [p for p in ("/usr/bin/python3.11", "/usr/local/bin/python3.11")
+             if os.path.exists(p) and not os.path.realpath(p).startswith(build_prefix + os.sep)]
+    assert other, "this check needs a second Python 3.11 besides the build's"
+    env_dir = tmp_path / "node" / "environment"
+    env_dir.mkdir(parents=True)
+    subprocess.run(["tar", "-xzf", str(env_archive), "-C", str(env_dir)], check=True)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    hidden = sorted({build_prefix, os.path.realpath(sys.prefix)})
+    probe = ("import json, os, sys, jobs.recover, pyarrow, store_reader._native; "
+             "print(json.dumps({'version': sys.version, 'prefix': sys.prefix, 'base': sys.base_prefix, "
+             "'stdlib': os.__file__, 'native': store_reader._native.__file__, 'pyarrow': pyarrow.__file__, "
+             "'hidden': [os.listdir(p) for p in sys.argv[1:]]}))")
+    script = "".join(f"mount --bind {empty} {p} && " for p in hidden) + \
+        f"cd {env_dir.parent} && ./environment/bin/python -I -c \"$0\" \"$@\""
+    env = {"PATH": f"{os.path.dirname(other[0])}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run(["unshare", "-m", "bash", "-c", script, probe, *hidden], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["hidden"] == [[] for _ in hidden]            # the build's Python really was gone
+    assert os.path.realpath(got["prefix"]) == str(env_dir.resolve())
+    assert not os.path.realpath(got["base"]).startswith(build_prefix)
+    assert not got["stdlib"].startswith(build_prefix) and got["version"] != sys.version
+    for mod in ("native", "pyarrow"):
+        assert os.path.realpath(got[mod]).startswith(str(env_dir.resolve()) + os.sep), got

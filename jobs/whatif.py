@@ -1,0 +1,215 @@
+"""What-if for both broker versions at once (``--broker-version both`` of ``jobs.recover --dry-run``
+and ``jobs.audit``): the 4.9 and 5.x predictions of one store side by side, and what differs.
+
+Each version's side is built from what a single-version run already has: the prediction, the scan
+summaries and the findings (``jobs/findings.py``; the consumer-offset corrections are its
+``consumer_offset_findings`` rows). Nothing here applies a broker rule.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pyarrow as pa
+
+from jobs import findings as fnd
+from store_reader import recovery
+from store_reader.commitlog import SegmentSummary
+
+VERSIONS = (recovery.V49, recovery.V5X)
+# a committed offset a pull serves as it is; any other status moves it (R§9.2)
+_SERVED = ("FOUND", "OFFSET_OVERFLOW_ONE")
+LIST_LIMIT = 20          # lines per list in the side-by-side text
+_TABLES = ("queue_findings", "index_findings", "lost_messages", "flush_window", "consumer_offset_findings")
+
+
+@dataclass
+class Side:
+    """One version's prediction and findings of the store."""
+
+    version: str
+    prediction: recovery.Prediction
+    summaries: Sequence[SegmentSummary]
+    findings: fnd.Findings | None
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (dt.datetime, dt.date)):
+        return v.isoformat()
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _rows(f: fnd.Findings | None, table: str) -> list[dict]:
+    """A findings table as JSON-able rows (lost messages without their bodies: those go to the
+    Delta table)."""
+    t = None if f is None else f.tables.get(table)
+    if t is None or not t.num_rows:
+        return []
+    if "body" in t.column_names:
+        t = t.drop_columns(["body"])
+    return [_plain(r) for r in t.to_pylist()]
+
+
+def _queues(pred: recovery.Prediction) -> dict[str, list[int]]:
+    """min..max of every queue the broker keeps; an empty one (max 0) answers a pull as a missing
+    one does (R§9.2) and is left out."""
+    return {f"{t}/{q}": [s.min_offset, s.max_offset] for (t, q), s in sorted(pred.consume_queues.items())
+            if s.max_offset}
+
+
+def side_json(s: Side) -> dict:
+    """Everything about one version: the prediction (``jobs.recover.prediction_summary``), its queue
+    ranges, the committed offsets and what a pull does with each, and every finding."""
+    from jobs.recover import prediction_summary
+
+    pred = s.prediction
+    out: dict[str, Any] = {"prediction": prediction_summary(pred)}
+    if not pred.load_result:
+        out["status"] = "refused"
+        return out
+    out["status"] = fnd.run_status(pred, s.summaries, s.findings or fnd.Findings())
+    out["recordsLost"] = len(_rows(s.findings, "lost_messages"))
+    out["queues"] = _queues(pred)
+    out["consumerOffsets"] = _rows(s.findings, "consumer_offset_findings")
+    out["findings"] = {t: _rows(s.findings, t) for t in _TABLES if t != "consumer_offset_findings"}
+    out["alerting"] = fnd.alerting_counts(s.findings) if s.findings is not None else {}
+    return out
+
+
+def _offset_key(r: dict) -> str:
+    return f"{r['source']}:{r['group']}@{r['topic']}/{r['queue_id']}"
+
+
+def differences(sides: dict[str, dict]) -> dict:
+    """What differs between the versions' ``side_json``: prediction fields, queue ranges (a queue
+    one version does not keep: null), the consumer-offset corrections (a committed offset the next
+    pull moves on either side, moved differently), and finding rows only one version reports."""
+    a, b = (sides[v] for v in VERSIONS)
+
+    def pair(x: Any, y: Any) -> dict:
+        return {VERSIONS[0]: x, VERSIONS[1]: y}
+
+    fields = ("loadResult", "loadProblems", "recoveryPath", "startFile", "maxPhyOffset", "minPhyOffset",
+              "deletedCommitLogFiles")
+    out: dict[str, Any] = {"prediction": {k: pair(a["prediction"][k], b["prediction"][k]) for k in fields
+                                          if a["prediction"][k] != b["prediction"][k]}}
+    if a.get("recordsLost") != b.get("recordsLost"):
+        out["recordsLost"] = pair(a.get("recordsLost"), b.get("recordsLost"))
+    qa, qb = a.get("queues", {}), b.get("queues", {})
+    out["queues"] = {q: pair(qa.get(q), qb.get(q)) for q in sorted(set(qa) | set(qb)) if qa.get(q) != qb.get(q)}
+    oa = {_offset_key(r): r for r in a.get("consumerOffsets", [])}
+    ob = {_offset_key(r): r for r in b.get("consumerOffsets", [])}
+
+    def pull(r: dict | None) -> dict | None:
+        return None if r is None else {"committed": r["committed_offset"], "status": r["status"],
+                                       "nextBeginOffset": r["next_begin_offset"]}
+
+    def moved(r: dict | None) -> bool:
+        return r is None or r["status"] not in _SERVED
+    # the corrections: offsets a pull moves on one side at least, moved differently on the other
+    out["consumerOffsets"] = {k: pair(pull(oa.get(k)), pull(ob.get(k))) for k in sorted(set(oa) | set(ob))
+                              if pull(oa.get(k)) != pull(ob.get(k)) and (moved(oa.get(k)) or moved(ob.get(k)))}
+    out["findings"] = {}
+    for t in _TABLES:
+        if t == "consumer_offset_findings":
+            continue
+        ra = {json.dumps(r, sort_keys=True) for r in a.get("findings", {}).get(t, [])}
+        rb = {json.dumps(r, sort_keys=True) for r in b.get("findings", {}).get(t, [])}
+        if ra != rb:
+            out["findings"][t] = pair([json.loads(r) for r in sorted(ra - rb)],
+                                      [json.loads(r) for r in sorted(rb - ra)])
+    return out
+
+
+def compare_json(store: str, sides: Sequence[Side]) -> dict:
+    """``--json`` of a both-versions run: each version's ``side_json`` and their ``differences``."""
+    by_version = {s.version: side_json(s) for s in sides}
+    return {"store": store, "versions": by_version, "differences": differences(by_version)}
+
+
+def _finding_counts(side: dict) -> dict[str, int]:
+    """Entries per finding kind one version reports (queue and index kinds, lost messages, records
+    in each flush window)."""
+    out: dict[str, int] = {}
+
+    def add(key: str, n: int) -> None:
+        out[key] = out.get(key, 0) + n
+
+    found = side.get("findings", {})
+    for r in found.get("queue_findings", []):
+        add(f"queue {r['kind']}", r["count"])
+    for r in found.get("index_findings", []):
+        add(f"index {r['kind']} ({r['index']})", r["count"])
+    for r in found.get("lost_messages", []):
+        add("lost messages", 1)
+    for r in found.get("flush_window", []):
+        add(f"flush {r['window']}", r["records"])
+    return out
+
+
+def print_side_by_side(doc: dict, out) -> None:
+    """The two predictions in two columns, a ``*`` on every line that differs, then the queues,
+    consumer-offset corrections and findings that differ."""
+    a, b = (doc["versions"][v] for v in VERSIONS)
+    diff = doc["differences"]
+    rows: list[tuple | str] = []
+
+    def summary(s: dict) -> dict[str, Any]:
+        p = s["prediction"]
+        if not p["loadResult"]:
+            return {"load": "REFUSED: " + "; ".join(p["loadProblems"])}
+        moved = [r for r in s["consumerOffsets"] if r["status"] not in _SERVED]
+        return {"load": "loads", "recovery path": p["recoveryPath"], "start file": p["startFile"],
+                "truncation point": p["maxPhyOffset"], "min phy offset": p["minPhyOffset"],
+                "commitlog files": f"{len(p['commitLogFiles'])} kept, {len(p['deletedCommitLogFiles'])} deleted",
+                "records lost": s["recordsLost"], "queues kept": len(s["queues"]),
+                "consumer offsets": f"{len(s['consumerOffsets'])} committed, {len(moved)} moved at the next pull",
+                "status": s["status"]}
+
+    sa, sb = summary(a), summary(b)
+    rows += [(label, sa.get(label, "-"), sb.get(label, "-")) for label in dict.fromkeys([*sa, *sb])]
+    if diff["queues"]:
+        rows.append(f"queues that differ ({len(diff['queues'])}), min..max:")
+        for q, v in list(diff["queues"].items())[:LIST_LIMIT]:
+            x, y = (("-" if r is None else f"{r[0]}..{r[1]}") for r in v.values())
+            rows.append((f"  {q}", x, y))
+    if diff["consumerOffsets"]:
+        rows.append(f"consumer-offset corrections that differ ({len(diff['consumerOffsets'])}), "
+                    "committed -> status, next:")
+        for k, v in list(diff["consumerOffsets"].items())[:LIST_LIMIT]:
+            x, y = (("-" if r is None else f"{r['committed']} -> {r['status']}, {r['nextBeginOffset']}")
+                    for r in v.values())
+            rows.append((f"  {k}", x, y))
+    ca, cb = _finding_counts(a), _finding_counts(b)
+    kinds = [k for k in sorted(set(ca) | set(cb)) if ca.get(k, 0) != cb.get(k, 0)]
+    if kinds or diff["findings"]:
+        rows.append("findings that differ (entries; rows only one version reports):")
+        rows += [(f"  {k}", ca.get(k, 0), cb.get(k, 0)) for k in kinds]
+        rows += [(f"  {t} rows", *(len(r) for r in v.values()), "*") for t, v in diff["findings"].items()]
+    else:
+        rows.append("findings: the same for both versions")
+    lw = max(len(r[0]) for r in rows if isinstance(r, tuple))
+    xw = max(max(len(str(r[1])) for r in rows if isinstance(r, tuple)), 10)
+    print(f"what-if: store {doc['store']}", file=out)
+    print(f"  {'':<{lw}}  {'broker ' + VERSIONS[0]:<{xw}}  broker {VERSIONS[1]}", file=out)
+    for r in rows:
+        if isinstance(r, str):
+            print(f"  {r}", file=out)
+        else:
+            print(f"{'*' if r[1] != r[2] or len(r) > 3 else ' '} {r[0]:<{lw}}  {str(r[1]):<{xw}}  {r[2]}",
+                  file=out)
+    longer = [n for n in (len(diff["queues"]), len(diff["consumerOffsets"])) if n > LIST_LIMIT]
+    if longer:
+        print(f"  (lists cut at {LIST_LIMIT} lines: --json has them all)", file=out)
+
+
+__all__ = ["VERSIONS", "Side", "side_json", "differences", "compare_json", "print_side_by_side"]
