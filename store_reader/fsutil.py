@@ -32,12 +32,18 @@ class DirEntry:
     def is_dir(self) -> bool:
         """Directory (a symlink to one counts, as with ``os.DirEntry.is_dir()``)."""
         if self._local is not None:
-            return self._local.is_dir()
+            try:
+                return self._local.is_dir()
+            except OSError:     # a symlink that cannot be followed (a loop): as os.path.isdir
+                return False
         return self._info.type == pafs.FileType.Directory
 
     def is_file(self) -> bool:
         if self._local is not None:
-            return self._local.is_file()
+            try:
+                return self._local.is_file()
+            except OSError:
+                return False
         return self._info.type == pafs.FileType.File
 
     def size(self) -> int:

@@ -244,7 +244,8 @@ def test_unreadable_config_file_is_left_out_as_the_broker_skips_it(spark, tmp_pa
     offsets.unlink()
     offsets.symlink_to(offsets.name)              # unreadable even for root (ELOOP)
     out = tmp_path / "out"
-    rc = job.main(["--store", str(store), "--out", str(out), "--broker-config", str(support.broker_conf(*case))])
+    rc = job.main(["--store", str(store), "--out", str(out), "--broker-config", str(support.broker_conf(*case)),
+                   "--keep-consumer-offsets"])          # copied as they are, to compare below
     captured = capsys.readouterr()
     printed = captured.out
     assert rc == 0, _errors(captured.err)
