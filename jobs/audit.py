@@ -215,7 +215,7 @@ def run_row(job: str, mode: str, status: str, pred: recovery.Prediction, summari
     return {"job": job, "mode": mode, "status": status, "broker_version": pred.broker_version,
             "load_result": pred.load_result,
             "recovery_path": pred.recovery_path if pred.load_result else None,
-            "start_file": pred.start_file, "truncation_point": pred.max_phy_offset if pred.load_result else None,
+            "start_file": pred.start_file if pred.load_result else None, "truncation_point": pred.max_phy_offset if pred.load_result else None,
             "min_phy_offset": pred.min_phy_offset if pred.load_result else None,
             "segments_total": len(summaries), "segments_scanned": len(scanned),
             "bytes_scanned": sum(s.file_size for s in scanned),
@@ -327,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                   for s in sides}}, indent=2))
     else:
         print_audit(runs[0], args.audit_path)
+    for r in runs:
+        for problem in r.prediction.load_problems:
+            print(f"warning: the broker ({r.prediction.broker_version}) would not start on this store: "
+                  f"{problem} (jobs.recover writes a repaired store it starts on)", file=sys.stderr)
     return 0 if all(r.status == "clean" for r in runs) else 1
 
 

@@ -696,13 +696,8 @@ def verify_commitlog(view: StoreView, found: Findings) -> None:
     """Commitlog anomalies (module docstring): load problems, per-segment first bad record, valid
     data ending without an end-of-file marker before more segments."""
     store = view.store
-    for problem in store.load_problems:
+    for problem in store.load_problems_for(view.broker_5x):
         found.add("layout.load_problem", problem.path or store.root, problem.position, problem.reason)
-    for note in store.notes:
-        path = note.split(": ", 1)[0]
-        if "zero-length last file" in note and not view.broker_5x:
-            found.add("layout.load_problem", path, 0, "zero-length last commitlog file: 4.9.7's "
-                      "load() fails on it (5.x deletes it)")
     verify_commitlog_sequence(store, found)
     summaries = view.summaries
     found.files_checked += len(summaries)
@@ -837,7 +832,7 @@ def verify_queue(view: StoreView, found: Findings, ref: QueueRef) -> int:
     problems: list[StoreReaderError] = []
     files = list_mapped_files(Path(ref.path), view.config.cq_file_size, "consume queue",
                               "mappedFileSizeConsumeQueue", problems, [],
-                              allow_empty_last=view.broker_5x)
+                              broker_5x=view.broker_5x)
     for problem in problems:
         path = problem.path or ref.path
         found.add("cq.file_size", path, os.path.getsize(path) if isinstance(problem, FileSizeError)

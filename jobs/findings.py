@@ -984,7 +984,7 @@ def segment_rows(summaries: Sequence[SegmentSummary], pred: recovery.Prediction,
                  mtimes: dict[str, int], scanned: set[str], fingerprints: dict[str, str]) -> list[dict]:
     import datetime as dt
 
-    kept = {f.name: f.wrote for f in pred.commitlog_files}
+    kept = {f.name: f.wrote for f in pred.commitlog_files} if pred.load_result else {}   # refused: keeps none
 
     def ts(ms):
         return None if ms is None else dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)

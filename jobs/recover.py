@@ -30,8 +30,12 @@ Passes (each a function the notebooks can call):
      ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
-Exit codes: 0 done, 2 could not recover (bad input, store the broker would refuse, disk full, an
-output another run holds), with one ``error:`` line on stderr.
+A store the broker refuses to start on (a file of the wrong size, a stray entry in ``commitlog/``,
+5.3.3's correctMinOffset throw) still gets a repaired store it starts on: the refusal is printed
+(and a ``warning:`` line on stderr), the repaired store follows the broker's recovery of the store
+without what it refuses (``recovery.Prediction``), the entries left out are listed.
+Exit codes: 0 done, 2 could not recover (bad input, disk full, an output another run holds),
+with one ``error:`` line on stderr.
 """
 from __future__ import annotations
 
@@ -230,8 +234,12 @@ class RunReport:
     findings: fnd.Findings | None = None
     audit_tables: list[str] = field(default_factory=list)
     keep_consumer_offsets: bool = False
-    # committed offsets the repaired store carries moved, originals included (repair.correct_consumer_offsets)
     offsets_moved: list[dict] = field(default_factory=list)
+    """Committed offsets the repaired store carries moved, originals included (repair.correct_consumer_offsets)."""
+    left_out: list[str] = field(default_factory=list)
+    """Entries of the commitlog directories the broker skips or cannot map: not in the repaired store."""
+    resized: list[tuple[str, int, int]] = field(default_factory=list)
+    """(file, length, mappedFileSizeCommitLog) of commitlog files the repaired store holds resized."""
     config_left_out: list[str] = field(default_factory=list)
 
     def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
@@ -518,11 +526,14 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
     report.written = True
 
 
-def prediction_summary(pred: recovery.Prediction) -> dict:
+def prediction_summary(pred: recovery.Prediction, report: RunReport | None = None) -> dict:
     return {
         "brokerVersion": pred.broker_version,
         "loadResult": pred.load_result,
         "loadProblems": pred.load_problems,
+        **({"leftOut": report.left_out,
+            "resized": [{"path": f, "length": n, "mappedFileSize": m} for f, n, m in report.resized]}
+           if report is not None and (report.left_out or report.resized) else {}),
         "recoveryPath": pred.recovery_path,
         "startFile": pred.start_file,
         "maxPhyOffset": pred.max_phy_offset,
@@ -549,7 +560,7 @@ def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
     return {"runId": report.run_id, "store": _resolved(str(store.root)),
             "brokerConfig": _resolved(store.config.source),
             "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
-            "prediction": prediction_summary(report.prediction),
+            "prediction": prediction_summary(report.prediction, report),
             "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved}}
 
 
@@ -627,6 +638,7 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
     pred = recovery.predict(store, version, summaries=summaries)
     report = RunReport(run_id, str(store.root), out, version, pred, summaries,
                        keep_consumer_offsets=keep_consumer_offsets)
+    report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
     report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scanned)
     t = scanned
     if pred.load_result:
@@ -634,7 +646,9 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
         report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)
     report.log_pass("plan", t, f"{pred.recovery_path} path, start {pred.start_file}, "
                     f"truncation point {pred.max_phy_offset}")
-    writing = pred.load_result and not dry_run and out is not None
+    writing = not dry_run and out is not None
+    if writing:
+        repair.check_repairable(store, pred, summaries)
     warming: threading.Thread | None = None
     if audit_path:      # delta-rs starts up (~0.3 s) while the audit runs, not at the commit
         warming = threading.Thread(target=deltasink.warm_up, args=(spark,), name="delta-warm-up", daemon=True)
@@ -677,10 +691,21 @@ def print_report(report: RunReport, out=None) -> None:
     p = print
     p(f"run {report.run_id}: store {report.store} (broker {report.broker_version})", file=out)
     if not pred.load_result:
-        p("the broker would REFUSE to load this store:", file=out)
+        p("  the broker would REFUSE to start on this store as it is:", file=out)
         for problem in pred.load_problems:
-            p(f"  - {problem}", file=out)
-        return
+            p(f"    - {problem}", file=out)
+        p("  what follows is its recovery of the store as repaired: consume queues and index files "
+          "rebuilt from the commitlog", file=out)
+        for path, length, size in report.resized:
+            how = f"zeros from byte {length} on, as never written (any records there are lost)" \
+                if length < size else f"the {length - size} bytes past it dropped (never mapped)"
+            p(f"    resized            {path}: {length} -> {size} bytes, {how}", file=out)
+        dropped = sum(s.records for s in report.summaries if s.segment in pred.deleted_commitlog_files)
+        p(f"    lost               {dropped} records in the commitlog files after the cut, "
+          f"{sum(s.records_after_cut for s in report.summaries)} intact records behind a bad one",
+          file=out)
+    for path in report.left_out:
+        p(f"  left out           {path} (the broker skips it or cannot map it)", file=out)
     lost = sum(s.records_after_cut for s in report.summaries)
     p(f"  recovery path      {pred.recovery_path} (start file {pred.start_file})", file=out)
     p(f"  truncation point   phy {pred.max_phy_offset} (min {pred.min_phy_offset})", file=out)
@@ -801,14 +826,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(prediction_summary(report.prediction), indent=2))
+        print(json.dumps(prediction_summary(report.prediction, report), indent=2))
     else:
         print_report(report)
     if not report.prediction.load_result:
-        problems = report.prediction.load_problems
-        more = f" (and {len(problems) - 1} more, above)" if len(problems) > 1 else ""
-        print(f"error: the broker would refuse to load this store: {problems[0]}{more}", file=sys.stderr)
-        return 2
+        for problem in report.prediction.load_problems:
+            print(f"warning: the broker would not start on this store: {problem}", file=sys.stderr)
+        if report.written:
+            print(f"warning: repaired store {report.out} written; the broker starts on it, not on "
+                  f"{report.store}", file=sys.stderr)
     return 0
 
 

@@ -23,7 +23,6 @@ from schemas import CONSUME_QUEUE_ENTRY
 
 from .exceptions import (
     CorruptEntryError,
-    FileSizeError,
     StrayFileError,
     UnreadableFileError,
     UnsupportedStoreError,
@@ -171,35 +170,21 @@ def list_queue_files(queue_dir: PathRef, cq_file_size: int, *,
     Raises
     ------
     StrayFileError
-        A name that is not 20 digits, or (4.9.7) a sub-directory.
+        A name that is not a number, or (4.9.7) a sub-directory (``store.list_mapped_files``, the
+        one ``MappedFileQueue#load`` rule).
     FileSizeError
         A file whose length is not ``cq_file_size``: the broker refuses to start.
     UnreadableFileError
         The directory cannot be listed.
     """
-    entries = list_dir(queue_dir, "consume queue")
-    files: list[CQFile] = []
-    for entry in entries:
-        if entry.is_dir():
-            if rocketmq5:
-                continue
-            raise StrayFileError("directory inside a consume queue directory (4.9.7 cannot load it)",
-                                 str(entry.location))
-        start = parse_file_name(entry.location)
-        try:
-            size = entry.size()
-        except OSError as exc:
-            raise UnreadableFileError(f"cannot stat: {exc.strerror}", str(entry.location)) from None
-        files.append(CQFile(entry.path, entry.name, start, size))
-    for i, f in enumerate(files):
-        if f.size == cq_file_size:
-            continue
-        if rocketmq5 and f.size == 0 and i == len(files) - 1:
-            files.pop()  # 5.x deletes a zero-length last file at load and carries on
-            break
-        raise FileSizeError(f"length {f.size} != configured consume queue file size {cq_file_size} "
-                            "(the broker refuses to load the store)", str(f.path))
-    return files
+    from .store import list_mapped_files     # store imports the commitlog side: keep it lazy
+
+    problems: list = []
+    files = list_mapped_files(queue_dir, cq_file_size, "consume queue", "mappedFileSizeConsumeQueue",
+                              problems, [], broker_5x=rocketmq5)
+    if problems:
+        raise problems[0]
+    return [CQFile(f.path, f.name, f.start, f.size) for f in files]
 
 
 def file_start_offsets(files: Sequence[CQFile]) -> np.ndarray:

@@ -352,6 +352,37 @@ class ConsumeQueueState:
             self.min_logic_offset = first.start + (i0 + int(hit[0])) * CQ_STORE_UNIT_SIZE
 
 
+def correct_min_offset_throws(queues: dict[tuple[str, int], ConsumeQueueState]) -> list[StoreReaderError]:
+    """Queues on which 5.3.3's ``ConsumeQueue#correctMinOffset`` throws in ``recoverTopicQueueTable``,
+    so that ``load()`` fails (apache/rocketmq #9728).
+
+    Unless ``minLogicOffset >= getMaxOffset()`` (= last file start + read position), it reads the
+    last entry with ``selectMappedBuffer(readPosition - 20, 20)``; with a read position below 20
+    that position is negative, ``readPosition - 20 + 20 <= readPosition`` still holds, and
+    ``ByteBuffer.position`` throws ``IllegalArgumentException: newPosition < 0`` (nothing catches
+    it before ``load()``). The read position is 0 when the last file's first entry is not valid
+    after CQ recovery (an empty file, or a first entry written only in part) and neither the
+    truncation of dirty CQ entries (which keeps an entry 0 below the cut, E#22) nor the recovery's
+    dispatch put anything there, i.e. the commitlog lost the records that file was for; and
+    ``minLogicOffset`` (0 after load unless a pre-blank fill set it) is below the file's start
+    whenever the queue has an earlier file or its only file is not named 0. 4.9.7 reads the first
+    file with ``selectMappedBuffer(0)``, which checks the position: it never throws here."""
+    out = []
+    for (topic, qid), q in queues.items():
+        if not q.files:
+            continue
+        last = q.files[-1]
+        if last.wrote < CQ_STORE_UNIT_SIZE and q.min_logic_offset < last.start + last.wrote:
+            out.append(StoreReaderError(
+                f"ConsumeQueue#correctMinOffset throws IllegalArgumentException (newPosition < 0) in "
+                f"recoverTopicQueueTable and the 5.x broker fails to start: the last file of "
+                f"{topic}/{qid} holds no valid entry after recovery (the commitlog no longer has the "
+                f"records it was written for) while the queue's min logic offset {q.min_logic_offset} "
+                f"is below its max {last.start + last.wrote}",
+                str(last.path) if last.path is not None else None, last.wrote))
+    return out
+
+
 def multi_dispatch_targets(config: BrokerConfig, broker_5x: bool, topic: str, queue_id: int,
                            properties: dict[str, str] | None) -> list[tuple[str, int, int]]:
     """The LMQ / multi-dispatch copies of a record's CQ entry (R§5.3, E#33): (queue topic,
@@ -382,7 +413,9 @@ def multi_dispatch_targets(config: BrokerConfig, broker_5x: bool, topic: str, qu
 
 def load_consume_queues(store: Store, broker_5x: bool) -> tuple[dict[tuple[str, int], ConsumeQueueState],
                                                                 list[StoreReaderError]]:
-    """Every queue as ``load()`` maps it; files of the wrong size are load failures (OBSERVATIONS 9)."""
+    """Every queue as ``load()`` maps it; files of the wrong size are load failures (OBSERVATIONS 9)
+    and their queue is left out (the repaired store rebuilds it from the commitlog). The min logic
+    offset starts at 0, as the broker's field does, whatever the first file's name."""
     size = store.config.cq_file_size
     queues: dict[tuple[str, int], ConsumeQueueState] = {}
     problems: list[StoreReaderError] = []
@@ -397,8 +430,6 @@ def load_consume_queues(store: Store, broker_5x: bool) -> tuple[dict[tuple[str, 
             if f.size == 0:
                 continue
             q.files.append(_CQFile(f.start, q.per_file, size, f.path))
-        if q.files:
-            q.min_logic_offset = q.files[0].start
         queues[(ref.topic, ref.queue_id)] = q
     return queues, problems
 
@@ -415,7 +446,15 @@ class CommitLogFileState:
 
 @dataclass
 class Prediction:
-    """What the broker would do if restarted on the store now (fields in the broker's terms)."""
+    """What the broker would do if restarted on the store now (fields in the broker's terms).
+
+    ``load_result`` False: the broker refuses the store or throws while loading it, for the
+    reasons in ``load_problems`` (each naming file and byte). The recovery fields then describe
+    the broker's recovery of the store as a repaired store holds it: what its ``load()`` skips
+    or cannot map left out (``Store.commitlog_files``), a commitlog file of the wrong size as
+    ``mappedFileSizeCommitLog`` bytes (the missing tail never written), a refused consume queue
+    as absent (the repair rebuilds every queue from the commitlog).
+    """
 
     broker_version: str
     load_result: bool
@@ -467,6 +506,7 @@ def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config:
     """R§4: (start index, recovered end, files after truncation, deleted file names)."""
     if not summaries:
         return 0, 0, [], []
+    size = config.mappedFileSizeCommitLog    # a file of another length is refused; it maps this much
     if abnormal:
         start = _start_file_abnormal(summaries, version, config, checkpoint_min_ts,
                                      checkpoint_min_ts_index)
@@ -480,13 +520,13 @@ def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config:
             break
     files, deleted = [], []
     for s in summaries:                               # R§5.1 truncateDirtyFiles(end)
-        if s.file_start + s.file_size > end:
+        if s.file_start + size > end:
             if end >= s.file_start:
-                files.append(CommitLogFileState(s.segment, s.file_start, s.file_size, end - s.file_start))
+                files.append(CommitLogFileState(s.segment, s.file_start, size, end - s.file_start))
             else:
                 deleted.append(s.segment)
         else:
-            files.append(CommitLogFileState(s.segment, s.file_start, s.file_size, s.file_size))
+            files.append(CommitLogFileState(s.segment, s.file_start, size, size))
     return start, end, files, deleted
 
 
@@ -776,21 +816,16 @@ def predict(store: Store, broker_version: str | None = None,
         raise ValueError(f"broker_version must be {V49!r} or {V5X!r}, got {version!r}")
     broker_5x = version == V5X
     opts = store.scan_options(broker_5x=broker_5x)
-    pred = Prediction(broker_version=version, load_result=store.loadable,
-                      load_problems=[str(p) for p in store.load_problems])
     queues, cq_problems = load_consume_queues(store, broker_5x)
-    if not broker_5x and store.notes and any("zero-length last file" in n for n in store.notes):
-        pred.load_problems.append("zero-length last commitlog file: 4.9.7's load() fails on it")
-    pred.load_problems += [str(p) for p in cq_problems]
+    problems = store.load_problems_for(broker_5x) + cq_problems
+    pred = Prediction(broker_version=version, load_result=not problems,
+                      load_problems=[str(p) for p in problems])
     if not broker_5x:
         # 4.9.7's ScheduleMessageService#load (correctDelayOffset) looks up the schedule queue of
         # every delay level, which creates the empty ones (OBSERVATIONS 15).
         for level in range(1, len(store.config.delay_levels_ms) + 1):
             key = (rf.SCHEDULE_TOPIC, level - 1)
             queues.setdefault(key, ConsumeQueueState(*key, store.config.cq_file_size))
-    pred.load_result = not pred.load_problems
-    if not pred.load_result:
-        return pred
     pred.recovery_path = "abnormal" if store.abort_exists else "normal"
     if summaries is None:
         summaries = store.summaries(opts)
@@ -843,7 +878,11 @@ def predict(store: Store, broker_version: str | None = None,
         first = next(i for i, s in enumerate(summaries) if s.file_start + s.file_size > reput) \
             if reput < end else len(summaries)
         dispatch_records(store, summaries, first, reput, end, None, queues, opts, dispatched)
-    # 6. queue tables and min offsets (R§7)
+    # 6. queue tables and min offsets (R§7); 5.x throws on a queue whose last file is empty
+    if broker_5x:
+        thrown = [str(p) for p in correct_min_offset_throws(queues)]
+        pred.load_problems += thrown
+        pred.load_result = pred.load_result and not thrown
     for q in queues.values():
         q.correct_min_offset(pred.min_phy_offset, version)
     pred.consume_queues = queues

@@ -31,14 +31,15 @@ from .checkpoint import Checkpoint, write_checkpoint
 from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
 from .consumequeue import CQ_STORE_UNIT_SIZE
 from .consumequeue import file_name as cq_file_name
-from .exceptions import UnreadableFileError
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
-from .recovery import ConsumeQueueState, index_put_keys, multi_dispatch_rows, range_status
+from .exceptions import StoreReaderError, UnreadableFileError
+from .recovery import ConsumeQueueState, Prediction, index_put_keys, multi_dispatch_rows, range_status
 from .storefs import open_regular
 
 if TYPE_CHECKING:
     from .commitlog import SegmentSummary
+    from .store import Store
 
 # Bytes read and hashed at a time while copying: small enough to stay in the core's cache between
 # the read and the hash.
@@ -65,6 +66,28 @@ ENTRY_SCHEMA = pa.schema([
     pa.field("copy", pa.int32(), False), pa.field("stored_phy_offset", pa.int64(), False),
     pa.field("total_size", pa.int32(), False), pa.field("tags_code", pa.int64(), False),
     pa.field("store_timestamp", pa.int64(), False)])
+
+
+def resized_commitlog_files(store: Store) -> list[tuple[str, int, int]]:
+    """(file, length, mappedFileSizeCommitLog) of the commitlog files whose length the broker
+    refuses: the repaired store holds each at the configured size, by the broker's own rule for
+    its bytes (a short file as its data then zeros, a preallocated file never written to the end;
+    a long file as its first mappedFileSizeCommitLog bytes, all the broker ever maps)."""
+    size = store.config.mappedFileSizeCommitLog
+    return [(str(f.path), f.size, size) for f in store.commitlog_files if f.size != size]
+
+
+def check_repairable(store: Store, pred: Prediction, summaries: Sequence[SegmentSummary]) -> None:
+    """Refuse a repair whose cut this package cannot place: a commitlog file longer than the
+    configured size whose valid records go on past that size (the broker maps only the first
+    ``mappedFileSizeCommitLog`` bytes and would cut at the record that crosses it)."""
+    size = store.config.mappedFileSizeCommitLog
+    for s in summaries:
+        if s.file_size > size and s.valid_bytes > size and s.segment not in pred.deleted_commitlog_files:
+            raise StoreReaderError(
+                f"commitlog file is {s.file_size} bytes, longer than mappedFileSizeCommitLog {size}, and "
+                f"its records go on past that size: the broker maps only the first {size} bytes; "
+                f"truncate it to {size} bytes (keep a copy) and run again", s.path, size)
 
 
 def copy_commitlog_file(src: str, dest: str, keep: int, file_size: int) -> str:

@@ -27,6 +27,7 @@ from .commitlog import SegmentScan, SegmentSummary, summaries_table, summarize_s
 from .exceptions import (ConfigError, FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
                          UnreadableFileError, UnsupportedStoreError)
 from .fsutil import list_dir
+from .javalang import java_parse_int
 from .recordformat import MAGIC_V2, ScanOptions
 from .storefs import PathRef, StoreLocation, location
 
@@ -58,6 +59,11 @@ class Store:
     abort_exists: bool
     lock_exists: bool
     load_problems: list[StoreReaderError] = field(default_factory=list)
+    load_problems_49: list[StoreReaderError] = field(default_factory=list)
+    """Refusals only 4.9.7's load has (a commitlog sub-directory, a zero-length last file)."""
+    left_out: list[str] = field(default_factory=list)
+    """Entries of the commitlog directories that are not in ``commitlog_files``: what the broker
+    skips or cannot map (sub-directories, names that are not numbers, a zero-length last file)."""
     notes: list[str] = field(default_factory=list)
 
     # -- paths --------------------------------------------------------------------------------
@@ -83,8 +89,12 @@ class Store:
 
     @property
     def loadable(self) -> bool:
-        """False when the broker's ``load()`` would fail on these files."""
+        """False when the broker's ``load()`` would fail on these files (either version)."""
         return not self.load_problems
+
+    def load_problems_for(self, broker_5x: bool) -> list[StoreReaderError]:
+        """What makes ``broker_5x``'s ``load()`` fail on the commitlog files."""
+        return self.load_problems + ([] if broker_5x else self.load_problems_49)
 
     # -- commitlog ------------------------------------------------------------------------------
     def missing_commitlog(self) -> str:
@@ -173,36 +183,73 @@ class Store:
 
 def list_mapped_files(directory: PathRef, expected_size: int, what: str, size_key: str,
                       problems: list[StoreReaderError], notes: list[str],
-                      allow_empty_last: bool = True) -> list[MappedFile]:
-    """A mapped-file directory as the broker's ``MappedFileQueue#load`` sees it (F§2)."""
+                      broker_5x: bool | None = None,
+                      problems_49: list[StoreReaderError] | None = None) -> list[MappedFile]:
+    """A mapped-file directory as the broker's ``MappedFileQueue#load`` sees it (F§2): the files it
+    maps, in name order; why it would refuse the directory goes to ``problems``.
+
+    ``doLoad`` takes the entries sorted by name and, for each: [5.x] skips a directory; [5.x]
+    deletes a zero-length entry that sorts last (directories count in "last"); refuses one whose
+    ``File.length()`` is not ``expected_size`` (a directory's length too, in 4.9.7); then maps it
+    at ``Long.parseLong(name)``, which throws on a name that is not a number (the load fails). A
+    name that parses but is not the 20-digit form (``851968``) is mapped at that offset, in name
+    order. The returned files leave out what the broker skips or cannot map (a directory, an
+    unparseable name, a zero-length last entry): exactly what a repaired store leaves out.
+
+    ``broker_5x`` None (version not known yet): the refusals only 4.9.7 has (a directory, a
+    zero-length last file) go to ``problems_49``.
+    """
     entries = list_dir(directory, what)
+    only_49 = problems if broker_5x is False else problems_49 if problems_49 is not None else []
     files: list[MappedFile] = []
-    for e in entries:
+    for i, e in enumerate(entries):
         if e.is_dir():
-            notes.append(f"{e.path}: sub-directory in the {what} directory ignored")
+            if broker_5x is not True:
+                only_49.append(StrayFileError(
+                    f"sub-directory in the {what} directory: 4.9.7's MappedFileQueue#load does not "
+                    f"skip directories, its File.length() ({_entry_size(e)}) is not {size_key} "
+                    f"({expected_size}) and the broker refuses to load (5.x skips it)", str(e.location)))
+            if broker_5x is not False:
+                notes.append(f"{e.path}: sub-directory in the {what} directory, skipped by 5.x")
+            continue
+        size = _entry_size(e)
+        if size == 0 and i == len(entries) - 1:
+            if broker_5x is not True:
+                only_49.append(FileSizeError(
+                    f"zero-length last {what} file: 4.9.7's MappedFileQueue#load refuses its length 0 "
+                    f"({size_key} is {expected_size}) and the broker fails to start (5.x deletes it)",
+                    str(e.location), 0))
+            if broker_5x is not False:
+                notes.append(f"{e.path}: zero-length last file (5.x deletes it at load)")
+            continue
+        start = java_parse_int(e.name, 64)
+        if size != expected_size:
+            problems.append(FileSizeError(
+                f"{what} file is {size} bytes but {size_key} is {expected_size}: the broker "
+                f"refuses to load it", str(e.location), min(size, expected_size)))
+        elif start is None:
+            problems.append(StrayFileError(
+                f"stray file in the {what} directory: its name is not a number, so MappedFile#init's "
+                f"Long.parseLong throws NumberFormatException and the broker fails to load",
+                str(e.location)))
+        if start is None:
             continue
         if not MAPPED_FILE_NAME.match(e.name):
-            problems.append(StrayFileError(
-                f"stray file in the {what} directory: the broker parses every name as a 20-digit "
-                f"start offset (Long.parseLong) and would fail to load", str(e.location)))
-            continue
-        try:
-            size = e.size()
-        except OSError as exc:
-            raise UnreadableFileError(f"cannot stat: {exc.strerror}", str(e.location)) from None
-        files.append(MappedFile(path=e.path, name=e.name, start=int(e.name), size=size))
-    if files and allow_empty_last and files[-1].size == 0:
-        notes.append(f"{files[-1].path}: zero-length last file (5.x deletes it at load)")
-    for i, f in enumerate(files):
-        if f.size != expected_size and not (allow_empty_last and f.size == 0 and i == len(files) - 1):
-            problems.append(FileSizeError(
-                f"{what} file is {f.size} bytes but {size_key} is {expected_size}: the broker "
-                f"refuses to load it", str(f.path)))
+            notes.append(f"{e.path}: name is not the 20-digit form; the broker maps it at offset "
+                         f"{start} (Long.parseLong), in name order")
+        files.append(MappedFile(path=e.path, name=e.name, start=start, size=size))
     for a, b in zip(files, files[1:]):
         if b.start - a.start != expected_size:
             notes.append(f"{b.path}: gap or overlap after {a.name} (start offsets differ by "
                          f"{b.start - a.start}, file size {expected_size}); the broker only logs it")
     return files
+
+
+def _entry_size(e) -> int:
+    try:
+        return e.size()
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot stat: {exc.strerror}", str(e.location)) from None
 
 
 def _commitlog_dirs(root: Path | StoreLocation, config: BrokerConfig) -> list[Path | StoreLocation]:
@@ -283,27 +330,27 @@ def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef 
         raise UnsupportedStoreError("consumequeue/ holds a RocksDB database (storeType=defaultRocksDB);"
                                     " only file consume queues are supported", str(cq))
     problems: list[StoreReaderError] = []
+    problems_49: list[StoreReaderError] = []
     notes: list[str] = []
     files: list[MappedFile] = []
     for d in dirs:
         files += list_mapped_files(d, config.mappedFileSizeCommitLog, "commitlog",
-                                   "mappedFileSizeCommitLog", problems, notes)
+                                   "mappedFileSizeCommitLog", problems, notes, problems_49=problems_49)
     files.sort(key=lambda f: f.name)
     for a, b in zip(files, files[1:]):
         if a.name == b.name:
             problems.append(StrayFileError(f"commitlog file name also present at {a.path}", str(b.path)))
-    # A zero-length last file is skipped by 5.x and fails 4.9.7's load: keep it out of the scan.
-    if files and files[-1].size == 0:
-        files = files[:-1]
     sized = [f for f in files if f.size]
     if sized and all(f.size != config.mappedFileSizeCommitLog for f in sized):
         raise FileSizeError(
             f"every commitlog file is {sized[0].size} bytes but mappedFileSizeCommitLog is "
             f"{config.mappedFileSizeCommitLog} ({config.source or 'broker default'}): pass the "
             f"broker's broker.conf", str(sized[0].path))
+    mapped = {f.name for f in files}
+    left_out = [str(e.location) for d in dirs for e in list_dir(d, "commitlog") if e.name not in mapped]
     store = Store(root=root, config=config, commitlog_dirs=dirs, commitlog_files=files,
                   abort_exists=(root / "abort").is_file(), lock_exists=(root / "lock").is_file(),
-                  load_problems=problems, notes=notes)
+                  load_problems=problems, load_problems_49=problems_49, left_out=left_out, notes=notes)
     if strict and problems:
         raise problems[0]
     return store
