@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 
 from jobs import findings as fnd
 from jobs.deltasink import read_table, store_id_for
-from store_reader import open_store, recovery
+from store_reader import open_store, publish, recovery
 from store_reader.commitlog import SegmentSummary, written_fingerprint
 from store_reader.exceptions import StoreReaderError, UnreadableFileError
 from store_reader.fsutil import mtime_ns, walk_files
@@ -162,6 +162,8 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     store_id = store_id_for(str(store.root))
     if since_last and not audit_path:
         raise StoreReaderError("--since-last needs --audit-path (the state lives in its tables)", store_path)
+    if audit_path:
+        publish.check_writable(audit_path, "audit path")     # before the scan, not after it
     to_scan, carried = plan_scan(store, audit_path or "", store_id, since_last)
     passes = []
     t = time.monotonic()

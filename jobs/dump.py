@@ -1262,8 +1262,8 @@ def dump_config(p: Printer, path: Path) -> None:
 def verify_config(store: Store, found: Findings, only: Path | None = None) -> None:
     """``config/*.json`` the broker cannot use (``config.undecodable``) and ``.tmp`` leftovers;
     ``jobs.audit`` reports the same."""
-    names = sorted(e.name for e in list_dir(store.config_dir, "config")
-                   if e.name.endswith(".json") and e.is_file())
+    names = sorted(e.name for e in list_dir(store.config_dir, "config")   # unreadable ones too
+                   if e.name.endswith(".json") and not e.is_dir())
     for name in names:
         path = store.config_dir / name
         if only is not None and _norm(only) not in (_norm(path), _norm(str(path) + ".bak")):

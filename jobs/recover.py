@@ -3,14 +3,16 @@
     spark-submit jobs/recover.py --store DIR --out DIR [--broker-config FILE]
                                  [--broker-version 4.9|5.x|both] [--dry-run] [--overwrite]
                                  [--apply --backup DIR] [--audit-path URI]
-                                 [--keep-consumer-offsets] [--json]
+                                 [--keep-consumer-offsets] [--commitlog-gone] [--json]
     python -m jobs.recover ...            (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.recover --demo DIR     (a sample store with a simulated crash, made and recovered)
     python -m jobs.recover --store DIR --dry-run --broker-version both [--json]
                                           (what-if: the 4.9 and 5.x predictions side by side)
 
 Passes (each a function the notebooks can call):
-  1. discover the store, refuse a store a live broker holds (its ``lock``);
+  1. discover the store, refuse a store a live broker holds (its ``lock``) or one without commitlog
+     files (unless ``--commitlog-gone``); check every output target and lock the output
+     (``claim_outputs``), before any work;
   2. scan segments in parallel, one Spark task per commitlog file -> scan summaries;
   3. decide on the driver what the broker would do (``store_reader.recovery.predict``);
   4. rebuild consume queues from every record below the cut: CQ files as parts packed into a bounded
@@ -20,10 +22,11 @@ Passes (each a function the notebooks can call):
   6. audit: what is inconsistent and what the broker's own restart would lose or rewind
      (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports), side by side with 4-5
      and 7 (both only read the input store and the prediction);
-  7. write the repaired store into a temporary directory (the commitlog copied and hashed for the
-     manifest in one read; each committed consumer offset moved where the consumer's next pull on
-     the rebuilt queues would move it, the originals in the manifest) and, once the audit
-     succeeded too, rename it into place;
+  7. write the repaired store into a temporary directory of this run's own (the commitlog copied
+     and hashed for the manifest in one read; each committed consumer offset moved where the
+     consumer's next pull on the rebuilt queues would move it, the originals in the manifest) and,
+     once the audit succeeded too, check it against its manifest and rename it into place, all
+     under the output's lock (``store_reader.publish``);
      ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
@@ -31,7 +34,8 @@ A store the broker refuses to start on (a file of the wrong size, a stray entry 
 5.3.3's correctMinOffset throw) still gets a repaired store it starts on: the refusal is printed
 (and a ``warning:`` line on stderr), the repaired store follows the broker's recovery of the store
 without what it refuses (``recovery.Prediction``), the entries left out are listed.
-Exit codes: 0 done, 2 could not recover (bad input, disk full).
+Exit codes: 0 done, 2 could not recover (bad input, disk full, an output another run holds),
+with one ``error:`` line on stderr.
 """
 from __future__ import annotations
 
@@ -47,6 +51,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -64,14 +69,13 @@ from store_reader.indexfile import IndexHeader
 from store_reader.recordformat import ScanOptions
 from store_reader.store import Store
 from store_reader.storefs import StoreLocation
-from store_reader import repair
+from store_reader import publish, repair
 from jobs import audit as audit_job
 from jobs import findings as fnd
 from jobs import deltasink
 from jobs.deltasink import store_id_for
 
 log = logging.getLogger("jobs.recover")
-TMP_MARKER = ".recover-incomplete"
 
 
 # -- pass 2: scan -----------------------------------------------------------------------------------
@@ -253,6 +257,7 @@ class RunReport:
     """Entries of the commitlog directories the broker skips or cannot map: not in the repaired store."""
     resized: list[tuple[str, int, int]] = field(default_factory=list)
     """(file, length, mappedFileSizeCommitLog) of commitlog files the repaired store holds resized."""
+    config_left_out: list[str] = field(default_factory=list)
 
     def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
         secs = (time.monotonic() if ended is None else ended) - started
@@ -356,8 +361,9 @@ def _digests(root: Path, sub: str) -> dict[str, str]:
 def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                          cancel: threading.Event | None = None, group: str | None = None,
                          queued: threading.Event | None = None) -> Path:
-    """Passes 4-7 into ``<out>.tmp-<run id>``, MANIFEST.json included; returns that directory,
-    still marked incomplete (``TMP_MARKER``) until ``place_repaired_store`` renames it into place.
+    """Passes 4-7 into this invocation's own ``<out>.tmp-<run id>-<nonce>``, MANIFEST.json
+    included; returns that directory, still marked incomplete (``publish.TMP_MARKER``) until
+    ``place_repaired_store`` renames it into place.
     On any failure nothing is left behind. ``cancel``: set when another pass of the run failed (the
     copy stops between files, no further Spark job starts); ``group``: the Spark job group of this
     build's jobs, which run on threads of their own; ``queued``: set once the rebuild jobs are
@@ -368,13 +374,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
     end = pred.max_phy_offset
     cancel = cancel or threading.Event()
     group = group or f"{report.run_id}-write-{uuid.uuid4().hex[:8]}"
-    tmp = out.parent / f"{out.name}.tmp-{report.run_id}"
-    if tmp.exists():                      # left by a killed run of ours: start over
-        if not (tmp / TMP_MARKER).exists():
-            raise StoreReaderError("temporary output exists and is not ours; remove it", tmp)
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    (tmp / TMP_MARKER).write_text(report.run_id)
+    tmp = publish.new_temporary(out, report.run_id)
     try:
         # passes 4-5 and the commitlog copy write disjoint parts of tmp and run side by side: the
         # copy (hashing as it goes) on driver threads from the start; once the index puts are
@@ -447,7 +447,10 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                                           repair.full_index_end_timestamp(headers, cfg.maxIndexNum),
                                           confirm, version_5x)
         repair.write_checkpoint_file(tmp, ckpt, version_5x)
-        repair.copy_config(store.root, tmp)
+        report.config_left_out = repair.copy_config(store.root, tmp)
+        for line in report.config_left_out:
+            log.warning("config file left out of the repaired store (the broker reads its .bak "
+                        "instead): %s", line)
         if not report.keep_consumer_offsets:
             ranges = {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"]) for r in
                       queues.select(["topic", "queue_id", "min_offset", "max_offset"]).to_pylist()}
@@ -456,7 +459,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         t = time.monotonic()
         known = {**commitlog_digests, **index_digests, **queue_digests}
         repair.write_manifest(str(tmp), manifest(store, report, repair.tree_manifest(
-            str(tmp), skip={TMP_MARKER}, known=known)))
+            str(tmp), skip={publish.TMP_MARKER}, known=known)))
         report.log_pass("write manifest", t, f"sizes and SHA-256 of every output file "
                         f"({len(known)} hashed as they were written)")
         return tmp
@@ -471,21 +474,13 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
 
 
 def place_repaired_store(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Pass 7's end: the complete ``tmp`` (``build_repaired_store``) synced to disk and renamed to
-    ``out``; on failure ``tmp`` is removed."""
-    try:
-        repair.sync_tree(str(tmp))            # every byte on disk before the rename publishes it
-        (tmp / TMP_MARKER).unlink()
-        repair.sync_path(str(tmp))
-        _place(tmp, out, overwrite)
-        repair.sync_path(str(out.parent))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    """Pass 7's end: the complete ``tmp`` (``build_repaired_store``) synced, checked against its
+    manifest and renamed to ``out`` (``publish.publish``); on failure ``tmp`` is removed."""
+    publish.publish(tmp, out, overwrite)
 
 
 def write_repaired_store(spark, store: Store, report: RunReport, out: Path, overwrite: bool) -> None:
-    """Passes 4-7 into ``<out>.tmp-<run id>``, then an atomic rename to ``out``."""
+    """Passes 4-7 into a temporary directory beside ``out``, then an atomic rename to ``out``."""
     tmp = build_repaired_store(spark, store, report, out)
     t = time.monotonic()
     place_repaired_store(tmp, out, overwrite)
@@ -552,49 +547,6 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
     report.written = True
 
 
-def _place(tmp: Path, out: Path, overwrite: bool) -> None:
-    if out.exists():
-        if not overwrite:
-            raise StoreReaderError("output directory exists (use --overwrite)", out)
-        if not (out / "MANIFEST.json").exists():
-            raise StoreReaderError("output directory exists and is not a repaired store; "
-                                   "refusing to replace it", out)
-        trash = out.parent / f"{out.name}.old-{tmp.name.rsplit('-', 1)[-1]}"
-        os.rename(out, trash)
-        os.rename(tmp, out)
-        shutil.rmtree(trash)
-    else:
-        os.rename(tmp, out)
-
-
-def apply_repaired(store_root: Path, repaired: Path, backup: Path) -> None:
-    """Swap the repaired store into the input's place, keeping the input complete at ``backup``.
-
-    Same filesystem: two renames (the input's bytes are never rewritten). Otherwise the input is
-    copied to ``backup`` and verified file by file before anything in its place changes.
-    """
-    if backup.exists():
-        raise StoreReaderError("backup directory exists; choose a new one", backup)
-    lock = lock_status(store_root)
-    if lock.locked:
-        raise StoreReaderError(f"a running broker holds the store's lock (pid {lock.pid})", lock.path)
-    try:
-        os.rename(store_root, backup)
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
-        shutil.copytree(store_root, backup, symlinks=True)
-        if repair.tree_manifest(str(store_root)) != repair.tree_manifest(str(backup)):
-            shutil.rmtree(backup)
-            raise StoreReaderError("backup copy does not match the store; nothing changed", backup)
-        shutil.rmtree(store_root)
-    try:
-        os.rename(repaired, store_root)
-    except OSError:
-        os.rename(backup, store_root)       # put the input back where it was
-        raise
-
-
 def prediction_summary(pred: recovery.Prediction, report: RunReport | None = None) -> dict:
     return {
         "brokerVersion": pred.broker_version,
@@ -614,23 +566,60 @@ def prediction_summary(pred: recovery.Prediction, report: RunReport | None = Non
     }
 
 
+def _resolved(path: str | None) -> str | None:
+    return path if path is None or publish.is_uri(path) else str(Path(path).resolve())
+
+
 def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
     inputs = [{"path": rel, "size": size} for rel, size, _ in walk_files(store.root)]
-    return {"runId": report.run_id, "store": str(store.root), "brokerConfig": store.config.source,
+    # resolved: the same store and config give the same manifest however they were spelled
+    return {"runId": report.run_id, "store": _resolved(str(store.root)),
+            "brokerConfig": _resolved(store.config.source),
             "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
             "prediction": prediction_summary(report.prediction, report),
             "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved}}
 
 
+def claim_outputs(stack: ExitStack, store: Store, out: str | None, overwrite: bool,
+                  backup: str | None, audit_path: str | None) -> None:
+    """Pass 1's checks of every output target, before any work: the audit path writable, the
+    output local, not the store, locked for this run (``publish.OutputLock``, which also proves its
+    directory writable), leftovers of killed runs cleaned up, an existing output replaceable; with
+    ``backup`` (``--apply``) the backup new and the store locked as well. ``out``: None for a dry
+    run."""
+    if audit_path:
+        publish.check_writable(audit_path, "audit path")
+    if out is None:
+        return
+    if publish.is_uri(out):
+        raise StoreReaderError("the repaired store is written to a local directory, not a URI", out)
+    _check_paths(store.root, Path(out))
+    stack.enter_context(publish.OutputLock(Path(out)))
+    for done in publish.recover_leftovers(Path(out)):
+        log.info("output: %s", done)
+    publish.check_output(Path(out), overwrite)
+    if backup is not None:
+        _check_paths(store.root, Path(backup))
+        if os.path.lexists(backup):
+            raise StoreReaderError("backup directory exists; choose a new one", backup)
+        if not Path(backup).parent.is_dir():
+            raise StoreReaderError("the backup's directory does not exist", Path(backup).parent)
+        publish.check_writable(str(Path(backup).parent), "backup's directory")
+        stack.enter_context(publish.OutputLock(Path(store.root), "store"))
+
+
 def recover(spark, store_path: str, out: str | None, broker_config: str | None = None,
             broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
             backup: str | None = None, audit_path: str | None = None,
-            keep_consumer_offsets: bool = False) -> RunReport:
+            keep_consumer_offsets: bool = False, commitlog_gone: bool = False) -> RunReport:
     """The whole run (passes 1-7); ``dry_run`` writes no repaired store (audit rows still go to
     ``audit_path`` when given). The repaired store's committed consumer offsets are moved where
-    the consumers' next pull on it would move them, unless ``keep_consumer_offsets``."""
-    t = started = time.monotonic()
-    audited_at = dt.datetime.now(dt.timezone.utc)
+    the consumers' next pull on it would move them, unless ``keep_consumer_offsets``. A store
+    without commitlog files is refused unless ``commitlog_gone`` (the operator says it is really
+    gone, not on a volume that is not mounted)."""
+    started = time.monotonic()
+    # absolute: Spark tasks write under it, whatever their working directory
+    out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
     store = open_store(store_path, broker_config)
     lock = lock_status(store.root)
     if lock.locked:
@@ -639,10 +628,23 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     if backup is not None and not isinstance(store.root, Path):
         raise StoreReaderError("--apply swaps directories by renaming them: a remote store cannot "
                                "be replaced (write --out and copy it back)", str(store.root))
-    if out is not None:
-        _check_paths(store.root, Path(out))
-        if Path(out).exists() and not overwrite and not dry_run:
-            raise StoreReaderError("output directory exists (use --overwrite)", out)
+    if not store.commitlog_files and not commitlog_gone:
+        raise StoreReaderError(f"{store.missing_commitlog()}: recovering would drop every message "
+                               "and consume queue entry (a wrong --store or an unmounted volume?); "
+                               "pass --commitlog-gone if the commitlog is really gone",
+                               store.commitlog_dirs[0])
+    with ExitStack() as stack:
+        claim_outputs(stack, store, None if dry_run else out, overwrite,
+                      backup if not dry_run else None, audit_path)
+        return _recover(spark, store, out, broker_version, dry_run, overwrite, backup, audit_path,
+                        keep_consumer_offsets, started)
+
+
+def _recover(spark, store: Store, out: str | None, broker_version: str | None, dry_run: bool,
+             overwrite: bool, backup: str | None, audit_path: str | None, keep_consumer_offsets: bool,
+             started: float) -> RunReport:
+    t = started
+    audited_at = dt.datetime.now(dt.timezone.utc)
     version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
     mode = "dry_run" if dry_run or out is None else "apply" if backup is not None else "write"
     run_id = audit_job.run_id_for("recover", store, version, mode)
@@ -673,8 +675,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     audit_and_write(spark, store, report, Path(out) if writing else None, overwrite)
     if writing:
         if backup is not None:
-            _check_paths(store.root, Path(backup))
-            apply_repaired(store.root, Path(out), Path(backup))
+            publish.apply_repaired(store.root, Path(out), Path(backup))
             report.applied_backup = backup
     if audit_path:
         t = time.monotonic()
@@ -696,11 +697,11 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
 
 
 def recover_both(spark, store_path: str, broker_config: str | None = None,
-                 audit_path: str | None = None) -> list[RunReport]:
+                 audit_path: str | None = None, commitlog_gone: bool = False) -> list[RunReport]:
     """The dry run for 4.9 and for 5.x (a scan and an audit each: the versions' record checks
     differ), for ``whatif``."""
-    return [recover(spark, store_path, None, broker_config, v, dry_run=True, audit_path=audit_path)
-            for v in (recovery.V49, recovery.V5X)]
+    return [recover(spark, store_path, None, broker_config, v, dry_run=True, audit_path=audit_path,
+                    commitlog_gone=commitlog_gone) for v in (recovery.V49, recovery.V5X)]
 
 
 def print_report(report: RunReport, out=None) -> None:
@@ -756,6 +757,8 @@ def print_report(report: RunReport, out=None) -> None:
     if report.audit_tables:
         p(f"  audit tables       {os.path.dirname(report.audit_tables[0])} "
           f"({', '.join(os.path.basename(u) for u in report.audit_tables)})", file=out)
+    for line in report.config_left_out:
+        p(f"  config left out    {line} (unreadable: the broker falls back to its .bak)", file=out)
     if report.applied_backup:
         p(f"  applied            repaired store now at {report.store}; input kept at "
           f"{report.applied_backup}", file=out)
@@ -783,6 +786,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--keep-consumer-offsets", action="store_true",
                     help="copy the committed consumer offsets as they are (default: each moved where "
                          "the consumer's next pull on the repaired store would move it)")
+    ap.add_argument("--commitlog-gone", action="store_true",
+                    help="the store's commitlog is really gone (deleted, not merely unmounted): "
+                         "recover without it, dropping every consume queue entry; without this "
+                         "flag a store with no commitlog files is refused")
     ap.add_argument("--json", action="store_true", help="print the prediction as JSON")
     ap.add_argument("--demo", metavar="DIR",
                     help="make a sample store with a simulated crash in DIR and recover it")
@@ -817,7 +824,8 @@ def main(argv: list[str] | None = None) -> int:
         from jobs import whatif
 
         try:
-            reports = recover_both(spark, args.store, args.broker_config, args.audit_path)
+            reports = recover_both(spark, args.store, args.broker_config, args.audit_path,
+                                   args.commitlog_gone)
         except StoreReaderError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -827,11 +835,16 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(doc, indent=2))
         else:
             whatif.print_side_by_side(doc, sys.stdout)
-        return 0 if all(r.prediction.load_result for r in reports) else 2
+        refused = [r for r in reports if not r.prediction.load_result]
+        if refused:
+            print(f"error: broker {refused[0].broker_version} would refuse to load this store: "
+                  f"{refused[0].prediction.load_problems[0]}", file=sys.stderr)
+            return 2
+        return 0
     try:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                          args.dry_run, args.overwrite, args.backup if args.apply else None,
-                         args.audit_path, args.keep_consumer_offsets)
+                         args.audit_path, args.keep_consumer_offsets, args.commitlog_gone)
     except Exception as exc:
         error = store_error(exc)
         if error is None:

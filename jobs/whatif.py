@@ -13,7 +13,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import pyarrow as pa
 
 from jobs import findings as fnd
 from store_reader import recovery

@@ -7,11 +7,13 @@ broker's default (``MessageStoreConfig`` / ``BrokerConfig``, spec ``store-format
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import re
 from dataclasses import dataclass, field
 
 from .exceptions import ConfigError
+from .storefs import open_regular
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 CQ_STORE_UNIT_SIZE = 20
@@ -138,7 +140,8 @@ def load_broker_config(path: str | os.PathLike[str] | None = None, **overrides: 
     if path is not None:
         source = os.fspath(path)
         try:
-            with open(source, encoding="utf-8", errors="replace") as fh:
+            with io.TextIOWrapper(open_regular(source, "broker config"), encoding="utf-8",
+                                  errors="replace") as fh:
                 text = fh.read()
         except OSError as exc:
             raise ConfigError(f"cannot read broker config: {exc.strerror}", source) from None

@@ -265,7 +265,8 @@ def lock_status(store_root: PathRef) -> LockStatus:
                           "F_GETLK cannot probe it, so whether a broker holds it is unknown")
     path = loc.path
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # non-blocking: a FIFO named lock must not block the open (record locks apply to any file)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return LockStatus(path, False, False, None)
     except OSError as exc:

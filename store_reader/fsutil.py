@@ -32,12 +32,18 @@ class DirEntry:
     def is_dir(self) -> bool:
         """Directory (a symlink to one counts, as with ``os.DirEntry.is_dir()``)."""
         if self._local is not None:
-            return self._local.is_dir()
+            try:
+                return self._local.is_dir()
+            except OSError:     # a symlink that cannot be followed (a loop): as os.path.isdir
+                return False
         return self._info.type == pafs.FileType.Directory
 
     def is_file(self) -> bool:
         if self._local is not None:
-            return self._local.is_file()
+            try:
+                return self._local.is_file()
+            except OSError:
+                return False
         return self._info.type == pafs.FileType.File
 
     def size(self) -> int:
@@ -83,8 +89,8 @@ def walk_files(root: PathRef) -> list[tuple[str, int, int]]:
                 p = os.path.join(dirpath, name)
                 try:
                     st = os.stat(p)
-                except OSError as exc:
-                    raise UnreadableFileError(f"cannot stat: {exc.strerror}", p) from None
+                except OSError:     # a link that cannot be followed (a loop, dangling): its own
+                    st = os.lstat(p)  # stat; the broker treats such a file as unreadable, not fatal
                 out.append((os.path.relpath(p, loc.path), st.st_size, st.st_mtime_ns))
         return out
     try:

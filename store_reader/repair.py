@@ -36,8 +36,8 @@ from .exceptions import OutputError, StoreReaderError, UnreadableFileError
 from .fsutil import walk_files
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
-from .storefs import READ_CHUNK, PathRef, StoreLocation, location
 from .recovery import ConsumeQueueState, Prediction, index_put_keys, multi_dispatch_rows, range_status
+from .storefs import READ_CHUNK, PathRef, StoreLocation, location, open_regular
 
 if TYPE_CHECKING:
     from .commitlog import SegmentSummary
@@ -895,24 +895,52 @@ def write_manifest(out_dir: str, content: dict) -> None:
 
 def copy_config(src_root: Path | StoreLocation, dest_root: Path) -> list[str]:
     """``config/`` copied as it is (the broker's own fallback files included) and the ``lock`` file;
-    from a remote store (``storefs``) file by file."""
-    copied = []
-    if (src_root / "config").is_dir():
-        if isinstance(src_root, Path):
-            shutil.copytree(src_root / "config", dest_root / "config")
-        else:
-            (dest_root / "config").mkdir()
+    from a remote store (``storefs``) file by file.
+
+    A file that cannot be read is left out, as the broker's load treats it (``config.load_config``:
+    it falls back to the ``.bak``), and returned as ``"<file>: <reason>"``; anything but a regular
+    file or a directory (a FIFO would block the copy forever) is refused naming it."""
+    left_out: list[str] = []
+    if not isinstance(src_root, Path):
+        if (src_root / "config").is_dir():
             for rel, _, _ in walk_files(src_root / "config"):
                 (dest_root / "config" / rel).parent.mkdir(parents=True, exist_ok=True)
                 (dest_root / "config" / rel).write_bytes((src_root / "config" / rel).read_bytes())
-        copied.append("config")
-    if (src_root / "lock").is_file():
-        if isinstance(src_root, Path):
-            shutil.copyfile(src_root / "lock", dest_root / "lock")
-        else:
+        if (src_root / "lock").is_file():
             (dest_root / "lock").write_bytes((src_root / "lock").read_bytes())
-        copied.append("lock")
-    return copied
+        return left_out
+
+    def copy(src: str, dest: str) -> None:
+        try:                    # config files are small: read whole, so only reading is forgiven
+            with open_regular(src, "config file") as fin:
+                data = fin.read()
+        except OSError as exc:
+            left_out.append(f"{src}: {exc.strerror}")
+            return
+        with open(dest, "xb") as fout:
+            fout.write(data)
+        shutil.copystat(src, dest)
+
+    def copy_dir(src: str, dest: str) -> None:
+        os.mkdir(dest)
+        for entry in sorted(os.scandir(src), key=lambda e: e.name):
+            try:
+                is_dir = entry.is_dir()
+            except OSError:     # a symlink that cannot be followed: the copy names why
+                is_dir = False
+            (copy_dir if is_dir else copy)(entry.path, os.path.join(dest, entry.name))
+        shutil.copystat(src, dest)
+
+    try:
+        if (src_root / "config").is_dir():
+            copy_dir(str(src_root / "config"), str(dest_root / "config"))
+        if os.path.lexists(src_root / "lock"):
+            copy(str(src_root / "lock"), str(dest_root / "lock"))
+    except OSError as exc:      # a directory under config/ that cannot be listed (writing: as it is)
+        if not os.fspath(exc.filename or "").startswith(os.fspath(src_root)):
+            raise
+        raise UnreadableFileError(f"cannot copy config: {exc.strerror}", exc.filename) from None
+    return left_out
 
 
 def correct_consumer_offsets(config_dir: Path, queue_ranges: Mapping[tuple[str, int], tuple[int, int]]

@@ -97,6 +97,15 @@ class Store:
         return self.load_problems + ([] if broker_5x else self.load_problems_49)
 
     # -- commitlog ------------------------------------------------------------------------------
+    def missing_commitlog(self) -> str:
+        """Why the store has no commitlog file (``commitlog_files`` is empty): to the broker all of
+        its messages are deleted, which is far more often a wrong path or an unmounted volume."""
+        dirs = "" if len(self.commitlog_dirs) == 1 else \
+            f" ({', '.join(str(d) for d in self.commitlog_dirs)})"
+        if not any(d.is_dir() for d in self.commitlog_dirs):
+            return f"the commitlog directory is missing{dirs}"
+        return f"the commitlog directory holds no commitlog file{dirs}"
+
     def scan_options(self, broker_5x: bool | None = None, compute_crc: bool = True) -> ScanOptions:
         if broker_5x is None:
             broker_5x = self.looks_5x()
@@ -292,7 +301,8 @@ def open_store(path: PathRef, broker_config: BrokerConfig | PathRef | None = Non
         commitlog segment at a time; a plain ``LocalFileSystem`` is read like any local path.
     """
     loc = location(path, filesystem)
-    root: Path | StoreLocation = Path(loc.path) if loc.filesystem is None else loc
+    # absolute: the paths handed to Spark tasks must not depend on a worker's working directory
+    root: Path | StoreLocation = Path(os.path.abspath(loc.path)) if loc.filesystem is None else loc
     try:
         return _discover(root, broker_config, strict)
     except OSError as exc:      # a remote filesystem that fails to answer; local stat errors

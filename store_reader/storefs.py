@@ -51,6 +51,31 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device"}
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
+def open_regular(path: str, what: str) -> Any:
+    """A local regular file opened for binary reading. Anything else named like a store file (a
+    FIFO would block the open, or every read, forever) is refused naming the file; ``OSError`` if
+    it cannot be opened (a directory: ``IsADirectoryError``, as ``open`` gives)."""
+    fh = open(path, "rb", opener=_open_nonblocking)
+    try:
+        mode = os.fstat(fh.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "a special file")
+            raise UnreadableFileError(f"{what} is {kind}, not a regular file; refusing to read it", path)
+        os.set_blocking(fh.fileno(), True)
+        return fh
+    except BaseException:
+        fh.close()
+        raise
+
+
 @dataclass(frozen=True, eq=False)
 class StoreLocation:
     """A file or directory: a ``pyarrow.fs`` filesystem and the path on it (None = local POSIX).
@@ -233,7 +258,7 @@ class FileReader:
     def __init__(self, loc: StoreLocation) -> None:
         self.location = loc
         if loc.filesystem is None:
-            self._fh: Any = open(loc.path, "rb")
+            self._fh: Any = open_regular(loc.path, "file")
             self.size = os.fstat(self._fh.fileno()).st_size
             return
         self._fh = loc.open_input()
@@ -309,17 +334,11 @@ class SegmentBuffer:
     def _map(self, what: str, advice: int | None) -> None:
         path = self.location.path
         try:
-            # non-blocking: opening a FIFO for reading would otherwise wait for a writer forever
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            self._fh = open_regular(path, what)
         except OSError as exc:
             raise UnreadableFileError(f"cannot open {what}: {exc.strerror}", path) from None
-        self._fh = os.fdopen(fd, "rb")
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            self._fh.close()
-            raise UnreadableFileError(f"cannot read {what}: not a regular file (a FIFO, socket or "
-                                      "device)", path)
         try:
-            self.size = os.fstat(fd).st_size
+            self.size = os.fstat(self._fh.fileno()).st_size
             self.buf: Any = (mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
                              if self.size else b"")
         except (OSError, ValueError) as exc:

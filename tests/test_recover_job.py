@@ -42,7 +42,8 @@ def repaired(spark, tmp_path_factory):
             out = tmp_path_factory.mktemp("repaired") / "store"
             src = support.input_store(*case)
             before = support.tree_digest(src)
-            report = recover(spark, str(src), str(out), str(support.broker_conf(*case)), _version(case))
+            report = recover(spark, str(src), str(out), str(support.broker_conf(*case)), _version(case),
+                             commitlog_gone=case[1] == "commitlog-all-deleted")
             assert support.tree_digest(src) == before, "the input store was modified"
             cache[case] = (out, report)
         return cache[case]

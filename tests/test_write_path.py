@@ -18,7 +18,7 @@ import pytest
 import support
 from jobs import deltasink
 from jobs import recover as job
-from store_reader import open_store, recovery, repair
+from store_reader import open_store, publish, recovery, repair
 from store_reader.exceptions import StoreReaderError
 
 V4, V5 = support.VERSIONS
@@ -239,17 +239,24 @@ def _report(spark, case, out):
 
 @pytest.mark.spark
 def test_built_store_stays_marked_incomplete_until_placed(spark, tmp_path):
-    """A kill between the build and the rename (the audit may still be running) leaves a directory
-    the next run recognises as its own and starts over; the manifest never lists the marker and
-    matches the files as written."""
+    """Each build has a temporary directory of its own, marked incomplete until it is placed; a
+    killed build's directory is removed by the next run under the output's lock. The manifest never
+    lists the marker and matches the files as written."""
     case = (V5, "torn-middle-crc")
     out = tmp_path / "out"
     store, report = _report(spark, case, out)
+    killed = job.build_repaired_store(spark, store, report, out)
+    assert (killed / publish.TMP_MARKER).read_text() == "test-run" and not out.exists()
+    tmp = job.build_repaired_store(spark, store, report, out)       # the next run: its own directory
+    assert tmp != killed and tmp.name.startswith("out.tmp-test-run-")
+    with publish.OutputLock(out):
+        done = publish.recover_leftovers(out)
+    assert sorted(done) == sorted(f"removed {p.name} (left by a run that did not finish)" for p in (killed, tmp))
+    assert not killed.exists() and not tmp.exists()
     tmp = job.build_repaired_store(spark, store, report, out)
-    assert (tmp / job.TMP_MARKER).read_text() == "test-run" and not out.exists()
-    job.build_repaired_store(spark, store, report, out)       # "killed": the next run starts over
     job.place_repaired_store(tmp, out, overwrite=False)
-    assert not tmp.exists() and not (out / job.TMP_MARKER).exists()
+    assert not tmp.exists() and not (out / publish.TMP_MARKER).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     outputs = json.loads((out / "MANIFEST.json").read_text())["outputs"]
     files = sorted(os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs)
     assert [e["path"] for e in outputs] == [f for f in files if f != "MANIFEST.json"]

@@ -1,0 +1,308 @@
+"""Publishing a repaired store: nothing half-written is ever visible under the output's name.
+
+The protocol, like git writing its index:
+
+1. ``OutputLock``: an exclusive ``flock`` on ``<out>.lock`` beside the output (``<store>.lock``
+   beside the store for ``--apply``), held for the whole run; a second run on the same output
+   stops at once, naming the holder's pid. Creating the lock file is also the check that the
+   output's directory is writable, before any work.
+2. ``recover_leftovers``, under the lock: temporaries (``<out>.tmp-*``) of runs that died are
+   removed, and an overwrite a kill interrupted is finished or rolled back (``<out>.old-*``).
+3. ``new_temporary``: every invocation builds into its own ``<out>.tmp-<run id>-<nonce>``, marked
+   incomplete (``TMP_MARKER``) until it is published.
+4. ``publish``: fsync the tree, check it against its ``MANIFEST.json`` (every listed file there
+   with its size, nothing else), then one rename; an existing output is replaced by an atomic
+   exchange (``renameat2(RENAME_EXCHANGE)``) where the filesystem has one, else by renaming it
+   aside first, which step 2 of the next run completes or rolls back after a kill.
+
+``STORE_READER_PAUSE_AT=<point>`` makes the process announce ``paused at <point>`` on stderr and
+stop at that instant of the protocol (``unmarked``, ``moved-aside``, ``replaced``), so tests can kill
+a real process exactly there.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from . import repair
+from .checkpoint import lock_status
+from .exceptions import StoreReaderError
+
+TMP_MARKER = ".recover-incomplete"
+MANIFEST = "MANIFEST.json"
+PAUSE_ENV = "STORE_READER_PAUSE_AT"
+
+
+def _pause_point(name: str) -> None:
+    """The fault-injection point ``name`` (see the module docstring): a no-op unless asked for."""
+    if os.environ.get(PAUSE_ENV) == name:
+        print(f"paused at {name}", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(60)
+
+
+def is_uri(target: str) -> bool:
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", target) is not None
+
+
+# -- 1. the lock ------------------------------------------------------------------------------------
+
+class OutputLock:
+    """An exclusive, non-blocking ``flock`` on ``<target>.lock`` (created beside ``target``, its
+    parent directories too), holding this process's pid; released and removed on exit. A lock
+    left by a killed run is free again (the kernel drops a dead process's ``flock``)."""
+
+    def __init__(self, target: Path, what: str = "output") -> None:
+        self.target = Path(os.path.abspath(target))
+        self.path = self.target.parent / f"{self.target.name}.lock"
+        self.what = what
+        self._fd: int | None = None
+
+    def __enter__(self) -> "OutputLock":
+        try:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreReaderError(f"cannot create the {self.what}'s directory: {exc.strerror}",
+                                   exc.filename or self.target.parent) from None
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise StoreReaderError(f"cannot write beside the {self.what} (its lock file): "
+                                       f"{exc.strerror}", self.path) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise StoreReaderError(f"another run holds this {self.what}'s lock (pid {holder}); "
+                                       "wait for it to finish", self.path) from None
+            # the holder before us may have removed the file between our open and our lock
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._fd is not None:
+            try:
+                os.unlink(self.path)        # while still locked: a waiter sees a new inode
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = None
+
+
+# -- 2. leftovers of killed runs --------------------------------------------------------------------
+
+def _siblings(out: Path, kind: str) -> list[Path]:
+    pattern = re.compile(re.escape(out.name) + r"\." + kind + r"-[0-9A-Za-z-]+$")
+    try:
+        names = os.listdir(out.parent)
+    except FileNotFoundError:
+        return []
+    return sorted(out.parent / n for n in names if pattern.match(n))
+
+
+def recover_leftovers(out: Path) -> list[str]:
+    """Under the output's lock: remove the temporaries of dead runs (no live run can own one: it
+    would hold the lock) and finish or roll back an interrupted overwrite. Returns what was done,
+    one line each."""
+    done = []
+    olds = _siblings(out, "old")
+    if olds and not out.exists():
+        # killed between moving the published store aside and renaming the new one into place
+        restorable = [p for p in olds if (p / MANIFEST).is_file()]
+        if not restorable:
+            raise StoreReaderError("the output is missing and its earlier version is incomplete; "
+                                   "nothing to restore", olds[-1])
+        os.rename(restorable[-1], out)
+        repair.sync_path(str(out.parent))
+        done.append(f"restored {out} from {restorable[-1].name} (an overwrite was interrupted)")
+    for p in _siblings(out, "old") + _siblings(out, "tmp"):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            os.unlink(p)
+        done.append(f"removed {p.name} (left by a run that did not finish)")
+    return done
+
+
+def check_output(out: Path, overwrite: bool) -> None:
+    """Refuse an output that exists unless it is an earlier repaired store and ``overwrite``."""
+    if not os.path.lexists(out):
+        return
+    if not overwrite:
+        raise StoreReaderError("output directory exists (use --overwrite)", out)
+    if out.is_symlink() or not out.is_dir() or not (out / MANIFEST).is_file():
+        raise StoreReaderError("output directory exists and is not a repaired store; "
+                               "refusing to replace it", out)
+
+
+def check_writable(target: str, what: str) -> None:
+    """Before any work: a local ``target`` directory (existing or to be created) can be written.
+    URIs other than ``file://`` are written by their own client with its own credentials; they are
+    not probed here."""
+    if is_uri(target):
+        if not target.startswith("file://"):
+            return
+        target = target[len("file://"):]
+    p = Path(os.path.abspath(target))
+    if os.path.lexists(p) and not p.is_dir():
+        raise StoreReaderError(f"{what} exists and is not a directory", p)
+    probe = p
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise StoreReaderError(f"{what} cannot be created: {probe} is not a directory", p)
+    try:
+        _probe_write(probe)
+    except OSError as exc:
+        raise StoreReaderError(f"{what} is not writable: {exc.strerror}", probe) from None
+
+
+def _probe_write(directory: Path) -> None:
+    """Create a file in ``directory`` and let it go: an unnamed ``O_TMPFILE`` where the filesystem
+    has it (nothing is ever left), else a named one removed at once. Mode bits alone do not say
+    it: root passes them, not a read-only mount or a pseudo filesystem."""
+    try:
+        fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
+        name = directory / f".write-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.unlink(name)
+    os.close(fd)
+
+
+# -- 3. the temporary tree --------------------------------------------------------------------------
+
+def new_temporary(out: Path, run_id: str) -> Path:
+    """This invocation's own ``<out>.tmp-<run id>-<nonce>``, marked incomplete."""
+    tmp = out.parent / f"{out.name}.tmp-{run_id}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    (tmp / TMP_MARKER).write_text(run_id)
+    return tmp
+
+
+def verify_against_manifest(tmp: Path) -> None:
+    """Every file ``MANIFEST.json`` lists is there with its size, and no other file is."""
+    try:
+        with open(tmp / MANIFEST, encoding="utf-8") as fh:
+            listed = {e["path"]: e["size"] for e in json.load(fh)["outputs"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StoreReaderError(f"the built store has no readable manifest ({exc}); not published",
+                               tmp / MANIFEST) from None
+    found = {rel: os.path.getsize(p) for rel, p in repair.tree_files(str(tmp), skip={MANIFEST, TMP_MARKER})}
+    missing = sorted(set(listed) - set(found))
+    extra = sorted(set(found) - set(listed))
+    resized = sorted(r for r in set(listed) & set(found) if listed[r] != found[r])
+    if missing or extra or resized:
+        detail = "; ".join(f"{what} {names[:3]}" for what, names in
+                           (("missing", missing), ("not listed", extra), ("size differs", resized)) if names)
+        raise StoreReaderError(f"the built store does not match its manifest ({detail}); not published", tmp)
+
+
+# -- 4. publishing ----------------------------------------------------------------------------------
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); ``OSError`` where the
+    system or filesystem cannot."""
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None) if sys.platform == "linux" else None
+    if fn is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available")
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), str(a))
+
+
+def publish(tmp: Path, out: Path, overwrite: bool) -> None:
+    """The complete ``tmp`` synced, verified against its manifest and renamed to ``out`` (an
+    earlier repaired store there replaced when ``overwrite``); on failure ``tmp`` is removed."""
+    try:
+        repair.sync_tree(str(tmp))            # every byte on disk before the rename publishes it
+        verify_against_manifest(tmp)
+        (tmp / TMP_MARKER).unlink()
+        repair.sync_path(str(tmp))
+        _pause_point("unmarked")
+        if os.path.lexists(out):
+            check_output(out, overwrite)
+            _replace(tmp, out)
+        else:
+            os.rename(tmp, out)
+        repair.sync_path(str(out.parent))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    try:
+        _exchange(tmp, out)                   # out is never absent
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+        # no exchange here: out is absent for an instant; recover_leftovers restores old after a kill
+        old = out.parent / f"{out.name}.old-{tmp.name.rsplit('-', 1)[-1]}"
+        os.rename(out, old)
+        repair.sync_path(str(out.parent))
+        _pause_point("moved-aside")
+        os.rename(tmp, out)
+        repair.sync_path(str(out.parent))
+        _pause_point("replaced")
+        shutil.rmtree(old)
+        return
+    repair.sync_path(str(out.parent))
+    _pause_point("replaced")
+    shutil.rmtree(tmp)                        # the earlier store, now under the temporary name
+
+
+def apply_repaired(store_root: Path, repaired: Path, backup: Path) -> None:
+    """Swap the repaired store into the input's place, keeping the input complete at ``backup``
+    (the caller holds the store's ``OutputLock``).
+
+    Same filesystem: two renames (the input's bytes are never rewritten). Otherwise the input is
+    copied to ``backup`` and verified file by file before anything in its place changes.
+    """
+    if os.path.lexists(backup):
+        raise StoreReaderError("backup directory exists; choose a new one", backup)
+    lock = lock_status(store_root)
+    if lock.locked:
+        raise StoreReaderError(f"a running broker holds the store's lock (pid {lock.pid})", lock.path)
+    try:
+        os.rename(store_root, backup)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        shutil.copytree(store_root, backup, symlinks=True)
+        if repair.tree_manifest(str(store_root)) != repair.tree_manifest(str(backup)):
+            shutil.rmtree(backup)
+            raise StoreReaderError("backup copy does not match the store; nothing changed", backup)
+        shutil.rmtree(store_root)
+    try:
+        os.rename(repaired, store_root)
+    except OSError:
+        os.rename(backup, store_root)       # put the input back where it was
+        raise
