@@ -479,15 +479,6 @@ def place_repaired_store(tmp: Path, out: Path, overwrite: bool) -> None:
     publish.publish(tmp, out, overwrite)
 
 
-def write_repaired_store(spark, store: Store, report: RunReport, out: Path, overwrite: bool) -> None:
-    """Passes 4-7 into a temporary directory beside ``out``, then an atomic rename to ``out``."""
-    tmp = build_repaired_store(spark, store, report, out)
-    t = time.monotonic()
-    place_repaired_store(tmp, out, overwrite)
-    report.log_pass("place repaired store", t, f"fsync'd, renamed to {out}")
-    report.written = True
-
-
 def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, overwrite: bool) -> None:
     """Pass 6 (the audit) and, with ``out``, passes 4-7 side by side: both only read the input
     store and the prediction. Their Spark jobs share the cores, the write's queued first (Spark
