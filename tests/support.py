@@ -9,6 +9,7 @@ import functools
 import hashlib
 import json
 import os
+import signal
 import tarfile
 import tempfile
 from pathlib import Path
@@ -84,3 +85,15 @@ def tree_digest(root: Path) -> str:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     h.update(chunk)
     return h.hexdigest()
+
+
+def kill_at_pause(proc, point: str) -> None:
+    """SIGKILL the process group of ``proc`` (started with ``start_new_session``, stderr piped as
+    text) once it reports ``paused at <point>`` (``publish.PAUSE_ENV``)."""
+    for line in proc.stderr:
+        if line.strip() == f"paused at {point}":
+            break
+    else:
+        raise AssertionError(f"the process ended (rc {proc.wait()}) before reaching {point}")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

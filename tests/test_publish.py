@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
+import support
 from store_reader import publish, repair
 from store_reader.exceptions import StoreReaderError
 
@@ -47,16 +47,6 @@ def _publish(out, tag: str, mode: str = "exchange", pause: str | None = None) ->
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def _kill_at(proc: subprocess.Popen, point: str) -> None:
-    for line in proc.stderr:
-        if line.strip() == f"paused at {point}":
-            break
-    else:
-        raise AssertionError(f"the publisher ended (rc {proc.wait()}) before reaching {point}")
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
 def _published_tag(out) -> str:
     """The tag of the complete tree at ``out`` (every file the manifest lists, as listed)."""
     publish.verify_against_manifest(out)
@@ -87,7 +77,7 @@ def test_a_kill_at_any_instant_of_publishing_leaves_a_complete_store_or_none(tmp
     if earlier:
         assert _publish(out, "old", mode).wait() == 0
     proc = _publish(out, "new", mode, pause=point)
-    _kill_at(proc, point)
+    support.kill_at_pause(proc, point)
     # what a reader sees right after the kill: a complete store or no store, never a partial one
     assert (_published_tag(out) if out.exists() else None) == visible
     assert _leftovers(tmp_path)                                  # the killed run's temporaries

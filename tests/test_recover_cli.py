@@ -341,14 +341,8 @@ def test_a_run_killed_at_the_rename_or_the_swap_is_finished_by_the_next(tmp_path
     out = tmp_path / "out"
 
     def killed_at(point, *extra):
-        proc = _job(base + ["--out", str(out), *extra], env_extra={publish.PAUSE_ENV: point})
-        for line in proc.stderr:
-            if line.strip() == f"paused at {point}":
-                break
-        else:
-            raise AssertionError(f"the job ended (rc {proc.wait()}) before {point}")
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        support.kill_at_pause(_job(base + ["--out", str(out), *extra], env_extra={publish.PAUSE_ENV: point}),
+                              point)
 
     # killed with the temporary complete and unmarked, before the rename: nothing published; the
     # re-run does it again on its own
