@@ -3,7 +3,7 @@
     spark-submit jobs/recover.py --store DIR --out DIR [--broker-config FILE]
                                  [--broker-version 4.9|5.x|both] [--dry-run] [--overwrite]
                                  [--apply --backup DIR] [--audit-path URI]
-                                 [--keep-consumer-offsets] [--commitlog-gone] [--json]
+                                 [--keep-consumer-offsets] [--commitlog-gone] [--link] [--json]
     python -m jobs.recover ...            (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.recover --demo DIR     (a sample store with a simulated crash, made and recovered)
     python -m jobs.recover --store DIR --dry-run --broker-version both [--json]
@@ -22,8 +22,9 @@ Passes (each a function the notebooks can call):
   6. audit: what is inconsistent and what the broker's own restart would lose or rewind
      (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports), side by side with 4-5
      and 7 (both only read the input store and the prediction);
-  7. write the repaired store into a temporary directory of this run's own (the commitlog copied
-     and hashed for the manifest in one read; each committed consumer offset moved where the
+  7. write the repaired store into a temporary directory of this run's own (the commitlog placed
+     by a task per file: cloned, copied or with ``--link`` hard-linked, the cut file rewritten,
+     each hashed for the manifest, ``store_reader.placement``; each committed consumer offset moved where the
      consumer's next pull on the rebuilt queues would move it, the originals in the manifest) and,
      once the audit succeeded too, check it against its manifest and rename it into place, all
      under the output's lock (``store_reader.publish``);
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+from collections import Counter
 import errno
 import json
 import logging
@@ -69,7 +71,7 @@ from store_reader.indexfile import IndexHeader
 from store_reader.recordformat import ScanOptions
 from store_reader.store import Store
 from store_reader.storefs import StoreLocation
-from store_reader import publish, repair
+from store_reader import placement, publish, repair
 from jobs import audit as audit_job
 from jobs import findings as fnd
 from jobs import deltasink
@@ -234,6 +236,19 @@ def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_di
     return [w.header for w in written]
 
 
+def place_commitlog(spark, store: Store, kept: Sequence[recovery.CommitLogFileState], dest_dir: str,
+                    link: bool) -> list[placement.PlacedSegment]:
+    """The repaired store's commitlog files under ``dest_dir``, one task per kept file
+    (``placement.place_segment``: cloned, copied or linked, the cut file rewritten), so no
+    segment's bytes pass through the driver; returns each file's digest and how it was placed."""
+    srcs = {c.name: c.path for c in store.commitlog_files}
+    tasks = [(srcs[p.name], os.path.join(dest_dir, p.name), p.keep, p.file_size, p.link)
+             for p in placement.plan(kept, link)]
+    if not tasks:
+        return []
+    return spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: placement.place_segment(*t)).collect()
+
+
 # -- the run ------------------------------------------------------------------------------------------
 
 @dataclass
@@ -251,6 +266,8 @@ class RunReport:
     findings: fnd.Findings | None = None
     audit_tables: list[str] = field(default_factory=list)
     keep_consumer_offsets: bool = False
+    link_commitlog: bool = False
+    """Whole commitlog files below the cut hard-linked to the input's (``placement.linkable``)."""
     offsets_moved: list[dict] = field(default_factory=list)
     """Committed offsets the repaired store carries moved, originals included (repair.correct_consumer_offsets)."""
     left_out: list[str] = field(default_factory=list)
@@ -376,35 +393,28 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
     group = group or f"{report.run_id}-write-{uuid.uuid4().hex[:8]}"
     tmp = publish.new_temporary(out, report.run_id)
     try:
-        # passes 4-5 and the commitlog copy write disjoint parts of tmp and run side by side: the
-        # copy (hashing as it goes) on driver threads from the start; once the index puts are
+        # passes 4-5 and the commitlog placement write disjoint parts of tmp and run side by side:
+        # the placement (a task per kept file) from the start; once the index puts are
         # counted, the index files' job first (FIFO: its long tasks start at once) and the consume
         # queue job next to it; each hashes its own files for the manifest as soon as it is done
         (tmp / "consumequeue").mkdir()
         (tmp / "index").mkdir()
         (tmp / "commitlog").mkdir()
         expected = sum(s.records for s in report.summaries if s.file_start < end)
-        srcs = {c.name: c.path for c in store.commitlog_files}
         index_submitted = threading.Event()
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="recover-write") as pool:
             passes = Passes(spark, pool, group, cancel)
 
-            def copy(name: str, keep: int, size: int) -> str:
-                passes.check()
-                try:
-                    return repair.copy_commitlog_file(srcs[name], str(tmp / "commitlog" / name), keep, size)
-                except BaseException as exc:
-                    passes.fail(exc)      # the files not copied yet are not tried
-                    raise
-
             def commitlog() -> dict[str, str]:
+                passes.check()
                 t = time.monotonic()
-                with ThreadPoolExecutor(max_workers=2) as copies:
-                    copied = [copies.submit(copy, f.name, f.wrote, f.size) for f in pred.commitlog_files]
-                digests = {f"commitlog/{f.name}": c.result() for f, c in zip(pred.commitlog_files, copied)}
-                report.log_pass("write commitlog", t, f"{len(pred.commitlog_files)} files kept, end at "
+                placed = place_commitlog(spark, store, pred.commitlog_files, str(tmp / "commitlog"),
+                                         report.link_commitlog)
+                hows = Counter(p.how for p in placed)
+                report.log_pass("write commitlog", t, f"{len(pred.commitlog_files)} files kept ("
+                                f"{', '.join(f'{n} {how}' for how, n in sorted(hows.items()))}), end at "
                                 f"phy {end}, {len(pred.deleted_commitlog_files)} dropped")
-                return digests
+                return {f"commitlog/{f.name}": p.sha256 for f, p in zip(pred.commitlog_files, placed)}
 
             def index_files(counts: list[tuple[int, int]], t: float):
                 index_submitted.set()  # the queue job builds its RDD first: this job is queued ahead
@@ -602,12 +612,14 @@ def claim_outputs(stack: ExitStack, store: Store, out: str | None, overwrite: bo
 def recover(spark, store_path: str, out: str | None, broker_config: str | None = None,
             broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
             backup: str | None = None, audit_path: str | None = None,
-            keep_consumer_offsets: bool = False, commitlog_gone: bool = False) -> RunReport:
+            keep_consumer_offsets: bool = False, commitlog_gone: bool = False,
+            link_commitlog: bool = False) -> RunReport:
     """The whole run (passes 1-7); ``dry_run`` writes no repaired store (audit rows still go to
     ``audit_path`` when given). The repaired store's committed consumer offsets are moved where
     the consumers' next pull on it would move them, unless ``keep_consumer_offsets``. A store
     without commitlog files is refused unless ``commitlog_gone`` (the operator says it is really
-    gone, not on a volume that is not mounted)."""
+    gone, not on a volume that is not mounted). ``link_commitlog``: the repaired store hard-links
+    the commitlog files it keeps whole instead of copying them (``placement.linkable``)."""
     started = time.monotonic()
     # absolute: Spark tasks write under it, whatever their working directory
     out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
@@ -628,12 +640,12 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         claim_outputs(stack, store, None if dry_run else out, overwrite,
                       backup if not dry_run else None, audit_path)
         return _recover(spark, store, out, broker_version, dry_run, overwrite, backup, audit_path,
-                        keep_consumer_offsets, started)
+                        keep_consumer_offsets, started, link_commitlog)
 
 
 def _recover(spark, store: Store, out: str | None, broker_version: str | None, dry_run: bool,
              overwrite: bool, backup: str | None, audit_path: str | None, keep_consumer_offsets: bool,
-             started: float) -> RunReport:
+             started: float, link_commitlog: bool = False) -> RunReport:
     t = started
     audited_at = dt.datetime.now(dt.timezone.utc)
     version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
@@ -647,7 +659,7 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
     scanned = time.monotonic()
     pred = recovery.predict(store, version, summaries=summaries)
     report = RunReport(run_id, str(store.root), out, version, pred, summaries,
-                       keep_consumer_offsets=keep_consumer_offsets)
+                       keep_consumer_offsets=keep_consumer_offsets, link_commitlog=link_commitlog)
     report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
     report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scanned)
     t = scanned
@@ -781,6 +793,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="the store's commitlog is really gone (deleted, not merely unmounted): "
                          "recover without it, dropping every consume queue entry; without this "
                          "flag a store with no commitlog files is refused")
+    ap.add_argument("--link", action="store_true",
+                    help="hard-link the commitlog files the repaired store keeps whole (all below the "
+                         "cut but the last kept file) instead of copying them: fast and no extra disk, "
+                         "but the two stores then share those files. The broker never writes into "
+                         "them, but anything else that does changes both stores; with --apply the "
+                         "backup shares them with the store put in its place. Falls back to a copy "
+                         "where a link cannot be made (another filesystem, a remote store)")
     ap.add_argument("--json", action="store_true", help="print the prediction as JSON")
     ap.add_argument("--demo", metavar="DIR",
                     help="make a sample store with a simulated crash in DIR and recover it")
@@ -793,6 +812,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--apply and --dry-run exclude each other")
     if not args.dry_run and not args.demo and not args.out:
         ap.error("--out is required unless --dry-run")
+    if args.link and args.dry_run:
+        ap.error("--link places a repaired store's commitlog: it needs --out, not --dry-run")
     if args.broker_version == "both" and (not args.dry_run or args.demo):
         ap.error("--broker-version both is a what-if: it needs --dry-run")
     return args
@@ -835,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                          args.dry_run, args.overwrite, args.backup if args.apply else None,
-                         args.audit_path, args.keep_consumer_offsets, args.commitlog_gone)
+                         args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.link)
     except Exception as exc:
         error = store_error(exc)
         if error is None:

@@ -64,7 +64,7 @@ def test_disk_full_cleans_up(spark, tmp_path, monkeypatch):
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(job.repair, "copy_commitlog_file", full)
+    monkeypatch.setattr(job, "place_commitlog", full)
     with pytest.raises(StoreReaderError, match="disk full"):
         job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "4.9")
     assert list(tmp_path.iterdir()) == []

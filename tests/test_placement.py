@@ -1,0 +1,224 @@
+"""The repaired store's commitlog placement (``store_reader.placement``): every way a segment can be
+placed writes the same bytes and returns their SHA-256; a hard link only where asked and allowed.
+
+Real files throughout. This machine's ext4 has no ``FICLONE``, so a whole segment here is copied by
+``copy_file_range``; the clone is exercised on a real XFS filesystem in a loop-mounted image (root
+and ``mkfs.xfs`` needed), the read-and-write fallback by refusing the two kernel calls.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import support
+from jobs import recover as job
+from store_reader import placement, repair
+from store_reader.exceptions import OutputError
+from store_reader.recovery import CommitLogFileState
+
+V4, V5 = support.VERSIONS
+SIZE = 3 * 4096 + 100
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _source(directory, size: int = SIZE, name: str = "00000000000000000000") -> tuple[str, bytes]:
+    data = bytes((i * 131 + (i >> 9)) % 251 for i in range(size))
+    path = os.path.join(directory, name)
+    with open(path, "wb") as fh:
+        fh.write(data)
+    return path, data
+
+
+def _refuse(monkeypatch, clone: bool = True, kernel_copy: bool = True) -> list[str]:
+    """Make ``FICLONE`` and/or ``copy_file_range`` answer as a filesystem without them does."""
+    tried: list[str] = []
+    real_ioctl, real_cfr = fcntl.ioctl, os.copy_file_range
+
+    def ioctl(fd, request, *args):
+        if request == placement.FICLONE:
+            tried.append("clone")
+            if clone:
+                raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        return real_ioctl(fd, request, *args)
+
+    def copy_file_range(*args):
+        tried.append("kernel")
+        if kernel_copy:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real_cfr(*args)
+
+    monkeypatch.setattr(fcntl, "ioctl", ioctl)
+    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
+    return tried
+
+
+def test_whole_segment_is_placed_in_the_kernel_with_the_sources_digest(tmp_path):
+    src, data = _source(tmp_path)
+    dest = tmp_path / "dest"
+    placed = placement.place_segment(src, str(dest), SIZE, SIZE)
+    assert placed.how in (placement.CLONED, placement.KERNEL_COPIED)   # ext4 here: the kernel copy
+    assert dest.read_bytes() == data and placed.sha256 == _sha(data)
+    assert os.stat(dest).st_ino != os.stat(src).st_ino and os.stat(src).st_nlink == 1
+
+
+@pytest.mark.parametrize("refused", ["both", "clone only"])
+def test_without_clone_or_kernel_copy_the_segment_is_read_hashed_and_written(tmp_path, monkeypatch, refused):
+    monkeypatch.setattr(repair, "HASH_CHUNK", 4096)           # several chunks, one partial
+    src, data = _source(tmp_path)
+    tried = _refuse(monkeypatch, clone=True, kernel_copy=refused == "both")
+    placed = placement.place_segment(src, str(tmp_path / "dest"), SIZE, SIZE)
+    assert (tmp_path / "dest").read_bytes() == data and placed.sha256 == _sha(data)
+    if refused == "both":
+        assert placed.how == placement.COPIED and tried == ["clone", "kernel"]
+    else:
+        assert placed.how == placement.KERNEL_COPIED and tried[0] == "clone"
+
+
+def test_other_errors_are_raised_naming_the_file_written(tmp_path, monkeypatch):
+    src, _ = _source(tmp_path)
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "copy_file_range", full)
+    with pytest.raises(OutputError) as exc:
+        placement.place_segment(src, str(tmp_path / "dest"), SIZE, SIZE)
+    assert str(tmp_path / "dest") in str(exc.value) and "No space left on device" in str(exc.value)
+
+
+def test_a_sparse_whole_segment_is_hashed_without_reading_its_holes(tmp_path, monkeypatch):
+    size = 1 << 20
+    src = tmp_path / "sparse"
+    with open(src, "wb") as fh:
+        fh.truncate(size)
+        fh.seek(4096)
+        fh.write(b"x" * 5000)
+    reads: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd, n, at):
+        reads.append(n)
+        return real_pread(fd, n, at)
+
+    monkeypatch.setattr(os, "pread", pread)
+    placed = placement.place_segment(str(src), str(tmp_path / "dest"), size, size)
+    want = bytes(4096) + b"x" * 5000 + bytes(size - 9096)
+    assert (tmp_path / "dest").read_bytes() == want and placed.sha256 == _sha(want)
+    assert sum(reads) < size                                 # only the data extents were read
+
+
+@pytest.mark.parametrize("keep", [0, 5000, SIZE - 1])
+def test_the_cut_segment_is_rewritten_with_its_tail_zeroed(tmp_path, keep):
+    src, data = _source(tmp_path)
+    placed = placement.place_segment(src, str(tmp_path / "dest"), keep, SIZE, link=True)
+    want = data[:keep] + bytes(SIZE - keep)
+    assert placed.how == placement.REWRITTEN and placed.sha256 == _sha(want)
+    assert (tmp_path / "dest").read_bytes() == want and os.stat(src).st_nlink == 1
+
+
+@pytest.mark.parametrize("length", [SIZE - 100, SIZE + 100])
+def test_a_segment_not_of_its_mapped_size_is_rewritten_not_linked(tmp_path, length):
+    src, data = _source(tmp_path, length)
+    placed = placement.place_segment(src, str(tmp_path / "dest"), SIZE, SIZE, link=True)
+    want = (data + bytes(SIZE))[:SIZE]
+    assert placed.how == placement.REWRITTEN and placed.sha256 == _sha(want)
+    assert (tmp_path / "dest").read_bytes() == want and os.stat(src).st_nlink == 1
+
+
+def test_link_shares_the_inode_and_gives_the_same_digest(tmp_path):
+    src, data = _source(tmp_path)
+    placed = placement.place_segment(src, str(tmp_path / "dest"), SIZE, SIZE, link=True)
+    assert placed.how == placement.LINKED and placed.sha256 == _sha(data)
+    assert os.stat(tmp_path / "dest").st_ino == os.stat(src).st_ino and os.stat(src).st_nlink == 2
+
+
+def test_link_across_filesystems_falls_back_to_a_copy(tmp_path):
+    shm = "/dev/shm"
+    if os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("/dev/shm is on the same filesystem as the test's directory")
+    src, data = _source(tmp_path)
+    dest = os.path.join(shm, f"placement-test-{os.getpid()}")
+    try:
+        placed = placement.place_segment(src, dest, SIZE, SIZE, link=True)
+        assert placed.how != placement.LINKED and placed.sha256 == _sha(data)
+        assert os.stat(src).st_nlink == 1 and open(dest, "rb").read() == data
+    finally:
+        os.unlink(dest)
+
+
+def test_only_whole_files_before_the_last_kept_one_are_linkable():
+    kept = [CommitLogFileState("a", 0, 100, 100), CommitLogFileState("b", 100, 100, 100),
+            CommitLogFileState("c", 200, 100, 100)]
+    assert placement.linkable(kept) == {"a", "b"}           # the cut on c's end: c is still not linked
+    kept[2] = CommitLogFileState("c", 200, 100, 40)
+    assert placement.linkable(kept) == {"a", "b"}
+    assert [p.link for p in placement.plan(kept, link=True)] == [True, True, False]
+    assert [p.link for p in placement.plan(kept, link=False)] == [False, False, False]
+    assert placement.linkable(kept[:1]) == set() and placement.linkable([]) == set()
+
+
+@pytest.fixture
+def xfs(tmp_path):
+    """A 320 MiB XFS filesystem with reflinks, loop-mounted (root and mkfs.xfs needed)."""
+    if shutil.which("mkfs.xfs") is None or os.geteuid() != 0:
+        pytest.skip("needs root and mkfs.xfs (xfsprogs) for a real reflink filesystem")
+    image, mnt = tmp_path / "xfs.img", tmp_path / "xfs"
+    with open(image, "wb") as fh:
+        fh.truncate(320 << 20)
+    subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], check=True)
+    mnt.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_on_xfs_a_whole_segment_is_cloned(xfs):
+    src, data = _source(xfs, 1 << 20)
+    placed = placement.place_segment(src, str(xfs / "dest"), 1 << 20, 1 << 20)
+    assert placed.how == placement.CLONED and placed.sha256 == _sha(data)
+    assert (xfs / "dest").read_bytes() == data and os.stat(src).st_nlink == 1
+
+
+# -- the job ----------------------------------------------------------------------------------------
+
+def _commitlog(root):
+    return sorted((root / "commitlog").iterdir())
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", [(V4, "crash-tail"), (V5, "torn-middle-crc")])
+def test_link_gives_the_same_repaired_store_sharing_the_whole_files(spark, tmp_path, case):
+    store = tmp_path / "store"
+    shutil.copytree(support.input_store(*case), store)
+    copied, linked = tmp_path / "copied", tmp_path / "linked"
+    conf = str(support.broker_conf(*case))
+    report = job.recover(spark, str(store), str(copied), conf)
+    job.recover(spark, str(store), str(linked), conf, link_commitlog=True)
+    assert support.tree_digest(copied) == support.tree_digest(linked)
+    assert (copied / "MANIFEST.json").read_text() == (linked / "MANIFEST.json").read_text()
+    kept = report.prediction.commitlog_files
+    may_link = placement.linkable(kept)
+    assert may_link, "the case should keep whole files before the last"
+    for f in kept:
+        linked_file, input_file = linked / "commitlog" / f.name, store / "commitlog" / f.name
+        shared = os.stat(linked_file).st_ino == os.stat(input_file).st_ino
+        assert shared == (f.name in may_link)
+        assert os.stat(copied / "commitlog" / f.name).st_nlink == 1
+    assert os.stat(linked / "commitlog" / kept[-1].name).st_nlink == 1
+
+
+def test_link_needs_a_repaired_store(capsys):
+    with pytest.raises(SystemExit) as exc:
+        job.parse_args(["--store", "x", "--dry-run", "--link"])
+    assert exc.value.code == 2 and "--link" in capsys.readouterr().err
