@@ -258,7 +258,7 @@ def reference_run(store: Path, work: Path) -> dict:
 
 def reference(store_path: str, out_path: str) -> dict[str, float]:
     """The recovery's passes in this one process, store_reader alone (no audit)."""
-    from store_reader import open_store, recovery, repair
+    from store_reader import open_store, placement, recovery, repair
     from store_reader.recordformat import ScanOptions
 
     times: dict[str, float] = {}
@@ -309,8 +309,8 @@ def reference(store_path: str, out_path: str) -> dict[str, float]:
     timed("rebuild index", t)
     t = time.perf_counter()
     srcs = {c.name: c.path for c in store.commitlog_files}
-    for f in pred.commitlog_files:
-        repair.copy_commitlog_file(srcs[f.name], str(out / "commitlog" / f.name), f.wrote, f.size)
+    for p in placement.plan(pred.commitlog_files, link=False):
+        placement.place_segment(srcs[p.name], str(out / "commitlog" / p.name), p.keep, p.file_size)
     timed("write commitlog", t)
     t = time.perf_counter()
     ckpt = repair.repaired_checkpoint(max((ts for _, ts in counts), default=0), last_cq_ts,

@@ -1,22 +1,21 @@
 """Place the repaired store's commitlog: each kept segment cloned, copied or (when asked) hard-linked,
-and only the segment holding the cut rewritten with its tail zeroed (spec E#10).
+the segment holding the cut rewritten with its tail zeroed (spec E#10).
 
 One call per segment (``place_segment``), so the job runs them as executor tasks side by side and no
 segment's bytes pass through the driver. Each returns the SHA-256 of the file as placed, for the
-manifest:
+manifest, and the output is byte for byte the same whichever way a segment was placed:
 
-- a segment kept whole is, in order of preference, hard-linked (``link``: the operator's choice),
-  cloned (``FICLONE``: a reflink on XFS and btrfs, no data copied), copied in the kernel
-  (``os.copy_file_range``: server-side on NFS 4.2, a splice elsewhere) or read and written. After a
-  link, a clone or a kernel copy its digest is that of the source, read once: the scan has just
-  read the source, so its pages are the ones in the page cache (a clone's are not), and holes
-  (``repair.data_extents``) are hashed as zeros without being read. The read-and-write fallback
-  hashes the buffer it writes.
-- the cut segment, a segment shorter or longer than ``mappedFileSizeCommitLog``, and every segment
-  of a remote store go through ``repair.copy_commitlog_file``: read once, hashed and written, the
-  tail past the kept bytes a hole.
-
-The output is byte-for-byte the same whichever way a segment was placed.
+- a segment kept whole, of its mapped size, is hard-linked (``link``: the operator's choice,
+  ``linkable``) or cloned (``FICLONE``: a reflink on XFS and btrfs, no data copied). Its digest is
+  then the source's, read once: the scan has just read the source, so its pages are in the page
+  cache while a clone's are not, and its holes (``repair.data_extents``) are hashed as zeros
+  without being read.
+- any other segment, or where the filesystem cannot clone, is read into a buffer, hashed there
+  and written from it; the tail past the kept bytes is left a hole. The bytes have to be read for
+  the digest anyway, so ``copy_file_range`` would not spare that read: on a filesystem that cannot
+  reflink it copies the pages a second time in the kernel, which costs more CPU than writing the
+  buffer already read (benchmarks/README.md, "Commitlog placement").
+- a segment of a remote store (``storefs``) is read in ranges and written the same way.
 """
 from __future__ import annotations
 
@@ -29,26 +28,28 @@ from typing import Sequence
 
 from . import repair
 from .exceptions import UnreadableFileError
-from .storefs import PathRef, location
+from .storefs import READ_CHUNK, PathRef, StoreLocation, location
 
-# linux/fs.h: _IOW(0x94, 9, int), "clone the whole of the source file into the destination"
+# linux/fs.h: _IOW(0x94, 9, int), "share the source file's extents with the destination"
 FICLONE = 0x40049409
+# Bytes read, hashed and written at a time: small enough to stay in the core's cache between the
+# read and the hash.
+HASH_CHUNK = 1 << 20
 
 # How a segment was placed, as the job counts them.
-LINKED, CLONED, KERNEL_COPIED, COPIED, REWRITTEN = "linked", "cloned", "copied in the kernel", "copied", \
-    "rewritten"
+LINKED, CLONED, COPIED, REWRITTEN = "linked", "cloned", "copied", "rewritten"
 
-# errno values meaning "not here" (another filesystem, a filesystem or kernel without the call):
-# the next way is tried. Anything else (ENOSPC, EIO) is a real failure and raised.
-_UNSUPPORTED = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTTY,
-                          errno.EBADF, errno.ETXTBSY})
-# ... and for a hard link: another filesystem, no links there, or too many links to the source.
+# errno values of a clone the filesystem cannot make (another filesystem, no reflinks, a kernel
+# without the ioctl): the segment is copied instead. Anything else (ENOSPC, EIO) is raised.
+_NO_CLONE = frozenset({errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTTY, errno.ENOSYS,
+                       errno.EBADF, errno.ETXTBSY, errno.EPERM})
+# ... and of a hard link: another filesystem, no links there, too many links to the source.
 _NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK})
 
 
 @dataclass(frozen=True)
 class SegmentPlacement:
-    """One kept commitlog file: ``keep`` bytes of it stay, the file is ``file_size`` long in the
+    """One kept commitlog file: its first ``keep`` bytes stay, it is ``file_size`` long in the
     repaired store; ``link``: it may be hard-linked (``linkable``)."""
     name: str
     keep: int
@@ -63,8 +64,8 @@ class PlacedSegment:
 
 
 def plan(kept: Sequence, link: bool) -> list[SegmentPlacement]:
-    """The placement of each kept commitlog file (``recovery.CommitLogFileState``: name, size,
-    wrote), in order; with ``link``, the ones ``linkable`` marked so."""
+    """The placement of each kept commitlog file (``recovery.CommitLogFileState``), in order; with
+    ``link``, the ones ``linkable`` marked so."""
     may_link = linkable(kept) if link else set()
     return [SegmentPlacement(f.name, min(f.wrote, f.size), f.size, f.name in may_link) for f in kept]
 
@@ -73,34 +74,33 @@ def linkable(kept: Sequence) -> set[str]:
     """Names of the kept commitlog files a repaired store may share with its input by a hard link:
     the ones kept whole, except the last kept file.
 
-    The broker never writes into a commitlog file below its write position once recovered: it
-    appends only to the last file (the cut one, or the next it creates) and deletes expired files
-    by unlinking them. The last kept file is never linked even when the cut falls on its end: it is
-    the file the broker's recovery truncates and its first append looks at, and sharing it would
-    let a broker on either store change the other's bytes. The cut file is rewritten, never linked.
-    ``place_segment`` also copies instead of linking a file whose length is not its mapped size."""
-    whole = [f.name for f in kept if f.wrote >= f.size]
+    Once recovered, the broker writes only at its write position: into the last file (the cut
+    one, or a new one after it); the files below it are only read, and deleted (unlinked) when
+    they expire. The last kept file is not linked even when the cut falls on its end: it is the
+    one the broker's recovery truncates and its next append looks at, so a broker on either store
+    could change the other's bytes. ``place_segment`` copies, rather than links, a file whose
+    length is not its mapped size."""
     last = kept[-1].name if kept else None
-    return {name for name in whole if name != last}
+    return {f.name for f in kept if f.wrote >= f.size and f.name != last}
 
 
 def place_segment(src: PathRef, dest: str, keep: int, file_size: int, link: bool = False) -> PlacedSegment:
-    """Write ``dest``, a new file holding ``[0, keep)`` of ``src`` and zeros up to ``file_size``;
+    """Write ``dest``, a new file holding ``[0, keep)`` of ``src`` and zeros up to ``file_size``
+    (the source's own length may differ: what it lacks is zeros, what it has beyond is left out);
     return its SHA-256 and how it was placed (module docstring). ``link``: a hard link to ``src``
-    when the whole file is kept as it is, a copy otherwise."""
+    when the whole file is kept as it is. A failed write raises ``OutputError`` naming ``dest``."""
     keep = min(keep, file_size)
     loc = location(src)
     with repair.writing(dest, "commitlog file"):
         if loc.filesystem is not None:
-            return PlacedSegment(repair.copy_commitlog_file(loc, dest, keep, file_size), REWRITTEN)
+            return PlacedSegment(_copy_remote(loc, dest, keep, file_size), REWRITTEN)
         return _place_local(loc.path, dest, keep, file_size, link)
 
 
 def _place_local(src: str, dest: str, keep: int, file_size: int, link: bool) -> PlacedSegment:
     with open(src, "rb", buffering=0) as fin:
-        if keep < file_size or os.fstat(fin.fileno()).st_size != file_size:
-            return PlacedSegment(repair.copy_commitlog_file(src, dest, keep, file_size), REWRITTEN)
-        if link:
+        whole = keep == file_size == os.fstat(fin.fileno()).st_size
+        if whole and link:
             try:
                 os.link(src, dest)
                 return PlacedSegment(repair.sha256_file(src), LINKED)
@@ -108,60 +108,77 @@ def _place_local(src: str, dest: str, keep: int, file_size: int, link: bool) -> 
                 if exc.errno not in _NO_LINK:
                     raise
         with open(dest, "xb", buffering=0) as fout:
-            how = _clone(fin.fileno(), fout.fileno()) or _kernel_copy(fin.fileno(), fout.fileno(), src, file_size)
-            if how is None:
-                digest = _copy_hashed(fin.fileno(), fout.fileno(), src, file_size)
-                how = COPIED
-            repair._write_behind(fout.fileno())
-    if how != COPIED:
-        digest = repair.sha256_file(src)
-    return PlacedSegment(digest, how)
+            if whole and _clone(fin.fileno(), fout.fileno()):
+                return PlacedSegment(repair.sha256_file(src), CLONED)
+            digest, done = _copy_hashed(fin.fileno(), fout.fileno(), keep)
+            fout.truncate(file_size)
+            _write_behind(fout.fileno())
+    repair.update_zeros(digest, file_size - done)
+    return PlacedSegment(digest.hexdigest(), COPIED if whole else REWRITTEN)
 
 
-def _clone(src_fd: int, dest_fd: int) -> str | None:
-    """The whole source cloned into the empty destination, or None where the filesystem cannot."""
+def _clone(src_fd: int, dest_fd: int) -> bool:
+    """The whole source cloned into the empty destination; False where the filesystem cannot."""
     try:
         fcntl.ioctl(dest_fd, FICLONE, src_fd)
     except OSError as exc:
-        if exc.errno not in _UNSUPPORTED:
+        if exc.errno not in _NO_CLONE:
             raise
-        return None
-    return CLONED
+        return False
+    return True
 
 
-def _kernel_copy(src_fd: int, dest_fd: int, src: str, size: int) -> str | None:
-    """``[0, size)`` copied by the kernel, or None where it cannot (the destination then holds
-    nothing: a refusal comes on the first call)."""
-    done = 0
-    try:
-        while done < size:
-            n = os.copy_file_range(src_fd, dest_fd, size - done, done, done)
-            if not n:
-                raise _shrank(src, done)
-            done += n
-    except OSError as exc:
-        if done or exc.errno not in _UNSUPPORTED:
-            raise
-        return None
-    return KERNEL_COPIED
-
-
-def _copy_hashed(src_fd: int, dest_fd: int, src: str, size: int) -> str:
-    """``[0, size)`` read into a buffer, hashed there and written from it; returns the digest."""
+def _copy_hashed(src_fd: int, dest_fd: int, keep: int) -> tuple["hashlib._Hash", int]:
+    """``[0, keep)`` of the source read into a buffer, hashed there and written from it, up to
+    where the source ends; returns the digest so far and the bytes copied."""
     digest = hashlib.sha256()
-    view = memoryview(bytearray(repair.HASH_CHUNK))
+    view = memoryview(bytearray(HASH_CHUNK))
     done = 0
-    while done < size:
-        n = os.preadv(src_fd, [view[:min(len(view), size - done)]], done)
+    while done < keep:
+        n = os.preadv(src_fd, [view[:min(len(view), keep - done)]], done)
         if not n:
-            raise _shrank(src, done)
+            break                         # the source ends early: the rest is zeros as well
         digest.update(view[:n])
         written = 0
         while written < n:
             written += os.pwrite(dest_fd, view[written:n], done + written)
         done += n
+    return digest, done
+
+
+def _copy_remote(src: StoreLocation, dest: str, keep: int, file_size: int) -> str:
+    """``place_segment`` of a segment on a remote filesystem: ranged reads of
+    ``storefs.READ_CHUNK`` bytes, each hashed and written."""
+    digest = hashlib.sha256()
+    done = 0
+    with src.open_reader() as fin, open(dest, "xb", buffering=0) as fout:
+        while done < keep:
+            try:
+                data = fin.read_at(done, min(READ_CHUNK, keep - done))
+            except OSError as exc:
+                raise UnreadableFileError(f"cannot read commitlog segment: {exc.strerror}", str(src),
+                                          done) from None
+            if not data:
+                break                     # the source ends early: the rest is zeros as well
+            digest.update(data)
+            view = memoryview(data)
+            while view:
+                view = view[os.pwrite(fout.fileno(), view, done + len(data) - len(view)):]
+            done += len(data)
+        fout.truncate(file_size)
+        _write_behind(fout.fileno())
+    repair.update_zeros(digest, file_size - done)
     return digest.hexdigest()
 
 
-def _shrank(src: str, at: int) -> UnreadableFileError:
-    return UnreadableFileError("commitlog file ended while being copied", src, at)
+def _write_behind(fd: int) -> None:
+    """Start writing a finished output file back now and let its pages go once written: nothing
+    reads it again (its digest is known), so it should neither pile up as dirty pages that stall
+    a later commit nor push the input store, which other passes still scan, out of the page
+    cache. A hint only (Linux: ``POSIX_FADV_DONTNEED`` starts write-back of dirty pages)."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        try:
+            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            pass

@@ -37,15 +37,12 @@ from .fsutil import walk_files
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
 from .recovery import ConsumeQueueState, Prediction, index_put_keys, multi_dispatch_rows, range_status
-from .storefs import READ_CHUNK, PathRef, StoreLocation, location, open_regular
+from .storefs import PathRef, StoreLocation, location, open_regular
 
 if TYPE_CHECKING:
     from .commitlog import SegmentSummary
     from .store import Store
 
-# Bytes read and hashed at a time while copying: small enough to stay in the core's cache between
-# the read and the hash.
-HASH_CHUNK = 1 << 20
 # Read size when hashing a file; and a block of zeros hashed for zero tails (calloc'd: no memory is
 # touched until it is read, and then only the kernel's zero page).
 COPY_CHUNK = 8 << 20
@@ -90,90 +87,6 @@ def check_repairable(store: Store, pred: Prediction, summaries: Sequence[Segment
                 f"commitlog file is {s.file_size} bytes, longer than mappedFileSizeCommitLog {size}, and "
                 f"its records go on past that size: the broker maps only the first {size} bytes; "
                 f"truncate it to {size} bytes (keep a copy) and run again", s.path, size)
-
-
-def copy_commitlog_file(src: PathRef, dest: str, keep: int, file_size: int) -> str:
-    """Copy ``[0, keep)`` of a segment and zero the rest (stale bytes past the end are never
-    carried over, spec E#10); the file keeps its preallocated size. Returns the SHA-256 of the file
-    as written, so the manifest need not read it back.
-
-    Chunk by chunk, the source is read once into a small buffer and hashed there, and the kernel
-    copies the same range (``copy_file_range``: no second trip through user space, a reflink where
-    the filesystem can); writing the buffer is the fallback. The zeros past ``keep`` are a sparse
-    tail, hashed from memory without reading anything. A remote source (``storefs``) is read
-    in ranges into the buffer and written from there."""
-    keep = min(keep, file_size)
-    loc = location(src)
-    if loc.filesystem is not None:
-        return _copy_remote_commitlog_file(loc, dest, keep, file_size)
-    digest = hashlib.sha256()
-    view = memoryview(bytearray(HASH_CHUNK))
-    kernel_copy = True
-    with open(loc.path, "rb", buffering=0) as fin, open(dest, "xb", buffering=0) as fout:
-        done = 0
-        while done < keep:
-            n = os.preadv(fin.fileno(), [view[:min(HASH_CHUNK, keep - done)]], done)
-            if not n:
-                break                     # the source ends early: the rest is zeros as well
-            digest.update(view[:n])
-            copied = 0
-            if kernel_copy:
-                try:
-                    while copied < n:
-                        k = os.copy_file_range(fin.fileno(), fout.fileno(), n - copied,
-                                               done + copied, done + copied)
-                        if not k:
-                            break
-                        copied += k
-                except OSError as exc:
-                    if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                        raise
-                    kernel_copy = False
-            while copied < n:             # the rest of the chunk from the hashed buffer itself
-                copied += os.pwrite(fout.fileno(), view[copied:n], done + copied)
-            done += n
-        fout.truncate(file_size)
-        _write_behind(fout.fileno())
-    update_zeros(digest, file_size - done)
-    return digest.hexdigest()
-
-
-def _copy_remote_commitlog_file(src: StoreLocation, dest: str, keep: int, file_size: int) -> str:
-    """``copy_commitlog_file`` of a segment on a remote filesystem: ranged reads of
-    ``storefs.READ_CHUNK`` bytes, each hashed and written."""
-    digest = hashlib.sha256()
-    done = 0
-    with src.open_reader() as fin, open(dest, "xb", buffering=0) as fout:
-        while done < keep:
-            try:
-                data = fin.read_at(done, min(READ_CHUNK, keep - done))
-            except OSError as exc:
-                raise UnreadableFileError(f"cannot read commitlog segment: {exc.strerror}", str(src),
-                                          done) from None
-            if not data:
-                break                     # the source ends early: the rest is zeros as well
-            digest.update(data)
-            view = memoryview(data)
-            while view:
-                view = view[os.pwrite(fout.fileno(), view, done + len(data) - len(view)):]
-            done += len(data)
-        fout.truncate(file_size)
-        _write_behind(fout.fileno())
-    update_zeros(digest, file_size - done)
-    return digest.hexdigest()
-
-
-def _write_behind(fd: int) -> None:
-    """Start writing a finished output file back now and let its pages go once written: nothing
-    reads it again (its digest is known), so it should neither pile up as dirty pages that stall
-    a later commit nor push the input store, which other passes still scan, out of the page
-    cache. A hint only (Linux: ``POSIX_FADV_DONTNEED`` starts write-back of dirty pages)."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is not None:
-        try:
-            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:
-            pass
 
 
 @contextmanager
@@ -878,8 +791,8 @@ def tree_files(root: str, skip: Iterable[str] = ()) -> list[tuple[str, str]]:
 def tree_manifest(root: str, skip: Iterable[str] = (), known: Mapping[str, str] | None = None
                   ) -> list[dict]:
     """Relative path, size and SHA-256 of every file under ``root``, sorted by path. ``known``:
-    digests already computed (relative path -> SHA-256, e.g. by ``copy_commitlog_file`` as it
-    wrote the file); only the other files are read."""
+    digests already computed (relative path -> SHA-256, e.g. by ``placement.place_segment`` as
+    it wrote the file); only the other files are read."""
     known = known or {}
     files = tree_files(root, skip)
     digests = sha256_files(p for rel, p in files if rel not in known)

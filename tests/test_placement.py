@@ -1,9 +1,9 @@
 """The repaired store's commitlog placement (``store_reader.placement``): every way a segment can be
 placed writes the same bytes and returns their SHA-256; a hard link only where asked and allowed.
 
-Real files throughout. This machine's ext4 has no ``FICLONE``, so a whole segment here is copied by
-``copy_file_range``; the clone is exercised on a real XFS filesystem in a loop-mounted image (root
-and ``mkfs.xfs`` needed), the read-and-write fallback by refusing the two kernel calls.
+Real files throughout. This machine's ext4 has no ``FICLONE``, so a whole segment is read, hashed
+and written there; the clone is exercised on a real XFS filesystem in a loop-mounted image (root
+and ``mkfs.xfs`` needed); a refused clone is also forced on any filesystem.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 import support
 from jobs import recover as job
-from store_reader import placement, repair
+from store_reader import placement
 from store_reader.exceptions import OutputError
 from store_reader.recovery import CommitLogFileState
 
@@ -38,66 +38,70 @@ def _source(directory, size: int = SIZE, name: str = "00000000000000000000") -> 
     return path, data
 
 
-def _refuse(monkeypatch, clone: bool = True, kernel_copy: bool = True) -> list[str]:
-    """Make ``FICLONE`` and/or ``copy_file_range`` answer as a filesystem without them does."""
-    tried: list[str] = []
-    real_ioctl, real_cfr = fcntl.ioctl, os.copy_file_range
+@pytest.fixture
+def xfs(tmp_path):
+    """A 320 MiB XFS filesystem with reflinks, loop-mounted (root and mkfs.xfs needed)."""
+    if shutil.which("mkfs.xfs") is None or os.geteuid() != 0:
+        pytest.skip("needs root and mkfs.xfs (xfsprogs) for a real reflink filesystem")
+    image, mnt = tmp_path / "xfs.img", tmp_path / "xfs"
+    with open(image, "wb") as fh:
+        fh.truncate(320 << 20)
+    subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], check=True)
+    mnt.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def _refuse_clone(monkeypatch) -> list[int]:
+    """Make ``FICLONE`` answer as a filesystem without reflinks does; returns the requests tried."""
+    tried: list[int] = []
+    real_ioctl = fcntl.ioctl
 
     def ioctl(fd, request, *args):
+        tried.append(request)
         if request == placement.FICLONE:
-            tried.append("clone")
-            if clone:
-                raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
         return real_ioctl(fd, request, *args)
 
-    def copy_file_range(*args):
-        tried.append("kernel")
-        if kernel_copy:
-            raise OSError(errno.EXDEV, "Invalid cross-device link")
-        return real_cfr(*args)
-
     monkeypatch.setattr(fcntl, "ioctl", ioctl)
-    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
     return tried
 
 
-def test_whole_segment_is_placed_in_the_kernel_with_the_sources_digest(tmp_path):
+def test_where_the_filesystem_cannot_clone_a_whole_segment_is_read_hashed_and_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(placement, "HASH_CHUNK", 4096)        # several chunks, one partial
     src, data = _source(tmp_path)
-    dest = tmp_path / "dest"
-    placed = placement.place_segment(src, str(dest), SIZE, SIZE)
-    assert placed.how in (placement.CLONED, placement.KERNEL_COPIED)   # ext4 here: the kernel copy
-    assert dest.read_bytes() == data and placed.sha256 == _sha(data)
-    assert os.stat(dest).st_ino != os.stat(src).st_ino and os.stat(src).st_nlink == 1
-
-
-@pytest.mark.parametrize("refused", ["both", "clone only"])
-def test_without_clone_or_kernel_copy_the_segment_is_read_hashed_and_written(tmp_path, monkeypatch, refused):
-    monkeypatch.setattr(repair, "HASH_CHUNK", 4096)           # several chunks, one partial
-    src, data = _source(tmp_path)
-    tried = _refuse(monkeypatch, clone=True, kernel_copy=refused == "both")
+    tried = _refuse_clone(monkeypatch)
     placed = placement.place_segment(src, str(tmp_path / "dest"), SIZE, SIZE)
+    assert placed.how == placement.COPIED and tried == [placement.FICLONE]
     assert (tmp_path / "dest").read_bytes() == data and placed.sha256 == _sha(data)
-    if refused == "both":
-        assert placed.how == placement.COPIED and tried == ["clone", "kernel"]
-    else:
-        assert placed.how == placement.KERNEL_COPIED and tried[0] == "clone"
+    assert os.stat(tmp_path / "dest").st_ino != os.stat(src).st_ino and os.stat(src).st_nlink == 1
 
 
-def test_other_errors_are_raised_naming_the_file_written(tmp_path, monkeypatch):
+def test_this_machines_filesystem_places_a_whole_segment_with_the_same_bytes(tmp_path):
+    src, data = _source(tmp_path)
+    placed = placement.place_segment(src, str(tmp_path / "dest"), SIZE, SIZE)
+    assert placed.how in (placement.CLONED, placement.COPIED)
+    assert (tmp_path / "dest").read_bytes() == data and placed.sha256 == _sha(data)
+
+
+def test_clone_errors_other_than_unsupported_are_raised_naming_the_file_written(tmp_path, monkeypatch):
     src, _ = _source(tmp_path)
 
-    def full(*args):
+    def ioctl(fd, request, *args):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(os, "copy_file_range", full)
+    monkeypatch.setattr(fcntl, "ioctl", ioctl)
     with pytest.raises(OutputError) as exc:
         placement.place_segment(src, str(tmp_path / "dest"), SIZE, SIZE)
-    assert str(tmp_path / "dest") in str(exc.value) and "No space left on device" in str(exc.value)
+    assert exc.value.path == str(tmp_path / "dest") and "No space left on device" in str(exc.value)
 
 
-def test_a_sparse_whole_segment_is_hashed_without_reading_its_holes(tmp_path, monkeypatch):
+def test_a_sparse_cloned_segment_is_hashed_without_reading_its_holes(xfs, monkeypatch):
     size = 1 << 20
-    src = tmp_path / "sparse"
+    src = xfs / "sparse"
     with open(src, "wb") as fh:
         fh.truncate(size)
         fh.seek(4096)
@@ -110,10 +114,11 @@ def test_a_sparse_whole_segment_is_hashed_without_reading_its_holes(tmp_path, mo
         return real_pread(fd, n, at)
 
     monkeypatch.setattr(os, "pread", pread)
-    placed = placement.place_segment(str(src), str(tmp_path / "dest"), size, size)
+    placed = placement.place_segment(str(src), str(xfs / "dest"), size, size)
     want = bytes(4096) + b"x" * 5000 + bytes(size - 9096)
-    assert (tmp_path / "dest").read_bytes() == want and placed.sha256 == _sha(want)
-    assert sum(reads) < size                                 # only the data extents were read
+    assert placed.how == placement.CLONED and placed.sha256 == _sha(want)
+    assert (xfs / "dest").read_bytes() == want
+    assert 0 < sum(reads) < size                             # only the data extents were read
 
 
 @pytest.mark.parametrize("keep", [0, 5000, SIZE - 1])
@@ -166,23 +171,6 @@ def test_only_whole_files_before_the_last_kept_one_are_linkable():
     assert placement.linkable(kept[:1]) == set() and placement.linkable([]) == set()
 
 
-@pytest.fixture
-def xfs(tmp_path):
-    """A 320 MiB XFS filesystem with reflinks, loop-mounted (root and mkfs.xfs needed)."""
-    if shutil.which("mkfs.xfs") is None or os.geteuid() != 0:
-        pytest.skip("needs root and mkfs.xfs (xfsprogs) for a real reflink filesystem")
-    image, mnt = tmp_path / "xfs.img", tmp_path / "xfs"
-    with open(image, "wb") as fh:
-        fh.truncate(320 << 20)
-    subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], check=True)
-    mnt.mkdir()
-    subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
-
-
 def test_on_xfs_a_whole_segment_is_cloned(xfs):
     src, data = _source(xfs, 1 << 20)
     placed = placement.place_segment(src, str(xfs / "dest"), 1 << 20, 1 << 20)
@@ -191,10 +179,6 @@ def test_on_xfs_a_whole_segment_is_cloned(xfs):
 
 
 # -- the job ----------------------------------------------------------------------------------------
-
-def _commitlog(root):
-    return sorted((root / "commitlog").iterdir())
-
 
 @pytest.mark.spark
 @pytest.mark.parametrize("case", [(V4, "crash-tail"), (V5, "torn-middle-crc")])

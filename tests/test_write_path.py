@@ -18,8 +18,8 @@ import pytest
 import support
 from jobs import deltasink
 from jobs import recover as job
-from store_reader import open_store, publish, recovery, repair
-from store_reader.exceptions import StoreReaderError
+from store_reader import open_store, placement, publish, recovery, repair
+from store_reader.exceptions import OutputError, StoreReaderError
 
 V4, V5 = support.VERSIONS
 TS = dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc)
@@ -36,25 +36,25 @@ def _source(tmp_path, size: int, seed: int = 1) -> tuple[str, bytes]:
     return str(path), data
 
 
-# -- commitlog copy --------------------------------------------------------------------------------
+# -- commitlog copy (store_reader.placement; the ways of placing a whole segment: test_placement.py) --
 
 @pytest.mark.parametrize("keep", [0, 1, 4095, 4096, 10_000, 20_479, 20_480])
 def test_copy_writes_the_kept_bytes_then_zeros_and_returns_their_digest(tmp_path, monkeypatch, keep):
-    monkeypatch.setattr(repair, "HASH_CHUNK", 4096)           # many chunks, one partial
+    monkeypatch.setattr(placement, "HASH_CHUNK", 4096)        # many chunks, one partial
     monkeypatch.setattr(repair, "_ZEROS", bytes(3000))        # zero tails fed in several pieces
     src, data = _source(tmp_path, 20_480)
     dest = tmp_path / "dest"
-    digest = repair.copy_commitlog_file(src, str(dest), keep, 20_480)
+    digest = placement.place_segment(src, str(dest), keep, 20_480).sha256
     want = data[:keep] + bytes(20_480 - keep)
     assert dest.read_bytes() == want
     assert digest == _sha(want) == repair.sha256_file(str(dest))
 
 
 def test_copy_of_a_source_shorter_than_keep_zero_fills_to_the_file_size(tmp_path, monkeypatch):
-    monkeypatch.setattr(repair, "HASH_CHUNK", 4096)
+    monkeypatch.setattr(placement, "HASH_CHUNK", 4096)
     src, data = _source(tmp_path, 9_000)
     dest = tmp_path / "dest"
-    digest = repair.copy_commitlog_file(src, str(dest), 12_000, 16_384)
+    digest = placement.place_segment(src, str(dest), 12_000, 16_384).sha256
     want = data + bytes(16_384 - 9_000)
     assert dest.read_bytes() == want and digest == _sha(want)
 
@@ -62,45 +62,20 @@ def test_copy_of_a_source_shorter_than_keep_zero_fills_to_the_file_size(tmp_path
 def test_keep_past_the_file_size_is_cut_at_the_file_size(tmp_path):
     src, data = _source(tmp_path, 8_192)
     dest = tmp_path / "dest"
-    assert repair.copy_commitlog_file(src, str(dest), 8_192, 5_000) == _sha(data[:5_000])
+    assert placement.place_segment(src, str(dest), 8_192, 5_000).sha256 == _sha(data[:5_000])
     assert dest.read_bytes() == data[:5_000]
 
 
-@pytest.mark.parametrize("failure", ["unsupported", "short"])
-def test_copy_falls_back_to_writing_the_hashed_buffer(tmp_path, monkeypatch, failure):
-    """No ``copy_file_range`` (another filesystem, an old kernel) or one that stops early: the
-    bytes come from the buffer that was hashed, and the result is the same."""
-    monkeypatch.setattr(repair, "HASH_CHUNK", 4096)
-    src, data = _source(tmp_path, 30_000, seed=3)
-    calls = []
-    real = os.copy_file_range
-
-    def copy_file_range(src_fd, dst_fd, count, offset_src=None, offset_dst=None):
-        calls.append(count)
-        if failure == "unsupported":
-            raise OSError(errno.EXDEV, "Invalid cross-device link")
-        if len(calls) % 2 == 0:
-            return 0                                          # source "ended" mid-chunk
-        return real(src_fd, dst_fd, min(count, 1000), offset_src, offset_dst)
-
-    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
-    dest = tmp_path / "dest"
-    digest = repair.copy_commitlog_file(src, str(dest), 25_000, 32_768)
-    want = data[:25_000] + bytes(32_768 - 25_000)
-    assert dest.read_bytes() == want and digest == _sha(want)
-    assert calls if failure == "short" else len(calls) == 1  # unsupported: tried once, then never
-
-
-def test_copy_errors_other_than_unsupported_are_raised(tmp_path, monkeypatch):
+def test_copy_errors_are_raised_naming_the_file_written(tmp_path, monkeypatch):
     src, _ = _source(tmp_path, 8_192)
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(os, "copy_file_range", full)
-    with pytest.raises(OSError) as exc:
-        repair.copy_commitlog_file(src, str(tmp_path / "dest"), 8_192, 8_192)
-    assert exc.value.errno == errno.ENOSPC
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(OutputError, match="cannot write commitlog file: No space left on device") as exc:
+        placement.place_segment(src, str(tmp_path / "dest"), 8_000, 8_192)
+    assert exc.value.path == str(tmp_path / "dest")
 
 
 @pytest.mark.parametrize("n", [0, 1, 2999, 3000, 3001, 9000, 10_001])
