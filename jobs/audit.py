@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 
 from jobs import findings as fnd
 from jobs.deltasink import read_table, store_id_for
+from jobs.sparkutil import reports_store_errors
 from store_reader import open_store, publish, recovery
 from store_reader.commitlog import SegmentSummary, written_fingerprint
 from store_reader.exceptions import StoreReaderError, UnreadableFileError
@@ -284,8 +285,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@reports_store_errors("could not audit: ")
 def main(argv: list[str] | None = None) -> int:
-    from jobs.sparkutil import configure_logging, get_spark, store_error
+    from jobs.sparkutil import configure_logging, get_spark
 
     configure_logging()
     args = parse_args(argv)
@@ -294,15 +296,8 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = get_spark("rocketmq-audit", session=False)
     versions = whatif.VERSIONS if args.broker_version == "both" else [args.broker_version]
-    try:
-        runs = [run_audit(spark, args.store, args.audit_path, args.broker_config, v, args.since_last)
-                for v in versions]
-    except Exception as exc:
-        error = store_error(exc)
-        if error is None:
-            raise
-        print(f"error: could not audit: {error}", file=sys.stderr)
-        return 2
+    runs = [run_audit(spark, args.store, args.audit_path, args.broker_config, v, args.since_last)
+            for v in versions]
     sides = [whatif.Side(r.prediction.broker_version, r.prediction, r.summaries, r.findings) for r in runs]
     if args.broker_version == "both":
         doc = whatif.compare_json(runs[0].store_id, sides)

@@ -76,6 +76,7 @@ from jobs import audit as audit_job
 from jobs import findings as fnd
 from jobs import deltasink
 from jobs.deltasink import store_id_for
+from jobs.sparkutil import reports_store_errors
 
 log = logging.getLogger("jobs.recover")
 
@@ -819,8 +820,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@reports_store_errors()
 def main(argv: list[str] | None = None) -> int:
-    from jobs.sparkutil import configure_logging, get_spark, store_error
+    from jobs.sparkutil import configure_logging, get_spark
 
     configure_logging()
     args = parse_args(argv)
@@ -835,12 +837,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.broker_version == "both":
         from jobs import whatif
 
-        try:
-            reports = recover_both(spark, args.store, args.broker_config, args.audit_path,
-                                   args.commitlog_gone)
-        except StoreReaderError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+        reports = recover_both(spark, args.store, args.broker_config, args.audit_path, args.commitlog_gone)
         doc = whatif.compare_json(reports[0].store, [whatif.Side(r.broker_version, r.prediction, r.summaries,
                                                                  r.findings) for r in reports])
         if args.json:
@@ -853,16 +850,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{refused[0].prediction.load_problems[0]}", file=sys.stderr)
             return 2
         return 0
-    try:
-        report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
-                         args.dry_run, args.overwrite, args.backup if args.apply else None,
-                         args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.link)
-    except Exception as exc:
-        error = store_error(exc)
-        if error is None:
-            raise
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
+                     args.dry_run, args.overwrite, args.backup if args.apply else None,
+                     args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.link)
     if args.json:
         print(json.dumps(prediction_summary(report.prediction, report), indent=2))
     else:

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import pyarrow.compute as pc
 
 from jobs.deltasink import audit_rows, store_id_for, write_run_rows
+from jobs.sparkutil import reports_store_errors
 from schemas.replicas import REPLICA_FINDINGS
 from store_reader import open_store
 from store_reader import replicas
@@ -225,8 +226,9 @@ def print_summary(comparisons: Sequence[replicas.ReplicaComparison], run_id: str
       + (f"; findings in {table}" if table else ""))
 
 
+@reports_store_errors("could not compare: ")
 def main(argv: list[str] | None = None) -> int:
-    from jobs.sparkutil import configure_logging, get_spark, store_error
+    from jobs.sparkutil import configure_logging, get_spark
 
     configure_logging()
     ap = argparse.ArgumentParser(prog="jobs.replicas", description=__doc__.split("\n")[0])
@@ -242,22 +244,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--range-size must be positive")
 
     audited_at = dt.datetime.now(dt.timezone.utc)
-    try:
-        master, slaves = open_stores(args.master, args.slave, args.broker_config)
-        run_id = run_id_for(master, slaves, range_size)
-        for note in live_broker_notes([master, *slaves]):
-            log.warning("%s", note)
-        spark = get_spark("rocketmq-replicas", session=False)
-        t = time.monotonic()
-        comparisons = compare_on_spark(spark, master, slaves, master.scan_options(), range_size)
-        seconds = time.monotonic() - t
-        rows = write_findings(args.audit_path, comparisons, run_id, master, audited_at, spark)
-    except Exception as exc:
-        error = store_error(exc)
-        if error is None:
-            raise
-        print(f"error: could not compare: {error}", file=sys.stderr)
-        return 2
+    master, slaves = open_stores(args.master, args.slave, args.broker_config)
+    run_id = run_id_for(master, slaves, range_size)
+    for note in live_broker_notes([master, *slaves]):
+        log.warning("%s", note)
+    spark = get_spark("rocketmq-replicas", session=False)
+    t = time.monotonic()
+    comparisons = compare_on_spark(spark, master, slaves, master.scan_options(), range_size)
+    seconds = time.monotonic() - t
+    rows = write_findings(args.audit_path, comparisons, run_id, master, audited_at, spark)
     log.info("wrote %d rows of run %s to %s", rows, run_id, table_uri(args.audit_path))
     print_summary(comparisons, run_id, seconds, table_uri(args.audit_path))
     return 0 if all(c.in_sync for c in comparisons) else 1

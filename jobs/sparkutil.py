@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Callable
 
 from store_reader.exceptions import StoreReaderError
 
@@ -161,8 +162,7 @@ def store_error(exc: BaseException) -> StoreReaderError | None:
     (RDD jobs) or a ``PythonException`` (data source reads): the ``StoreReaderError`` is rebuilt
     from the note it carries (``StoreReaderError.from_text``: class, file, byte, reason). An
     ``OSError`` a task raised (a write on a full disk) becomes a ``StoreReaderError`` naming its
-    file. Each job's ``main`` catches every exception, asks this function and prints one line
-    with exit code 2, or re-raises what is not the input's or the output's fault.
+    file. Each job's ``main`` reports what this returns through ``reports_store_errors``.
     """
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
@@ -180,6 +180,26 @@ def store_error(exc: BaseException) -> StoreReaderError | None:
                 return StoreReaderError(f"{m.group(2)} (errno {m.group(1)}, in a Spark task)", m.group(3))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def reports_store_errors(what: str = "") -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """Decorator of a job's ``main``: an error that is the input's or the output's fault
+    (``store_error``, wherever it was raised, in a Spark task included) is printed as one line,
+    ``error: <what><error>`` on stderr, and ``main`` returns exit code 2; anything else is raised
+    with its trace."""
+    def wrap(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def run(*args, **kwargs) -> int:
+            try:
+                return main(*args, **kwargs)
+            except Exception as exc:
+                error = store_error(exc)
+                if error is None:
+                    raise
+                print(f"error: {what}{error}", file=sys.stderr)
+                return 2
+        return run
+    return wrap
 
 
 # Loggers that print a failed task's whole Python traceback (the executor's, once per task attempt,
