@@ -64,8 +64,8 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
 
 
 def warm_up(spark=None) -> None:
-    """Initialise delta-rs in this process (its runtime and writer: about 0.3 s at the first write
-    of a process, whatever the rows) with a throwaway one-row table in memory, so that the audit
+    """Initialise delta-rs in this process (its runtime and writer, set up at the first write of a
+    process whatever the rows) with a throwaway one-row table in memory, so that the audit
     tables' commit does not wait for it; meant for a side thread while the run's other passes go
     on. Nothing to do when Spark writes the tables (delta-spark on the classpath)."""
     if spark is not None:

@@ -6,12 +6,12 @@ Spark starts one daemon per executor and forks a worker from it for each Python 
 idle worker (concurrent jobs, a task that ends without reading all of its input). pyspark's own
 daemon imports nothing before it forks, so every worker imported pyspark.worker, pyarrow, pandas
 (pyarrow imports it the first time ``pa.array`` is given a NumPy array), NumPy and this project
-again, 0.6-1 CPU-s each (py-spy, benchmarks/README.md). Imported here, every fork shares them.
+again (benchmarks/README.md). Imported here, every fork shares them.
 
 The JVM puts its ``pyspark.zip``, py4j zip and Spark's core jar first on the workers'
 ``PYTHONPATH``. Modules imported from a zip are compiled from source every time (zip imports keep
-no bytecode: 1.1 s for pyspark.worker alone), and every task re-reads the archives' directories
-when pyspark invalidates the import caches (the core jar alone holds 5,800 entries). When this
+no bytecode), and every task re-reads the archives' directories when pyspark invalidates the
+import caches (the core jar alone holds thousands of entries). When this
 Python has the same pyspark and py4j installed (the embedded session, or an environment archive
 that bundles them), the archives are taken off ``sys.path`` and the installed packages, with their
 bytecode, are imported instead; otherwise they stay.
@@ -20,8 +20,8 @@ A worker whose task is cancelled (the JVM closes its socket) ends without printi
 connection's traceback (``worker``).
 
 pyspark's daemon runs a full ``gc.collect()`` after every task of a reused worker: the imported
-modules' 80,000 objects are frozen (``gc.freeze``, as pre-fork servers do), so that collection
-walks what the task left (35 ms -> 0 per task).
+modules' objects are frozen (``gc.freeze``, as pre-fork servers do), so that collection walks
+only what the task left.
 
 Forking after these imports is safe: OpenBLAS' thread pool is never started (the jobs use no BLAS)
 and jemalloc's background thread is handled by jemalloc's own fork handlers.
@@ -76,7 +76,7 @@ def without_jvm_zips(path: list[str]) -> list[str]:
 
 sys.path[:] = without_jvm_zips(sys.path)
 # their importers too: each task's importlib.invalidate_caches() (pyspark's setup_spark_files)
-# would re-read the dropped archives' directories (Spark's core jar: 5,800 entries, ~20 ms a task)
+# would re-read the dropped archives' directories (Spark's core jar among them) at every task
 for _entry in [p for p in sys.path_importer_cache if p.endswith((".zip", ".jar")) and p not in sys.path]:
     del sys.path_importer_cache[_entry]
 

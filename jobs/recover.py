@@ -673,7 +673,7 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
     if writing:
         repair.check_repairable(store, pred, summaries)
     warming: threading.Thread | None = None
-    if audit_path:      # delta-rs starts up (~0.3 s) while the audit runs, not at the commit
+    if audit_path:      # delta-rs starts up while the audit runs, not at the commit
         warming = threading.Thread(target=deltasink.warm_up, args=(spark,), name="delta-warm-up", daemon=True)
         warming.start()
     audit_and_write(spark, store, report, Path(out) if writing else None, overwrite)

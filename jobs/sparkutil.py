@@ -80,7 +80,7 @@ def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str
         # from the context's start on, unless the submit asks for them
         conf.setIfMissing("spark.log.level", "WARN")
     # pyspark's first py4j call, once the JVM is up, imports pyspark.testing.utils and pandas with
-    # it (NumpyArrayConverter, ~0.3 s): imported here while this thread waits for the JVM to start
+    # it (NumpyArrayConverter): imported here while this thread waits for the JVM to start
     threading.Thread(target=importlib.import_module, args=("pyspark.testing.utils",),
                      name="pyspark-imports", daemon=True).start()
     sc = SparkContext.getOrCreate(conf)
@@ -137,7 +137,7 @@ _HAS_DELTA: dict[str, bool] = {}
 
 def has_delta(spark) -> bool:
     """True when delta-spark's classes are on the session's classpath (asked once per Spark
-    application: a failed class lookup through py4j costs ~20 ms, and every audit table asks)."""
+    application: a failed class lookup through py4j is slow, and every audit table asks)."""
     app = spark.sparkContext.applicationId
     if app not in _HAS_DELTA:
         try:

@@ -140,11 +140,9 @@ class SegmentSummary:
 
 # Read-ahead hint for the mmap of a local segment (a remote one is read into memory instead): a
 # scan reads each segment front to back (records, then the padding/marker check). MADV_SEQUENTIAL
-# only: measured on a cold 256 MiB segment it is as fast as no hint or slightly faster, while
-# MADV_WILLNEED was slightly slower, MADV_WILLNEED together with MADV_SEQUENTIAL about 1.7x slower,
-# and MAP_POPULATE about 1.4x slower (it reads the whole file before the scan starts instead of
-# overlapping I/O with it); with a warm page cache none of them changed anything. Advisory only:
-# results never depend on it.
+# only: on a cold segment MADV_WILLNEED and MAP_POPULATE read the whole file before the scan starts
+# instead of overlapping I/O with it (benchmarks/README.md). Advisory only: results never depend
+# on it.
 _SCAN_MADVICE = getattr(mmap, "MADV_SEQUENTIAL", None)
 
 

@@ -1834,7 +1834,7 @@ PyDoc_STRVAR(resync_doc,
 
 /* First position in [p, p + n) holding bytes DA A3 20 (the prefix both magic codes share), or
    NULL. memchr for the first byte: glibc vectorises it, not memmem for a 3-byte needle, and
-   what resync crosses is mostly a preallocated zero tail (0.1 s per 256 MiB with memmem). */
+   what resync crosses is mostly a preallocated zero tail. */
 static const uint8_t *find_magic_prefix(const uint8_t *p, size_t n) {
     const uint8_t *end = p + n;
     while (end - p >= 3) {
