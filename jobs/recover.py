@@ -23,11 +23,11 @@ Passes (each a function the notebooks can call):
      (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports), side by side with 4-5
      and 7 (both only read the input store and the prediction);
   7. write the repaired store into a temporary directory of this run's own (the commitlog placed
-     by a task per file: cloned, copied or with ``--link`` hard-linked, the cut file rewritten,
-     each hashed for the manifest, ``store_reader.placement``; each committed consumer offset moved where the
-     consumer's next pull on the rebuilt queues would move it, the originals in the manifest) and,
-     once the audit succeeded too, check it against its manifest and rename it into place, all
-     under the output's lock (``store_reader.publish``);
+     by a task per file, ``store_reader.placement``: cloned, copied or with ``--link`` hard-linked,
+     the cut file rewritten, each hashed for the manifest; each committed consumer offset moved
+     where the consumer's next pull on the rebuilt queues would move it, the originals in the
+     manifest) and, once the audit succeeded too, check it against its manifest and rename it
+     into place, all under the output's lock (``store_reader.publish``);
      ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-from collections import Counter
 import errno
 import json
 import logging
@@ -52,6 +51,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -382,8 +382,8 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
     """Passes 4-7 into this invocation's own ``<out>.tmp-<run id>-<nonce>``, MANIFEST.json
     included; returns that directory, still marked incomplete (``publish.TMP_MARKER``) until
     ``place_repaired_store`` renames it into place.
-    On any failure nothing is left behind. ``cancel``: set when another pass of the run failed (the
-    copy stops between files, no further Spark job starts); ``group``: the Spark job group of this
+    On any failure nothing is left behind. ``cancel``: set when another pass of the run failed (no
+    further Spark job starts); ``group``: the Spark job group of this
     build's jobs, which run on threads of their own; ``queued``: set once the rebuild jobs are
     being submitted."""
     pred = report.prediction
@@ -395,9 +395,9 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
     tmp = publish.new_temporary(out, report.run_id)
     try:
         # passes 4-5 and the commitlog placement write disjoint parts of tmp and run side by side:
-        # the placement (a task per kept file) from the start; once the index puts are
-        # counted, the index files' job first (FIFO: its long tasks start at once) and the consume
-        # queue job next to it; each hashes its own files for the manifest as soon as it is done
+        # once the index puts are counted, the index files' job first (FIFO: its long tasks start
+        # at once), the consume queue job and the placement (a task per kept file) next to it;
+        # each hashes its own files for the manifest as soon as it is done
         (tmp / "consumequeue").mkdir()
         (tmp / "index").mkdir()
         (tmp / "commitlog").mkdir()
@@ -407,6 +407,8 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             passes = Passes(spark, pool, group, cancel)
 
             def commitlog() -> dict[str, str]:
+                while not index_submitted.wait(0.05):   # queued behind the index files' long tasks
+                    passes.check()
                 passes.check()
                 t = time.monotonic()
                 placed = place_commitlog(spark, store, pred.commitlog_files, str(tmp / "commitlog"),
@@ -493,9 +495,9 @@ def place_repaired_store(tmp: Path, out: Path, overwrite: bool) -> None:
 def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, overwrite: bool) -> None:
     """Pass 6 (the audit) and, with ``out``, passes 4-7 side by side: both only read the input
     store and the prediction. Their Spark jobs share the cores, the write's queued first (Spark
-    schedules FIFO across threads), the commitlog copy is driver I/O. The repaired store is placed
-    only once both succeeded; when either fails the other is cancelled (its Spark job group, and
-    the copy between files), nothing is left behind and the first failure is raised."""
+    schedules FIFO across threads). The repaired store is placed only once both succeeded; when
+    either fails the other is cancelled (its Spark job group), nothing is left behind and the
+    first failure is raised."""
     pred = report.prediction
 
     def audit(group: str | None, after: Callable[[], object] | None = None) -> None:
