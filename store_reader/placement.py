@@ -93,7 +93,8 @@ def place_segment(src: PathRef, dest: str, keep: int, file_size: int, link: bool
     loc = location(src)
     with repair.writing(dest, "commitlog file"):
         if loc.filesystem is not None:
-            return PlacedSegment(_copy_remote(loc, dest, keep, file_size), REWRITTEN)
+            return PlacedSegment(_copy_remote(loc, dest, keep, file_size),
+                                 COPIED if keep == file_size else REWRITTEN)
         return _place_local(loc.path, dest, keep, file_size, link)
 
 
