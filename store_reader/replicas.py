@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -91,7 +90,6 @@ _RUN_KEYS = ("kind", "side", "topic", "queue_id", "consume_queue")
 _WHAT = "commitlog segment"
 # Checksumming reads each mapped segment front to back (advisory, as for scans).
 _MADVICE = getattr(mmap, "MADV_SEQUENTIAL", None)
-_HEAD = struct.Struct(">ii")          # TOTALSIZE, MAGICCODE
 _MESSAGE_MAGICS = (rf.MAGIC_V1, rf.MAGIC_V2)
 
 
@@ -320,8 +318,8 @@ def record_start_before(buf: Any, file_start: int, target: int, opts: rf.ScanOpt
         w -= range_size
     read = target - w
     s = q
-    while s + _HEAD.size <= target:
-        total, magic = _HEAD.unpack_from(buf, s)
+    while s + rf.SIZE_AND_MAGIC.size <= target:
+        total, magic = rf.SIZE_AND_MAGIC.unpack_from(buf, s)
         if magic not in _MESSAGE_MAGICS or total <= 0 or s + total > target:
             break
         s += total

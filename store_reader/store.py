@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -28,7 +27,7 @@ from .exceptions import (ConfigError, FileSizeError, NotAStoreError, StoreReader
                          UnreadableFileError, UnsupportedStoreError)
 from .fsutil import list_dir
 from .javalang import java_parse_int
-from .recordformat import MAGIC_V2, ScanOptions
+from .recordformat import MAGIC_V2, PROPERTIESLENGTH, SIZE_AND_MAGIC, ScanOptions
 from .storefs import PathRef, StoreLocation, location
 
 MAPPED_FILE_NAME = re.compile(r"^\d{20}$")
@@ -165,19 +164,19 @@ class Store:
         for f in self.commitlog_files:
             try:
                 with location(f.path).open_reader() as r:
-                    head = r.read_at(0, 8)
-                    if len(head) < 8:
+                    head = r.read_at(0, SIZE_AND_MAGIC.size)
+                    if len(head) < SIZE_AND_MAGIC.size:
                         continue
-                    size, magic = struct.unpack(">ii", head)
-                    if size <= 8 or size > f.size:
+                    size, magic = SIZE_AND_MAGIC.unpack(head)
+                    if size <= SIZE_AND_MAGIC.size or size > f.size:
                         return None
-                    tail = r.read_at(size - 3, 3)
+                    tail = r.read_at(size - PROPERTIESLENGTH.size - 1, PROPERTIESLENGTH.size + 1)
             except (OSError, StoreReaderError):
                 return None
-            if len(tail) < 3:
+            if len(tail) < PROPERTIESLENGTH.size + 1:
                 return None
-            props_len = struct.unpack(">h", tail[:2])[0]
-            return magic, (tail[2] if props_len != 0 else None)
+            props_len = PROPERTIESLENGTH.unpack_from(tail)[0]
+            return magic, (tail[-1] if props_len != 0 else None)
         return None
 
 
