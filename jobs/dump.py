@@ -128,7 +128,8 @@ from store_reader.exceptions import (ConfigError, FileSizeError, StoreReaderErro
 from store_reader.fsutil import list_dir
 from store_reader.indexfile import (HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile,
                                     read_header)
-from store_reader.store import MappedFile, Store, _load_broker_config, list_mapped_files, open_store
+from store_reader.mappedfile import MappedFile, list_mapped_files
+from store_reader.store import Store, _load_broker_config, open_store
 from store_reader.storefs import PathRef, StoreLocation, location
 
 EXIT_OK, EXIT_ANOMALIES, EXIT_UNREADABLE = 0, 1, 2

@@ -11,7 +11,6 @@ works like a local one, its paths are ``storefs.StoreLocation`` values); writing
 from __future__ import annotations
 
 import os
-import re
 import struct
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
@@ -23,12 +22,12 @@ from schemas import CONSUME_QUEUE_ENTRY
 
 from .exceptions import (
     CorruptEntryError,
-    StrayFileError,
     UnreadableFileError,
     UnsupportedStoreError,
 )
 from .fsutil import list_dir
 from .javalang import java_parse_int
+from .mappedfile import MappedFile, file_name, list_mapped_files, parse_file_name
 from .storefs import PathRef, SegmentBuffer, StoreLocation, location
 
 __all__ = [
@@ -39,7 +38,6 @@ __all__ = [
     "ENTRY_INVALID",
     "ENTRY_VALID",
     "ENTRY_PRE_BLANK",
-    "CQFile",
     "QueueRef",
     "CQEntries",
     "file_name",
@@ -87,32 +85,7 @@ ENTRY_INVALID = 0    # not (phy >= 0 and size > 0): recovery stops at the first 
 ENTRY_VALID = 1      # an ordinary entry
 ENTRY_PRE_BLANK = 2  # pre-blank filler; "valid" by the broker's own test
 
-_FILE_NAME = re.compile(r"[0-9]{20}")
-
-
 # -- naming and listing (store-format §2) ------------------------------------------------------
-
-@dataclass(frozen=True)
-class CQFile:
-    """One consume queue file on disk.
-
-    Attributes
-    ----------
-    path
-        Full path (a ``storefs.StoreLocation`` for a remote store).
-    name
-        File name: the 20-digit logic offset of its first byte.
-    start
-        That logic offset (``Long.parseLong(name)``).
-    size
-        Length on disk in bytes.
-    """
-
-    path: str | StoreLocation
-    name: str
-    start: int
-    size: int
-
 
 @dataclass(frozen=True)
 class QueueRef:
@@ -131,24 +104,8 @@ class CQEntries(NamedTuple):
     tags_code: np.ndarray   # int64
 
 
-def file_name(logic_offset: int) -> str:
-    """``UtilAll#offset2FileName``: the offset in decimal, zero-padded to 20 digits."""
-    if logic_offset < 0:
-        raise ValueError(f"a mapped file cannot start at negative offset {logic_offset}")
-    return f"{logic_offset:020d}"
-
-
-def parse_file_name(path: PathRef) -> int:
-    """Start offset encoded in a mapped file's name; :class:`StrayFileError` if it is not 20 digits."""
-    loc = location(path)
-    if not _FILE_NAME.fullmatch(loc.name):
-        raise StrayFileError(f"file name {loc.name!r} is not a 20-digit offset; the broker cannot load it",
-                             str(loc))
-    return int(loc.name)
-
-
 def list_queue_files(queue_dir: PathRef, cq_file_size: int, *,
-                     rocketmq5: bool = False) -> list[CQFile]:
+                     rocketmq5: bool = False) -> list[MappedFile]:
     """The files of one queue directory, sorted by name, checked the way ``MappedFileQueue#doLoad`` does.
 
     Parameters
@@ -163,36 +120,34 @@ def list_queue_files(queue_dir: PathRef, cq_file_size: int, *,
 
     Returns
     -------
-    list of CQFile
+    list of MappedFile
         Sorted by name (= by start offset, thanks to the padding). Gaps between files are not an
         error (the broker only logs them); see :func:`find_gaps`.
 
     Raises
     ------
     StrayFileError
-        A name that is not a number, or (4.9.7) a sub-directory (``store.list_mapped_files``, the
+        A name that is not a number, or (4.9.7) a sub-directory (``mappedfile.list_mapped_files``, the
         one ``MappedFileQueue#load`` rule).
     FileSizeError
         A file whose length is not ``cq_file_size``: the broker refuses to start.
     UnreadableFileError
         The directory cannot be listed.
     """
-    from .store import list_mapped_files     # store imports the commitlog side: keep it lazy
-
     problems: list = []
     files = list_mapped_files(queue_dir, cq_file_size, "consume queue", "mappedFileSizeConsumeQueue",
                               problems, [], broker_5x=rocketmq5)
     if problems:
         raise problems[0]
-    return [CQFile(f.path, f.name, f.start, f.size) for f in files]
+    return files
 
 
-def file_start_offsets(files: Sequence[CQFile]) -> np.ndarray:
+def file_start_offsets(files: Sequence[MappedFile]) -> np.ndarray:
     """Logic start offset of every file (int64), in list order."""
     return np.fromiter((f.start for f in files), dtype=np.int64, count=len(files))
 
 
-def find_gaps(files: Sequence[CQFile], file_size: int) -> list[tuple[CQFile, CQFile]]:
+def find_gaps(files: Sequence[MappedFile], file_size: int) -> list[tuple[MappedFile, MappedFile]]:
     """Adjacent pairs whose starts differ by something other than ``file_size``.
 
     ``MappedFileQueue#checkSelf`` only logs these (``[BUG]The mappedFile queue's data is damaged``);
@@ -343,7 +298,7 @@ def valid_prefix_length(phy_offset: np.ndarray, size: np.ndarray) -> int:
 
 
 def read_queue(queue_dir: PathRef, topic: str, queue_id: int, cq_file_size: int, *,
-               files: Sequence[CQFile] | None = None, rocketmq5: bool = False) -> pa.Table:
+               files: Sequence[MappedFile] | None = None, rocketmq5: bool = False) -> pa.Table:
     """Every slot of every file of one queue as a ``CONSUME_QUEUE_ENTRY`` table.
 
     Raw: invalid and pre-blank slots are included, nothing is cut at the recovered end (use
