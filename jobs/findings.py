@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_reader import recordformat as rf
-from store_reader import recovery
+from store_reader import dispatch, recovery
 from store_reader.brokerconf import BrokerConfig
 from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
@@ -92,7 +92,6 @@ INDEX_KINDS = {
     "bad_header": "header inconsistent with the file's entries",
 }
 
-_CQ_TYPES = (rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_COMMIT_TYPE)
 _PRE_BLANK = 0x7FFFFFFF
 # the views a queue row belongs to (bits: a record below the cut is both a record and its rebuilt entry)
 _DISK, _BROKER, _REBUILT, _REC = 1, 2, 4, 8
@@ -262,8 +261,7 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
                               pc.fill_null(rb.column("record_crc_ok"), True)), True)
     flag = np.where(ok.to_numpy(zero_copy_only=False), 0, _CRC_BAD) \
         + np.where(_column(rb, "valid_prefix"), 0, _BEHIND_BAD)
-    tran = _column(rb, "sys_flag") & rf.TRANSACTION_MASK
-    rebuilt = below & np.isin(tran, _CQ_TYPES)
+    rebuilt = below & dispatch.dispatchable(_column(rb, "sys_flag"))
     same = rebuilt & (stored == phy)
     extra = np.flatnonzero(rebuilt & ~same)
     topics = rb.column("topic").dictionary_encode()
@@ -276,7 +274,7 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
     code, qids = np.concatenate([code, code[extra]]), np.concatenate([qid, qid[extra]])
     if plan.config.enableMultiDispatch and rebuilt.any():
         rows = np.flatnonzero(rebuilt)
-        copies = recovery.multi_dispatch_rows(plan.config, plan.broker_5x, rb.take(pa.array(rows)))
+        copies = dispatch.multi_dispatch_rows(plan.config, plan.broker_5x, rb.take(pa.array(rows)))
         if copies:
             at = rows[np.array([c[0] for c in copies], dtype=np.int64)]
             for name in {c[1] for c in copies} - set(names):
@@ -320,10 +318,10 @@ def _timestamps(ms) -> pa.Array:
 def _flush_partials(rb: pa.RecordBatch, plan: AuditPlan) -> list[pa.Table]:
     """Per (flush window, queue): how many of the batch's records (below the cut, in the valid
     prefix) were stored after the checkpoint's timestamp of that window, their offsets and times."""
-    tran = _column(rb, "sys_flag") & rf.TRANSACTION_MASK
+    sys_flag = _column(rb, "sys_flag")
     ts = _column(rb, "store_timestamp")
-    conds = {"commitlog": np.ones(len(ts), bool), "consume_queue": np.isin(tran, _CQ_TYPES),
-             "index": tran != rf.TRANSACTION_ROLLBACK_TYPE}
+    conds = {"commitlog": np.ones(len(ts), bool), "consume_queue": dispatch.dispatchable(sys_flag),
+             "index": dispatch.indexable(sys_flag)}
     phy, size = _column(rb, "phy_offset"), _column(rb, "total_size").astype(np.int64)
     out = []
     for window, stamp in plan.windows:
@@ -976,8 +974,7 @@ def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_range
     recovery, the broker's pull status and corrected offset, and what the group loses or gets again."""
     lost_by_queue: dict[tuple[str, int], np.ndarray] = {}
     if lost.num_rows:
-        tran = pc.bit_wise_and(lost["sys_flag"], rf.TRANSACTION_MASK).to_numpy()
-        keep = np.isin(tran, _CQ_TYPES)
+        keep = dispatch.dispatchable(lost["sys_flag"].to_numpy())
         for t, q, o in zip(np.asarray(lost["topic"].to_pylist(), dtype=object)[keep],
                            lost["queue_id"].to_numpy()[keep], lost["queue_offset"].to_numpy()[keep]):
             lost_by_queue.setdefault((t, int(q)), []).append(int(o))

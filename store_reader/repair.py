@@ -32,11 +32,12 @@ from .checkpoint import Checkpoint, write_checkpoint
 from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
 from .consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE
 from .consumequeue import file_name as cq_file_name
+from .dispatch import dispatchable, index_put_keys, indexable, multi_dispatch_rows
 from .exceptions import OutputError, StoreReaderError, UnreadableFileError
 from .fsutil import walk_files
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
-from .recovery import ConsumeQueueState, Prediction, index_put_keys, multi_dispatch_rows, range_status
+from .recovery import ConsumeQueueState, Prediction, range_status
 from .storefs import READ_CHUNK, PathRef, StoreLocation, location, open_regular
 
 if TYPE_CHECKING:
@@ -208,9 +209,7 @@ def dispatch_entries(path: str, opts: rf.ScanOptions, end: int, config: BrokerCo
 
     cols = DISPATCH_COLUMNS + (["properties"] if config.enableMultiDispatch else [])
     for rb in SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH, include_lost=True):
-        tran = rb.column("sys_flag").to_numpy() & rf.TRANSACTION_MASK
-        keep = (rb.column("phy_offset").to_numpy() < end) & (
-            (tran == rf.TRANSACTION_NOT_TYPE) | (tran == rf.TRANSACTION_COMMIT_TYPE))
+        keep = (rb.column("phy_offset").to_numpy() < end) & dispatchable(rb.column("sys_flag").to_numpy())
         b = rb.filter(pa.array(keep))
         if not b.num_rows:
             continue
@@ -505,19 +504,6 @@ def write_queue_state(q: ConsumeQueueState, queue_dir: str, input_queue_dir: Pat
     return written
 
 
-def multi_dispatch_copies(batch: pa.RecordBatch, config: BrokerConfig, broker_5x: bool) -> pa.RecordBatch:
-    """The LMQ / multi-dispatch copies of dispatchable records (R§5.3, E#33): the same record with
-    topic, queue id and queue offset of each queue named in ``INNER_MULTI_DISPATCH``."""
-    from .recovery import multi_dispatch_targets
-
-    rows = []
-    for r in batch.to_pylist():
-        props = dict(r["properties"] or [])
-        for topic, qid, offset in multi_dispatch_targets(config, broker_5x, r["topic"], r["queue_id"], props):
-            rows.append({**r, "topic": topic, "queue_id": qid, "queue_offset": offset})
-    return pa.RecordBatch.from_pylist(rows, schema=batch.schema)
-
-
 @dataclass
 class IndexPuts:
     """Index puts in put order (F§7.4): keyHash, phy offset and store time of every key."""
@@ -569,8 +555,7 @@ def segment_index_counts(path: str, opts: rf.ScanOptions, end: int) -> tuple[int
         below = pos < end
         if not below.any():
             break
-        keep = below & ((rb.column("sys_flag").to_numpy() & rf.TRANSACTION_MASK)
-                        != rf.TRANSACTION_ROLLBACK_TYPE)
+        keep = below & indexable(rb.column("sys_flag").to_numpy())
         uniq = pc.is_valid(rb.column("uniq_key")).to_numpy(zero_copy_only=False)
         tokens = pc.list_value_length(rb.column("key_list")).to_numpy(zero_copy_only=False)
         puts += int(uniq[keep].sum()) + int(tokens[keep].sum())

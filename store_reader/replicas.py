@@ -43,6 +43,7 @@ from . import recordformat as rf
 from .commitlog import DEFAULT_BATCH_SIZE, SegmentScan, _native_opts, scanner_impl
 from .config import read_consumer_offsets
 from .consumequeue import CQ_STORE_UNIT_SIZE
+from .dispatch import dispatchable
 from .exceptions import FileSizeError, StoreReaderError
 from .recovery import V49, V5X, load_consume_queues
 from .store import Store
@@ -340,18 +341,13 @@ def _with_kind(table: pa.Table, kinds: np.ndarray, side: str) -> pa.Table:
                                 schema=RECORD_SCHEMA)
 
 
-def _in_consume_queue(sys_flag: Any) -> Any:
-    """Mask of the records the broker gives a consume queue entry (transaction type NOT or COMMIT)."""
-    tran = pc.bit_wise_and(sys_flag, rf.TRANSACTION_MASK)
-    return pc.is_in(tran, pa.array([rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_COMMIT_TYPE], pa.int32()))
-
-
-def _dispatchable(table: pa.Table) -> pa.Table:
-    return table.filter(_in_consume_queue(table["sys_flag"]))
+def _in_consume_queue(sys_flag: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """``dispatch.dispatchable`` of a column, as an Arrow mask."""
+    return pa.array(dispatchable(sys_flag.to_numpy()))
 
 
 def _queue_extents(table: pa.Table, side: str) -> dict[tuple[str, str, int], tuple[int, int]]:
-    t = _dispatchable(table)
+    t = table.filter(_in_consume_queue(table["sys_flag"]))
     if not t.num_rows:
         return {}
     g = t.group_by(["topic", "queue_id"]).aggregate([("queue_offset", "min"), ("queue_offset", "max")])
