@@ -56,6 +56,7 @@ __all__ = [
     "read_queue",
     "list_queues",
     "write_queue",
+    "write_queue_files",
 ]
 
 # -- layout (store-format §4) -------------------------------------------------------------------
@@ -413,27 +414,35 @@ def write_queue(directory: str | os.PathLike[str], phy_offset: np.ndarray | Sequ
     entries = _structured(phy_offset, size, tags_code)
     if len(entries) == 0:
         return []
+    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    first = first_queue_offset - first_queue_offset % per_file      # the first file's first slot
+    slots = np.zeros(first_queue_offset - first + len(entries), dtype=CQ_ENTRY_DTYPE)
+    slots[:first_queue_offset - first] = (0, PRE_BLANK_SIZE, 0)
+    slots[first_queue_offset - first:] = entries
+    return write_queue_files(directory, first, slots, cq_file_size, overwrite=overwrite)
+
+
+def write_queue_files(directory: str | os.PathLike[str], first_slot: int, slots: np.ndarray,
+                      cq_file_size: int, *, overwrite: bool = False) -> list[str]:
+    """The CQ files holding ``slots`` (``CQ_ENTRY_DTYPE``) at queue offsets ``first_slot`` on, where
+    ``first_slot`` is a file's first slot: one file per ``cq_file_size`` bytes, named by its logic
+    start offset, each as long as the broker preallocates it, zero past its last slot (a sparse
+    tail: a queue with few entries does not cost a whole file of writes).
+
+    Returns the paths written, in offset order; an ``OSError`` names the file it failed on."""
+    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    if first_slot % per_file:
+        raise ValueError(f"queue offset {first_slot} is not the first slot of a {cq_file_size}-byte CQ file")
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
-
-    start = first_queue_offset * CQ_STORE_UNIT_SIZE           # logic offset of the first entry
-    end = start + len(entries) * CQ_STORE_UNIT_SIZE           # exclusive
-    first_file = start - start % cq_file_size
-    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
-    pre_blank = np.zeros(1, dtype=CQ_ENTRY_DTYPE)
-    pre_blank["size"] = PRE_BLANK_SIZE
-
     written = []
-    for file_start in range(first_file, end, cq_file_size):
-        slots = np.zeros(per_file, dtype=CQ_ENTRY_DTYPE)
-        lo = max(start, file_start)                           # logic range of entries in this file
-        hi = min(end, file_start + cq_file_size)
-        if file_start == first_file and start > file_start:
-            slots[: (start - file_start) // CQ_STORE_UNIT_SIZE] = pre_blank[0]
-        slots[(lo - file_start) // CQ_STORE_UNIT_SIZE:(hi - file_start) // CQ_STORE_UNIT_SIZE] = \
-            entries[(lo - start) // CQ_STORE_UNIT_SIZE:(hi - start) // CQ_STORE_UNIT_SIZE]
-        path = os.path.join(directory, file_name(file_start))
-        with open(path, "wb" if overwrite else "xb") as fh:
-            fh.write(slots.tobytes())
+    for lo in range(0, len(slots), per_file):
+        path = os.path.join(directory, file_name((first_slot + lo) * CQ_STORE_UNIT_SIZE))
+        try:
+            with open(path, "wb" if overwrite else "xb") as fh:
+                fh.write(slots[lo:lo + per_file].tobytes())
+                fh.truncate(cq_file_size)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None
         written.append(path)
     return written

@@ -106,21 +106,6 @@ class ConsumeQueueState:
     skipped_repeats: int = 0           # "Build consume queue repeatedly"
     order_warnings: int = 0            # "[BUG]logic queue order maybe wrong"
 
-    @classmethod
-    def from_slots(cls, topic: str, queue_id: int, file_size: int, first: int, slots: np.ndarray,
-                   min_offset: int) -> "ConsumeQueueState":
-        """A queue whose slots from queue offset ``first`` (a CQ file's first slot) on are
-        ``slots`` (CQ_ENTRY_DTYPE), its min offset ``min_offset``: files cut at ``file_size``."""
-        q = cls(topic, queue_id, file_size, min_logic_offset=min_offset * CQ_STORE_UNIT_SIZE)
-        per_file = q.per_file
-        for lo in range(0, len(slots), per_file):
-            f = _CQFile((first + lo) * CQ_STORE_UNIT_SIZE, per_file)
-            part = slots[lo:lo + per_file]
-            f.slots[:len(part)] = part
-            f.wrote = len(part) * CQ_STORE_UNIT_SIZE
-            q.files.append(f)
-        return q
-
     @property
     def per_file(self) -> int:
         return self.file_size // CQ_STORE_UNIT_SIZE

@@ -30,14 +30,14 @@ from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
-from .consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE
-from .consumequeue import file_name as cq_file_name
+from .consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, write_queue_files
 from .dispatch import dispatchable, index_put_keys, indexable, multi_dispatch_rows
 from .exceptions import OutputError, StoreReaderError, UnreadableFileError
 from .fsutil import walk_files
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
-from .recovery import ConsumeQueueState, Prediction, range_status
+from .mappedfile import file_name as cq_file_name
+from .recovery import Prediction, range_status
 from .storefs import READ_CHUNK, PathRef, StoreLocation, location, open_regular
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ def writing(path: str, what: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise OutputError(f"cannot write {what}: {exc.strerror or exc}", path) from None
+        raise OutputError(f"cannot write {what}: {exc.strerror or exc}", exc.filename or path) from None
 
 
 def update_zeros(digest: Any, n: int) -> None:
@@ -267,11 +267,24 @@ FILLER_SIZE = PRE_BLANK_SIZE
 
 @dataclass
 class RepairedQueue:
-    """A queue of the repaired store (``place_entries``) and the runs of queue offsets inside it
-    whose records are gone: ``(first offset, end offset, filler phy offset)``."""
+    """A queue of the repaired store (``place_entries``): its slots from queue offset ``first``
+    (the first slot of its first CQ file) to its max offset, its min offset, and the runs of queue
+    offsets inside it whose records are gone: ``(first offset, end offset, filler phy offset)``.
 
-    state: ConsumeQueueState
+    What a correct store holds, built from the commitlog alone: never the broker's put state
+    machine (``recovery.ConsumeQueueState``), whose renumbering after a gap it must not inherit."""
+
+    topic: str
+    queue_id: int
+    file_size: int
+    first: int
+    slots: np.ndarray
+    min_offset: int
     fillers: list[tuple[int, int, int]]
+
+    @property
+    def max_offset(self) -> int:
+        return self.first + len(self.slots)
 
     @property
     def filler_count(self) -> int:
@@ -309,7 +322,7 @@ def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.nd
     put = np.flatnonzero(ends > np.maximum.accumulate(np.concatenate(([-1], ends[:-1]))))
     put = put[queue_offset[put] >= 0]
     if not put.size:
-        return RepairedQueue(ConsumeQueueState(topic, queue_id, cq_file_size), [])
+        return RepairedQueue(topic, queue_id, cq_file_size, 0, np.zeros(0, CQ_ENTRY_DTYPE), 0, [])
     # 2. the queue starts at its first put; each offset from there on is held by its first claim
     start = int(queue_offset[put[0]])
     put = put[queue_offset[put] >= start]
@@ -337,8 +350,7 @@ def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.nd
             lo, hi = int(offsets[g]) + 1, int(offsets[g + 1])
             slots[lo - base:hi - base] = (phy, FILLER_SIZE, 0)
             fillers.append((lo, hi, phy))
-    state = ConsumeQueueState.from_slots(topic, queue_id, cq_file_size, base, slots, start)
-    return RepairedQueue(state, fillers)
+    return RepairedQueue(topic, queue_id, cq_file_size, base, slots, start, fillers)
 
 
 def rebuild_queue(topic: str, queue_id: int, records: pa.Table, cq_file_size: int,
@@ -390,17 +402,17 @@ def rebuild_queue_part(topic: str, queue_id: int, file_no: int, entries: pa.Tabl
     offsets, ends = t.column("queue_offset").to_numpy(), stored + size.astype(np.int64)
     regular = bool(offsets[0] >= 0 and ends[0] > -1 and (np.diff(offsets) == 1).all()
                    and (np.diff(ends) > 0).all())
-    q = ConsumeQueueState(topic, queue_id, cq_file_size)
+    min_offset = max_offset = 0
     fillers: list[tuple[int, int, int]] = []
     if file_no < 0 or regular:
-        repaired = place_entries(topic, queue_id, stored, size, t.column("tags_code").to_numpy(), offsets,
-                                 cq_file_size, commitlog_file_size)
-        q, fillers = repaired.state, repaired.fillers
-        write_queue_state(q, queue_dir, input_queue_dir)
+        q = place_entries(topic, queue_id, stored, size, t.column("tags_code").to_numpy(), offsets,
+                          cq_file_size, commitlog_file_size)
+        min_offset, max_offset, fillers = q.min_offset, q.max_offset, q.fillers
+        write_repaired_queue(q, queue_dir, input_queue_dir)
     pos, copy = t.column("phy_offset").to_numpy(), t.column("copy").to_numpy()
     return QueuePart(topic, queue_id, file_no, regular, t.num_rows, int(offsets[0]), int(offsets[-1]),
                      (int(pos[0]), int(copy[0])), (int(pos[-1]), int(copy[-1])), int(ends[0]),
-                     int(ends[-1]), q.min_offset, q.max_offset,
+                     int(ends[-1]), min_offset, max_offset,
                      int(t.column("store_timestamp").to_numpy().max()), fillers)
 
 
@@ -478,30 +490,23 @@ def queue_table(parts: Iterable[QueuePart]) -> pa.Table:
         pa.field("last_store_timestamp", pa.int64())]))
 
 
-def write_queue_state(q: ConsumeQueueState, queue_dir: str, input_queue_dir: PathRef | None = None
-                      ) -> list[str]:
-    """The CQ files of ``q`` (zero past each file's write position; the zeros are a sparse tail,
-    so a queue with few entries does not cost a whole file of writes).
+def write_repaired_queue(q: RepairedQueue, queue_dir: str, input_queue_dir: PathRef | None = None
+                         ) -> list[str]:
+    """The CQ files of ``q`` (``consumequeue.write_queue_files``).
 
     When the queue starts inside its first file (older commitlog files are gone), the slots before
     its min offset keep what the input's file holds there, as the broker keeps them (they are below
     the min offset and never served); pre-blank fillers are written only where the input has none.
     """
-    os.makedirs(queue_dir, exist_ok=True)
-    written = []
-    for i, f in enumerate(q.files):
-        path = os.path.join(queue_dir, cq_file_name(f.start))
-        slots = f.slots[:f.wrote // CQ_STORE_UNIT_SIZE].copy()
-        head = (q.min_logic_offset - f.start) // CQ_STORE_UNIT_SIZE
-        if i == 0 and head > 0 and input_queue_dir is not None:
-            old = location(input_queue_dir) / cq_file_name(f.start)
-            if old.is_file() and old.size() == q.file_size:
-                slots[:head] = np.frombuffer(old.read_bytes(0, head * CQ_STORE_UNIT_SIZE), dtype=slots.dtype)
-        with writing(path, "consume queue file"), open(path, "xb") as fh:
-            fh.write(slots.tobytes())
-            fh.truncate(q.file_size)
-        written.append(path)
-    return written
+    slots = q.slots
+    head = q.min_offset - q.first
+    if head > 0 and input_queue_dir is not None:
+        old = location(input_queue_dir) / cq_file_name(q.first * CQ_STORE_UNIT_SIZE)
+        if old.is_file() and old.size() == q.file_size:
+            slots = slots.copy()
+            slots[:head] = np.frombuffer(old.read_bytes(0, head * CQ_STORE_UNIT_SIZE), dtype=slots.dtype)
+    with writing(queue_dir, "consume queue file"):
+        return write_queue_files(queue_dir, q.first, slots, q.file_size)
 
 
 @dataclass
