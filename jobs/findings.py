@@ -40,6 +40,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_reader import recordformat as rf
+from schemas.findings import (INDEX_FILE_ENTRY, INDEX_FINDING_ROW, INDEX_PUT, QUEUE_FINDING_ROW, QUEUE_ROW,
+                              STORE_FINDING_ROW)
 from store_reader import dispatch, recovery
 from store_reader.brokerconf import BrokerConfig
 from store_reader.checkpoint import read_checkpoint
@@ -112,13 +114,7 @@ ENTRIES_PER_AUDIT_TASK = 4_000_000
 INDEX_ENTRIES_PER_PART = 2 << 20
 DRIVER_SLICE_BYTES = 32 << 20
 
-QUEUE_ROWS = pa.schema([pa.field("queue_offset", pa.int64(), False), pa.field("phy_offset", pa.int64(), False),
-                        pa.field("size", pa.int32(), False), pa.field("tags_code", pa.int64(), False),
-                        pa.field("src", pa.int8(), False), pa.field("flag", pa.int8(), False)])
-# index entries of one file (in entry order) and index puts (topic: a number into a list of names)
-INDEX_ENTRIES = pa.schema([pa.field("key_hash", pa.int32(), False), pa.field("phy_offset", pa.int64(), False)])
-INDEX_PUTS = pa.schema([pa.field("topic", pa.int32(), False), pa.field("key_hash", pa.int32(), False),
-                        pa.field("phy_offset", pa.int64(), False)])
+QUEUE_ROWS, INDEX_ENTRIES, INDEX_PUTS = QUEUE_ROW.arrow(), INDEX_FILE_ENTRY.arrow(), INDEX_PUT.arrow()
 _TS = pa.timestamp("us", tz="UTC")
 
 
@@ -551,12 +547,7 @@ def _bad_header_rows(plan: AuditPlan, parts: Sequence[tuple]) -> list[dict]:
     return rows
 
 
-INDEX_FINDING_ROWS = pa.schema([
-    pa.field("kind", pa.string(), False), pa.field("index", pa.string(), False),
-    pa.field("file", pa.string(), True), pa.field("topic", pa.string(), True),
-    pa.field("phy_from", pa.int64(), True), pa.field("phy_to", pa.int64(), True),
-    pa.field("count", pa.int64(), False), pa.field("detail", pa.string(), True)])
-
+INDEX_FINDING_ROWS = INDEX_FINDING_ROW.arrow()
 
 def _entry_findings(kh: np.ndarray, phy: np.ndarray, entry_number: np.ndarray, file_order: np.ndarray,
                     names: dict[int, str | None], lens: str, lo: int, end: int) -> list[dict]:
@@ -809,13 +800,7 @@ def _flush_window(partials: list[pa.Table], windows: tuple[tuple[str, int], ...]
 
 # -- queue findings ------------------------------------------------------------------------------------
 
-QUEUE_FINDING_ROWS = pa.schema([
-    pa.field("kind", pa.string(), False), pa.field("topic", pa.string(), False),
-    pa.field("queue_id", pa.int32(), False), pa.field("from_offset", pa.int64(), False),
-    pa.field("to_offset", pa.int64(), False), pa.field("count", pa.int64(), False),
-    pa.field("phy_from", pa.int64(), True), pa.field("phy_to", pa.int64(), True),
-    pa.field("detail", pa.string(), True)])
-
+QUEUE_FINDING_ROWS = QUEUE_FINDING_ROW.arrow()
 
 def _runs(kind: str, topic: str, qid: int, offsets: np.ndarray, phy: np.ndarray | None = None,
           size: np.ndarray | None = None, detail: str | None = None) -> list[dict]:
@@ -1048,11 +1033,7 @@ def store_file_findings(store: Store) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=STORE_FINDING_ROWS)
 
 
-STORE_FINDING_ROWS = pa.schema([
-    pa.field("kind", pa.string(), False), pa.field("severity", pa.string(), False),
-    pa.field("file", pa.string(), False), pa.field("position", pa.int64(), True),
-    pa.field("phy_offset", pa.int64(), True), pa.field("detail", pa.string(), True)])
-
+STORE_FINDING_ROWS = STORE_FINDING_ROW.arrow()
 
 @dataclass
 class Findings:

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 import numpy as np
 import pyarrow as pa
 
+from schemas.repair import DISPATCH_ENTRY, REPAIRED_QUEUE
+
 from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
@@ -60,15 +62,7 @@ DISPATCH_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "q
 INDEX_COLUMNS = ["phy_offset", "stored_phy_offset", "store_timestamp", "sys_flag", "topic", "uniq_key",
                  "key_list"]
 
-# One consume queue put of a record below the truncation point: its queue, its position in the
-# commitlog (``phy_offset``, then ``copy``: 0 for the record's own queue, k for its k-th LMQ copy),
-# and the entry it writes.
-ENTRY_SCHEMA = pa.schema([
-    pa.field("topic", pa.string(), False), pa.field("queue_id", pa.int32(), False),
-    pa.field("queue_offset", pa.int64(), False), pa.field("phy_offset", pa.int64(), False),
-    pa.field("copy", pa.int32(), False), pa.field("stored_phy_offset", pa.int64(), False),
-    pa.field("total_size", pa.int32(), False), pa.field("tags_code", pa.int64(), False),
-    pa.field("store_timestamp", pa.int64(), False)])
+ENTRY_SCHEMA = DISPATCH_ENTRY.arrow()
 
 
 def resized_commitlog_files(store: Store) -> list[tuple[str, int, int]]:
@@ -484,10 +478,7 @@ def queue_table(parts: Iterable[QueuePart]) -> pa.Table:
         lo, hi = min(p.min_offset for p in ps), max(p.max_offset for p in ps)
         rows.append({"topic": topic, "queue_id": qid, "min_offset": lo, "max_offset": hi,
                      "entries": hi - lo, "last_store_timestamp": max(p.last_store_timestamp for p in ps)})
-    return pa.Table.from_pylist(rows, schema=pa.schema([
-        pa.field("topic", pa.string()), pa.field("queue_id", pa.int32()), pa.field("min_offset", pa.int64()),
-        pa.field("max_offset", pa.int64()), pa.field("entries", pa.int64()),
-        pa.field("last_store_timestamp", pa.int64())]))
+    return pa.Table.from_pylist(rows, schema=REPAIRED_QUEUE.arrow())
 
 
 def write_repaired_queue(q: RepairedQueue, queue_dir: str, input_queue_dir: PathRef | None = None

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas import MESSAGE
+from schemas.replicas import RECORD_RUN, REPLICA_RECORD
 
 from . import recordformat as rf
 from .commitlog import DEFAULT_BATCH_SIZE, SegmentScan, _native_opts, scanner_impl
@@ -61,31 +61,9 @@ IDENTICAL, DIFFERS, MASTER_ONLY, SLAVE_ONLY = "identical", "differs", "master_on
 CONTENT_DIFFERS = "content_differs"
 MASTER, SLAVE = "master", "slave"
 
-RECORD_COLUMNS = ("phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag",
-                  "store_timestamp", "body_crc", "msg_id", "uniq_key", "tags", "keys")
-RECORD_SCHEMA = pa.schema([pa.field("kind", pa.string(), nullable=False),
-                           pa.field("side", pa.string(), nullable=False)]
-                          + list(MESSAGE.arrow(RECORD_COLUMNS)))
-"""One record that is not on both sides as the same bytes: ``kind`` master_only | slave_only |
-content_differs, ``side`` whose copy the row describes (a content_differs pair gives two rows)."""
-
-RUN_SCHEMA = pa.schema([
-    pa.field("kind", pa.string(), nullable=False),
-    pa.field("side", pa.string(), nullable=False),
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("queue_id", pa.int32(), nullable=False),
-    pa.field("consume_queue", pa.bool_(), nullable=False),
-    pa.field("queue_offset_from", pa.int64(), nullable=False),
-    pa.field("queue_offset_to", pa.int64(), nullable=False),      # exclusive
-    pa.field("phy_offset_from", pa.int64(), nullable=False),
-    pa.field("phy_offset_to", pa.int64(), nullable=False),        # exclusive: end of the last record
-    pa.field("records", pa.int64(), nullable=False),
-    pa.field("first_store_timestamp", pa.int64(), nullable=False),
-    pa.field("last_store_timestamp", pa.int64(), nullable=False),
-])
-"""Records of one kind, side and queue with consecutive queue offsets (range-encoded findings).
-``consume_queue`` false: PREPARED/ROLLBACK records, which get no consume queue entry and whose
-QUEUEOFFSET means nothing; they form one run per kind, side and queue, whatever their offsets."""
+RECORD_SCHEMA = REPLICA_RECORD.arrow()
+RECORD_COLUMNS = tuple(RECORD_SCHEMA.names[2:])      # after kind, side: the scanned columns
+RUN_SCHEMA = RECORD_RUN.arrow()
 
 _RUN_KEYS = ("kind", "side", "topic", "queue_id", "consume_queue")
 _WHAT = "commitlog segment"
