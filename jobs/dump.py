@@ -130,6 +130,7 @@ from store_reader.fsutil import list_dir
 from store_reader.indexfile import (HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile,
                                     read_header)
 from store_reader.mappedfile import MappedFile, list_mapped_files
+from store_reader.ranges import consecutive_runs
 from store_reader.store import Store, _load_broker_config, open_store
 from store_reader.storefs import PathRef, StoreLocation, location
 
@@ -230,12 +231,7 @@ def _join(base: PathRef, *names: str) -> PathRef:
 
 def runs(idx: np.ndarray) -> list[tuple[int, int]]:
     """Runs ``[first, last]`` of consecutive values in sorted integer ``idx``."""
-    if idx.size == 0:
-        return []
-    breaks = np.flatnonzero(np.diff(idx) != 1)
-    starts = np.concatenate(([0], breaks + 1))
-    ends = np.concatenate((breaks, [idx.size - 1]))
-    return [(int(idx[s]), int(idx[e])) for s, e in zip(starts, ends)]
+    return [(int(idx[lo]), int(idx[hi - 1])) for lo, hi in consecutive_runs(idx)]
 
 
 Describe = Callable[[int, int], "tuple[int, str, int | None, dict[str, Any]]"]

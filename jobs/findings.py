@@ -50,6 +50,7 @@ from store_reader.config import read_consumer_offsets
 from store_reader.consumequeue import (CQEntries, decode_entries, list_queue_files, list_queues,
                                        read_queue_head)
 from store_reader.indexfile import IndexFile, IndexHeader, list_index_files, read_header
+from store_reader.ranges import consecutive_runs
 from store_reader.repair import index_puts, part_bucket
 from store_reader.store import Store
 
@@ -591,8 +592,7 @@ def _unfindable_runs(puts: list[tuple[list[str], pa.Table]], lenses: dict[str, t
         for lens, miss_put in missing.items():
             miss = np.bincount(inv, weights=miss_put[sel], minlength=len(uphy))
             hit = np.flatnonzero(miss > 0)         # records (in phy order) missing a key
-            cut = np.flatnonzero(np.diff(hit) != 1) + 1
-            for a, b in zip(np.r_[0, cut], np.r_[cut, len(hit)]) if len(hit) else ():
+            for a, b in consecutive_runs(hit):
                 run = hit[a:b]
                 runs.append((lens, topic, int(run[0]), int(run[-1]) + 1, int(uphy[run[0]]),
                              int(uphy[run[-1]]) + 1, int(miss[run].sum())))
@@ -805,11 +805,8 @@ QUEUE_FINDING_ROWS = QUEUE_FINDING_ROW.arrow()
 def _runs(kind: str, topic: str, qid: int, offsets: np.ndarray, phy: np.ndarray | None = None,
           size: np.ndarray | None = None, detail: str | None = None) -> list[dict]:
     """Range-encode sorted ``offsets`` (with the phy/size of their entries) into rows."""
-    if not len(offsets):
-        return []
-    cut = np.flatnonzero(np.diff(offsets) != 1) + 1
     rows = []
-    for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(offsets)]])):
+    for lo, hi in consecutive_runs(offsets):
         row = {"kind": kind, "topic": topic, "queue_id": qid, "from_offset": int(offsets[lo]),
                "to_offset": int(offsets[hi - 1]) + 1, "count": int(hi - lo), "phy_from": None,
                "phy_to": None, "detail": detail}
