@@ -23,7 +23,7 @@ from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, l
                            list_queues, read_queue_slots)
 from .dispatch import dispatchable, index_put_keys, multi_dispatch_rows
 from .exceptions import StoreReaderError
-from .indexfile import (INDEX_HEADER_SIZE, BuiltIndexFile, IndexFile, IndexHeader, _put_all,
+from .indexfile import (BuiltIndexFile, IndexFile, IndexHeader, _put_all,
                         list_index_files, query_key_hash, read_header)
 from .javahash import index_key, index_key_hash, index_key_hashes, java_string_hashes
 from .store import Store
@@ -514,21 +514,17 @@ class IndexDispatch:
     PENDING = 4          # batches queued for the thread at most
 
     def __init__(self, config: BrokerConfig, start_header: IndexHeader, base: bytes | None) -> None:
+        """``start_header``: where the puts start (``IndexHeader.after_load``); ``base``: the bytes
+        of the file it heads when that file is continued, None for a fresh file."""
         from concurrent.futures import ThreadPoolExecutor
 
         self.hash_slot_num, self.index_num = config.maxHashSlotNum, config.maxIndexNum
         self.size = config.index_file_size
         self.end_phy = start_header.end_phy_offset
         self.built: list[BuiltIndexFile] = []
-        self.header, self.data, self.continued = start_header, None, False
+        self.header, self.data, self.continued = start_header, None, base is not None
         if base is not None:
-            loaded = IndexHeader.unpack(base[:INDEX_HEADER_SIZE])
-            loaded = replace(loaded, index_count=loaded.loaded_index_count)
-            if loaded.index_count < self.index_num:
-                self.header, self.continued = loaded, True
-                self.data = np.frombuffer(base, dtype=np.uint8).copy()
-            else:
-                self.header = loaded.successor()     # full: the broker creates the next file at once
+            self.data = np.frombuffer(base, dtype=np.uint8).copy()
         self.puts = self.file_first_put = 0
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-dispatch")
         self._pending: list = []
@@ -562,12 +558,12 @@ class IndexDispatch:
             if self.data is None:
                 self.data, self.continued = np.zeros(self.size, np.uint8), False
                 self.file_first_put = self.puts
-            hi = min(len(kh), lo + self.index_num - self.header.index_count)
+            hi = min(len(kh), lo + self.header.room(self.index_num))
             self.header = _put_all(self.data, self.header, kh[lo:hi], phy[lo:hi], ts[lo:hi],
                                    self.hash_slot_num)
             self.puts += hi - lo
             lo = hi
-            if self.header.index_count >= self.index_num:
+            if self.header.is_full(self.index_num):
                 self._close_file()
 
     def _close_file(self) -> None:
@@ -844,10 +840,9 @@ def index_files_at_load(store: Store, abnormal: bool, index_msg_timestamp: int
         return files, None
     last = files[-1] if files else None
     if last is None:
-        return files, IndexDispatch(cfg, IndexHeader().successor(), None)   # a fresh first file
-    if last.header.loaded_index_count >= cfg.maxIndexNum:
-        return files, IndexDispatch(cfg, last.header.successor(), None)
-    return files, IndexDispatch(cfg, last.header, location(last.path).read_bytes())
+        return files, IndexDispatch(cfg, IndexHeader.first(), None)   # a fresh first file
+    header, continued = last.header.after_load(cfg.maxIndexNum)
+    return files, IndexDispatch(cfg, header, location(last.path).read_bytes() if continued else None)
 
 
 def predict_index(files: list[PredictedIndexFile], index_msg_timestamp: int, dispatched: Dispatched

@@ -586,7 +586,7 @@ def index_file_plan(puts_per_segment: Sequence[int], index_num: int) -> list[lis
     store (an index file holds ``maxIndexNum - 1`` entries, its entry 0 is unused). Per file, the
     (segment, first put, end put) ranges to read, starting one put early for every file but the
     first: a file's header starts from its predecessor's last put (``IndexHeader.successor``)."""
-    per_file = index_num - 1
+    per_file = IndexHeader.first().room(index_num)
     starts = np.concatenate([[0], np.cumsum(puts_per_segment)]).astype(np.int64)
     total = int(starts[-1])
     plan = []
@@ -630,7 +630,7 @@ class IndexFileWriter:
 
     @property
     def room(self) -> int:
-        return self.index_num - self.header.index_count
+        return self.header.room(self.index_num)
 
     def put(self, key_hash: np.ndarray, phy: np.ndarray, store_timestamp: np.ndarray) -> None:
         if not len(key_hash):
@@ -740,7 +740,7 @@ def write_index_file_part(path: str, segments: Sequence[tuple[str, int, int]], o
     try:
         for p, a, b in _prefetched(_range_puts(segments, opts, end)):
             if writer is None:
-                start = IndexHeader(0, 0, 0, 0, 0, 1)
+                start = IndexHeader.first()
                 if skip:
                     start = IndexHeader(end_timestamp=int(p.store_timestamp[a]),
                                         end_phy_offset=int(p.phy[a])).successor()
@@ -966,5 +966,5 @@ def write_checkpoint_file(dest_root: Path, ckpt: Checkpoint, broker_5x: bool) ->
 
 def full_index_end_timestamp(headers: Sequence[IndexHeader], index_num: int) -> int:
     """``indexMsgTimestamp`` after a full flush: end time of the last index file that is full."""
-    full = [h.end_timestamp for h in headers if h.index_count >= index_num]
+    full = [h.end_timestamp for h in headers if h.is_full(index_num)]
     return full[-1] if full else 0
