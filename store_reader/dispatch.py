@@ -26,27 +26,37 @@ def indexable(sys_flag: np.ndarray) -> np.ndarray:
     return (np.asarray(sys_flag) & rf.TRANSACTION_MASK) != rf.TRANSACTION_ROLLBACK_TYPE
 
 
+def _column(records: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
+    c = records.column(name)
+    return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+
+
+def index_key_counts(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Per record (columns sys_flag, uniq_key, key_list): whether ``IndexService#buildIndex`` puts
+    its UNIQ_KEY, and how many KEYS tokens it puts (none for a record ``indexable`` leaves out)."""
+    import pyarrow.compute as pc
+
+    indexed = indexable(_column(records, "sys_flag").to_numpy(zero_copy_only=False))
+    has_uniq = pc.is_valid(_column(records, "uniq_key")).to_numpy(zero_copy_only=False) & indexed
+    n_keys = np.where(indexed, pc.list_value_length(_column(records, "key_list"))
+                      .to_numpy(zero_copy_only=False).astype(np.int64), 0)
+    return has_uniq, n_keys
+
+
 def index_put_keys(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, pa.Array, pa.Array]:
     """``IndexService#buildIndex`` keys of records in commitlog order, vectorised: the number of
-    keys each record puts (0 for one ``indexable`` leaves out), then per put (UNIQ_KEY, if any, then the KEYS
+    keys each record puts (``index_key_counts``), then per put (UNIQ_KEY, if any, then the KEYS
     tokens of each record) its topic and its ``topic#key`` string."""
     import pyarrow.compute as pc
 
-    def column(name: str) -> pa.Array:
-        c = records.column(name)
-        return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
-
-    unindexed = ~indexable(column("sys_flag").to_numpy(zero_copy_only=False))
-    uniq, key_lists = column("uniq_key").cast(pa.string()), column("key_list")
-    has_uniq = pc.is_valid(uniq).to_numpy(zero_copy_only=False) & ~unindexed
-    n_keys = np.where(unindexed, 0, pc.list_value_length(key_lists).to_numpy(zero_copy_only=False)
-                      .astype(np.int64))
+    has_uniq, n_keys = index_key_counts(records)
+    uniq, key_lists = _column(records, "uniq_key").cast(pa.string()), _column(records, "key_list")
     counts = has_uniq.astype(np.int64) + n_keys
     total = int(counts.sum())
     if not total:
         return counts, pa.array([], pa.string()), pa.array([], pa.string())
     uniq_values = uniq.filter(pa.array(has_uniq))
-    keep = np.repeat(~unindexed, pc.list_value_length(key_lists).to_numpy(zero_copy_only=False)
+    keep = np.repeat(n_keys > 0, pc.list_value_length(key_lists).to_numpy(zero_copy_only=False)
                      .astype(np.int64))
     tokens_flat = pc.list_flatten(key_lists).cast(pa.string())
     if not keep.all():
@@ -59,7 +69,8 @@ def index_put_keys(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, pa.A
     within = np.arange(len(tokens_flat)) - np.repeat(np.cumsum(n_keys) - n_keys, n_keys)
     order[starts[owner] + has_uniq[owner] + within] = len(uniq_values) + np.arange(len(tokens_flat))
     tokens = pa.concat_arrays([uniq_values, tokens_flat]).take(pa.array(order))
-    topics = column("topic").cast(pa.string()).take(pa.array(np.repeat(np.arange(len(counts)), counts)))
+    put_record = pa.array(np.repeat(np.arange(len(counts)), counts))
+    topics = _column(records, "topic").cast(pa.string()).take(put_record)
     return counts, topics, pc.binary_join_element_wise(topics, tokens, "#")
 
 

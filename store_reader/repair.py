@@ -33,7 +33,7 @@ from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
 from .consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, write_queue_files
-from .dispatch import dispatchable, index_put_keys, indexable, multi_dispatch_rows
+from .dispatch import dispatchable, index_key_counts, index_put_keys, multi_dispatch_rows
 from .exceptions import OutputError, StoreReaderError, UnreadableFileError
 from .fsutil import walk_files
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
@@ -540,8 +540,6 @@ def segment_index_puts(path: str, opts: rf.ScanOptions, end: int) -> Iterator[tu
 def segment_index_counts(path: str, opts: rf.ScanOptions, end: int) -> tuple[int, int]:
     """(index puts, largest store time) of one commitlog file's records below ``end``: per record
     but a ROLLBACK one, its UNIQ_KEY (if any) and KEYS tokens, counted without building keys."""
-    import pyarrow.compute as pc
-
     from .commitlog import SegmentScan
 
     puts, last_ts = 0, 0
@@ -551,10 +549,8 @@ def segment_index_counts(path: str, opts: rf.ScanOptions, end: int) -> tuple[int
         below = pos < end
         if not below.any():
             break
-        keep = below & indexable(rb.column("sys_flag").to_numpy())
-        uniq = pc.is_valid(rb.column("uniq_key")).to_numpy(zero_copy_only=False)
-        tokens = pc.list_value_length(rb.column("key_list")).to_numpy(zero_copy_only=False)
-        puts += int(uniq[keep].sum()) + int(tokens[keep].sum())
+        uniq, tokens = index_key_counts(rb)
+        puts += int(uniq[below].sum()) + int(tokens[below].sum())
         last_ts = max(last_ts, int(rb.column("store_timestamp").to_numpy()[below].max()))
     return puts, last_ts
 
