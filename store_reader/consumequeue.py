@@ -53,6 +53,7 @@ __all__ = [
     "classify_entries",
     "valid_mask",
     "valid_prefix_length",
+    "range_status",
     "read_queue",
     "list_queues",
     "write_queue",
@@ -296,6 +297,22 @@ def valid_prefix_length(phy_offset: np.ndarray, size: np.ndarray) -> int:
     """Number of leading valid entries (where ``ConsumeQueue#recover`` stops in a file)."""
     bad = np.flatnonzero(~valid_mask(phy_offset, size))
     return int(bad[0]) if bad.size else len(np.asarray(phy_offset))
+
+
+def range_status(min_offset: int, max_offset: int, offset: int) -> tuple[str | None, int]:
+    """The checks of a pull's offset against the queue's range, in the broker's order (R§9.2, the
+    same in 4.9.7 and 5.3.3): ``(GetMessageStatus, nextBeginOffset on a master)``, or ``(None,
+    offset)`` when the offset lies inside the queue. The second value is where the consumer's
+    next pull leaves its committed offset (PULL_OFFSET_MOVED persists it)."""
+    if max_offset == 0:
+        return "NO_MESSAGE_IN_QUEUE", 0
+    if offset < min_offset:
+        return "OFFSET_TOO_SMALL", min_offset
+    if offset == max_offset:
+        return "OFFSET_OVERFLOW_ONE", offset
+    if offset > max_offset:
+        return "OFFSET_OVERFLOW_BADLY", max_offset
+    return None, offset
 
 
 def read_queue(queue_dir: PathRef, topic: str, queue_id: int, cq_file_size: int, *,

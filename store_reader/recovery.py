@@ -20,7 +20,7 @@ from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, read_checkpoint
 from .commitlog import SegmentSummary
 from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, list_queue_files,
-                           list_queues, read_queue_slots)
+                           list_queues, range_status, read_queue_slots)
 from .dispatch import dispatchable, index_put_keys, multi_dispatch_rows
 from .exceptions import StoreReaderError
 from .indexfile import (BuiltIndexFile, IndexFile, IndexHeader, _put_all,
@@ -904,22 +904,6 @@ def _readable(pred: Prediction, phy: int, size: int) -> bool:
         if f.start <= phy < f.start + f.size:
             return phy - f.start + size <= f.wrote
     return False
-
-
-def range_status(min_offset: int, max_offset: int, offset: int) -> tuple[str | None, int]:
-    """The checks of a pull's offset against the queue's range, in the broker's order (R§9.2, the
-    same in 4.9.7 and 5.3.3): ``(GetMessageStatus, nextBeginOffset on a master)``, or ``(None,
-    offset)`` when the offset lies inside the queue. The second value is where the consumer's
-    next pull leaves its committed offset (PULL_OFFSET_MOVED persists it)."""
-    if max_offset == 0:
-        return "NO_MESSAGE_IN_QUEUE", 0
-    if offset < min_offset:
-        return "OFFSET_TOO_SMALL", min_offset
-    if offset == max_offset:
-        return "OFFSET_OVERFLOW_ONE", offset
-    if offset > max_offset:
-        return "OFFSET_OVERFLOW_BADLY", max_offset
-    return None, offset
 
 
 def check_offset(pred: Prediction, config: BrokerConfig, topic: str, group: str | None,

@@ -32,18 +32,18 @@ from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
-from .consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, write_queue_files
+from .consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, range_status, write_queue_files
 from .dispatch import dispatchable, index_key_counts, index_put_keys, multi_dispatch_rows
 from .exceptions import OutputError, StoreReaderError, UnreadableFileError
 from .fsutil import walk_files
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
 from .mappedfile import file_name as cq_file_name
-from .recovery import Prediction, range_status
 from .storefs import READ_CHUNK, PathRef, StoreLocation, location, open_regular
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:             # the repair reads the prediction's cut, never its state machines
     from .commitlog import SegmentSummary
+    from .recovery import Prediction
     from .store import Store
 
 # Bytes read and hashed at a time while copying: small enough to stay in the core's cache between
@@ -924,7 +924,7 @@ def correct_consumer_offsets(config_dir: Path, queue_ranges: Mapping[tuple[str, 
                              ) -> list[dict]:
     """Move every committed offset of the consumer offset files under ``config_dir`` (each
     generation, ``CONSUMER_OFFSET_FILES``) to where the consumer's next pull on the repaired store
-    would move it: the broker's own correction (``recovery.range_status``) against
+    would move it: the broker's own correction (``consumequeue.range_status``) against
     ``queue_ranges``, (min, max) of each repaired queue (a queue not there is empty). An offset
     the queue serves stays; a file that does not decode stays as it is.
 

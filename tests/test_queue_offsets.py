@@ -225,3 +225,24 @@ def test_records_behind_a_kept_span_keep_their_entries_and_index_keys(repaired):
     for topic, key, phy in sel[::50]:
         assert phy in query(files, topic, key, hash_slot_num=store.config.maxHashSlotNum,
                             index_num=store.config.maxIndexNum, max_num=1 << 30), (topic, key)
+
+
+def test_the_repair_and_the_prediction_borrow_nothing_from_each_other():
+    """The prediction (the broker's put state machine, bugs included) and the repair (what a
+    correct store holds) share only the rules both follow (dispatch, formats): neither imports
+    the other at run time (the repair reads the prediction's type for hints only)."""
+    import ast
+
+    import store_reader
+
+    root = Path(store_reader.__file__).parent
+
+    def runtime_imports(name: str) -> set[str]:
+        tree = ast.parse((root / f"{name}.py").read_text())
+        hidden = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                  and getattr(node.test, "id", None) == "TYPE_CHECKING" for n in ast.walk(node)}
+        return {node.module for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module and id(node) not in hidden}
+
+    assert "recovery" not in runtime_imports("repair")
+    assert "repair" not in runtime_imports("recovery")
