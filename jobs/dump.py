@@ -114,7 +114,7 @@ import pyarrow.compute as pc
 from schemas import MESSAGE
 from store_reader import recordformat as rf
 from store_reader import recovery
-from store_reader.brokerconf import BrokerConfig
+from store_reader.brokerconf import BrokerConfig, broker_config_of
 from store_reader.checkpoint import CHECKPOINT_FILE_SIZE, lock_status, read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
 from store_reader.config import (ConfigLoad, load_config, parse_fastjson, read_consumer_offsets,
@@ -131,7 +131,7 @@ from store_reader.indexfile import (HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEAD
                                     read_header)
 from store_reader.mappedfile import MappedFile, list_mapped_files
 from store_reader.ranges import consecutive_runs
-from store_reader.store import Store, _load_broker_config, open_store
+from store_reader.store import Store, open_store
 from store_reader.storefs import PathRef, StoreLocation, location
 
 EXIT_OK, EXIT_ANOMALIES, EXIT_UNREADABLE = 0, 1, 2
@@ -1424,8 +1424,8 @@ def _open(root: Path | StoreLocation, broker_config: str | None) -> StoreView:
 def _broker_config(root: Path | StoreLocation, broker_config: str | None) -> BrokerConfig:
     """The settings a file needs to be read (as ``open_store`` picks them, without the store)."""
     if broker_config is None and (root / "broker.conf").is_file():
-        return _load_broker_config(root / "broker.conf")
-    return _load_broker_config(broker_config)
+        return broker_config_of(root / "broker.conf")
+    return broker_config_of(broker_config)
 
 
 def run(args: argparse.Namespace, p: Printer) -> int:
