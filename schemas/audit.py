@@ -21,6 +21,11 @@ def audit_table(name: str, fields: tuple[F, ...]) -> RecordSchema:
     return RecordSchema(name, AUDIT_KEYS + tuple(fields))
 
 
+def without_run_keys(table: RecordSchema) -> RecordSchema:
+    """An audit table's rows as a run finds them, before the run keys are added."""
+    return RecordSchema(table.name, table.fields[len(AUDIT_KEYS):])
+
+
 RUNS = audit_table("runs", (
     F("job", "string", doc="recover | audit"),
     F("mode", "string", doc="recover: write | dry_run | apply; audit: full | since_last"),
