@@ -47,6 +47,7 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -69,7 +70,7 @@ from store_reader.indexfile import IndexHeader
 from store_reader.recordformat import ScanOptions
 from store_reader.store import Store
 from store_reader.storefs import StoreLocation
-from store_reader import publish, repair
+from store_reader import publish, repair, scanned
 from jobs import audit as audit_job
 from jobs import findings as fnd
 from jobs import deltasink
@@ -90,6 +91,36 @@ def scan_segments(spark, store: Store, opts: ScanOptions, paths: list[str] | Non
     return rdd.map(lambda p: summarize_segment(p, opts)).collect()
 
 
+@dataclass
+class Scan:
+    """Pass 2's output: the summaries in file order, where each segment's records were kept
+    (``store_reader.scanned``) and how often each segment's bytes were walked."""
+
+    summaries: list[SegmentSummary]
+    records: dict[str, str]
+    scans: dict[str, float]
+
+
+def scan_once(spark, store: Store, opts: ScanOptions, records_dir: str) -> Scan:
+    """One Spark task per commitlog file walks it once: its summary (the broker's walk) and its
+    records, kept under ``records_dir`` for every later pass (``scanned.scan_segment``)."""
+    paths = [f.path for f in store.commitlog_files]
+    if not paths:
+        return Scan([], {}, {})
+    cols, lost = scanned.columns_for(store.config, opts.broker_5x)
+    got = spark.sparkContext.parallelize(paths, len(paths)).map(
+        lambda p: scanned.scan_segment(p, opts, records_dir, cols, lost)).collect()
+    return Scan([g.summary for g in got], {g.summary.segment: g.records_path for g in got},
+                {g.summary.segment: g.scans for g in got})
+
+
+def _kept(records: dict[str, str] | None):
+    """A commitlog file's records as the run's scan kept them (by path), or None: read the file."""
+    if records is None:
+        return None
+    return lambda path: scanned.read_records(records[os.path.basename(str(path))])
+
+
 # -- passes 4-5: consume queues and index files -----------------------------------------------------
 
 # Consume queue entries per rebuild task (a bucket of CQ files and small queues, ~60 bytes an entry
@@ -104,20 +135,23 @@ def _rebuild_scan_options(store: Store, broker_5x: bool) -> ScanOptions:
 
 
 def surviving_records(spark, store: Store, end: int, broker_5x: bool, buckets: int,
-                      only: set[tuple[str, int]] | None = None):
+                      only: set[tuple[str, int]] | None = None, records: dict[str, str] | None = None):
     """RDD of the consume queue puts of every record below the truncation point ``end``
     (``repair.ENTRY_SCHEMA`` tables: dispatchable records and their LMQ copies), one Spark task per
     commitlog file, cut into rebuild parts and keyed by rebuild task:
     ``(bucket, ((topic, queue id, CQ file number), entries))``. With ``only``, whole queues
     (file number -1) of those queues alone.
 
-    The puts travel as Arrow tables, a few per commitlog file and task, never as Spark rows."""
+    The puts travel as Arrow tables, a few per commitlog file and task, never as Spark rows.
+    ``records``: where the run's scan kept each file's records (default: read the files)."""
     files = [f.path for f in store.commitlog_files if f.start < end]
     opts, cfg = _rebuild_scan_options(store, broker_5x), store.config
     per_file = cfg.cq_file_size // CQ_STORE_UNIT_SIZE
+    kept = _kept(records)
 
     def scan(path: str):
-        tables = list(repair.dispatch_entries(path, opts, end, cfg, broker_5x))
+        tables = list(repair.dispatch_entries(path, opts, end, cfg, broker_5x) if kept is None
+                      else repair.dispatch_batches(kept(path), end, cfg, broker_5x))
         if not tables:
             return
         cut_by = per_file if only is None else None
@@ -144,7 +178,8 @@ class QueueRebuild:
 
 def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_root: str,
                            expected_entries: int,
-                           kept_queues: dict[tuple[str, int], tuple[int, int]] | None = None) -> QueueRebuild:
+                           kept_queues: dict[tuple[str, int], tuple[int, int]] | None = None,
+                           records: dict[str, str] | None = None) -> QueueRebuild:
     """Write every queue's CQ files under ``out_root/consumequeue`` (LMQ copies included when
     ``enableMultiDispatch``) from the records below ``end``, each entry at its record's own
     queue offset (``repair.place_entries``). ``kept_queues``: (min, max) offset of each queue the
@@ -173,7 +208,7 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
                 cfg.mappedFileSizeCommitLog)
 
     def run(only: set[tuple[str, int]] | None) -> list[repair.QueuePart]:
-        rdd = surviving_records(spark, store, end, broker_5x, buckets, only)
+        rdd = surviving_records(spark, store, end, broker_5x, buckets, only, records)
         return rdd.partitionBy(buckets, lambda bucket: bucket).mapPartitions(build).collect()
 
     parts = run(None)
@@ -197,22 +232,27 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
 
 
 def index_put_counts(spark, store: Store, summaries: Sequence[SegmentSummary], end: int,
-                     broker_5x: bool) -> list[tuple[int, int]]:
+                     broker_5x: bool, records: dict[str, str] | None = None) -> list[tuple[int, int]]:
     """Per commitlog file below ``end``: its records' index puts and their latest store time,
     which cut the puts into index files (``repair.index_file_plan``). From the scan's summaries;
     a file the rebuild reads past its valid prefix is counted again, a task each."""
     files = [f.path for f in store.commitlog_files if f.start < end]
     opts = _rebuild_scan_options(store, broker_5x)
+    kept = _kept(records)
+
+    def count(path: str) -> tuple[int, int]:
+        return repair.segment_index_counts(path, opts, end) if kept is None \
+            else repair.index_counts_of(kept(path), end)
 
     def recount(again: list[int]) -> list[tuple[int, int]]:
-        return spark.sparkContext.parallelize([files[i] for i in again], len(again)).map(
-            lambda p: repair.segment_index_counts(p, opts, end)).collect()
+        return spark.sparkContext.parallelize([files[i] for i in again], len(again)).map(count).collect()
 
     return repair.index_put_counts(summaries, end, recount)
 
 
 def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_dir: str,
-                        counts: list[tuple[int, int]]) -> list[IndexHeader]:
+                        counts: list[tuple[int, int]], records: dict[str, str] | None = None
+                        ) -> list[IndexHeader]:
     """Fresh index files under ``index_dir`` from every record below ``end`` (``counts``: from
     ``index_put_counts``); returns their headers in creation order.
 
@@ -227,8 +267,9 @@ def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_di
     tasks = [(k, [(files[i], lo, hi) for i, lo, hi in ranges]) for k, ranges in enumerate(plan)]
     if not tasks:
         return []
+    kept = _kept(records)
     written = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: repair.write_index_file_part(
-        os.path.join(index_dir, f".building-{t[0]:06d}"), t[1], opts, end, cfg, t[0] == 0)).collect()
+        os.path.join(index_dir, f".building-{t[0]:06d}"), t[1], opts, end, cfg, t[0] == 0, kept)).collect()
     for w, name in zip(written, repair.name_index_files(written)):
         os.rename(w.path, os.path.join(index_dir, name))
     return [w.header for w in written]
@@ -258,6 +299,10 @@ class RunReport:
     resized: list[tuple[str, int, int]] = field(default_factory=list)
     """(file, length, mappedFileSizeCommitLog) of commitlog files the repaired store holds resized."""
     config_left_out: list[str] = field(default_factory=list)
+    records: dict[str, str] = field(default_factory=dict)
+    """Where the scan kept each segment's records for the later passes (``store_reader.scanned``)."""
+    scans: dict[str, float] = field(default_factory=dict)
+    """Per segment: how often the run walked its bytes (1: once)."""
 
     def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
         secs = (time.monotonic() if ended is None else ended) - started
@@ -384,6 +429,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         (tmp / "index").mkdir()
         (tmp / "commitlog").mkdir()
         expected = sum(s.records for s in report.summaries if s.file_start < end)
+        records = report.records if report.records and scanned.serves_rebuild(cfg, version_5x) else None
         srcs = {c.name: c.path for c in store.commitlog_files}
         index_submitted = threading.Event()
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="recover-write") as pool:
@@ -409,7 +455,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             def index_files(counts: list[tuple[int, int]], t: float):
                 index_submitted.set()  # the queue job builds its RDD first: this job is queued ahead
                 passes.check()
-                headers = rebuild_index_files(spark, store, end, version_5x, str(tmp / "index"), counts)
+                headers = rebuild_index_files(spark, store, end, version_5x, str(tmp / "index"), counts, records)
                 report.log_pass("rebuild index", t, f"{len(headers)} files, "
                                 f"{sum(h.index_count - 1 for h in headers)} entries")
                 return headers, _digests(tmp, "index")
@@ -422,7 +468,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                     queued.set()
                 t = time.monotonic()
                 kept = {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()}
-                rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected, kept)
+                rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected, kept, records)
                 report.log_pass("rebuild consume queues", t, f"{rebuilt.queues.num_rows} queues, "
                                 f"{sum(rebuilt.queues['entries'].to_pylist())} entries, {rebuilt.parts} "
                                 f"parts in {rebuilt.tasks} tasks, {len(rebuilt.rebuilt_whole)} rebuilt whole, "
@@ -432,7 +478,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             copying = passes.submit(commitlog)
             t = time.monotonic()
             counts = passes.result(passes.submit(index_put_counts, spark, store, report.summaries, end,
-                                                 version_5x))
+                                                 version_5x, records))
             indexing = passes.submit(index_files, counts, t)
             queueing = passes.submit(consume_queues)
             headers, index_digests = passes.result(indexing)
@@ -492,7 +538,7 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
         if after is not None:
             after()
         t = time.monotonic()
-        report.findings = fnd.audit(spark, store, pred, report.summaries)
+        report.findings = fnd.audit(spark, store, pred, report.summaries, records=report.records or None)
         report.log_pass("audit", t, ", ".join(f"{v} {k}" for k, v in
                                               fnd.alerting_counts(report.findings).items()))
 
@@ -602,12 +648,14 @@ def claim_outputs(stack: ExitStack, store: Store, out: str | None, overwrite: bo
 def recover(spark, store_path: str, out: str | None, broker_config: str | None = None,
             broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
             backup: str | None = None, audit_path: str | None = None,
-            keep_consumer_offsets: bool = False, commitlog_gone: bool = False) -> RunReport:
+            keep_consumer_offsets: bool = False, commitlog_gone: bool = False,
+            scan_dir: str | None = None) -> RunReport:
     """The whole run (passes 1-7); ``dry_run`` writes no repaired store (audit rows still go to
     ``audit_path`` when given). The repaired store's committed consumer offsets are moved where
     the consumers' next pull on it would move them, unless ``keep_consumer_offsets``. A store
     without commitlog files is refused unless ``commitlog_gone`` (the operator says it is really
-    gone, not on a volume that is not mounted)."""
+    gone, not on a volume that is not mounted). ``scan_dir``: where the scan keeps the segments'
+    records for the run (default: the system's temporary directory)."""
     started = time.monotonic()
     # absolute: Spark tasks write under it, whatever their working directory
     out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
@@ -628,12 +676,12 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         claim_outputs(stack, store, None if dry_run else out, overwrite,
                       backup if not dry_run else None, audit_path)
         return _recover(spark, store, out, broker_version, dry_run, overwrite, backup, audit_path,
-                        keep_consumer_offsets, started)
+                        keep_consumer_offsets, started, scan_dir)
 
 
 def _recover(spark, store: Store, out: str | None, broker_version: str | None, dry_run: bool,
              overwrite: bool, backup: str | None, audit_path: str | None, keep_consumer_offsets: bool,
-             started: float) -> RunReport:
+             started: float, scan_dir: str | None) -> RunReport:
     t = started
     audited_at = dt.datetime.now(dt.timezone.utc)
     version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
@@ -641,16 +689,30 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
     run_id = audit_job.run_id_for("recover", store, version, mode)
     log.info("pass %-22s %7.2fs  %d commitlog files, version %s, abort=%s", "discover",
              time.monotonic() - t, len(store.commitlog_files), version, store.abort_exists)
-    # pass 2 on Spark (a task per commitlog file), pass 3 the broker's predicted recovery on the driver
+    # pass 2 on Spark (a task per commitlog file, each walked once), pass 3 the broker's predicted
+    # recovery on the driver, its replay reading the records the scan kept
+    records_dir = tempfile.mkdtemp(prefix=f"rocketmq-scan-{run_id}-", dir=scan_dir)
+    try:
+        return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
+                                audit_path, keep_consumer_offsets, started, audited_at, records_dir)
+    finally:
+        shutil.rmtree(records_dir, ignore_errors=True)
+
+
+def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: str, run_id: str,
+                     dry_run: bool, overwrite: bool, backup: str | None, audit_path: str | None,
+                     keep_consumer_offsets: bool, started: float, audited_at, records_dir: str) -> RunReport:
     t = time.monotonic()
-    summaries = scan_segments(spark, store, store.scan_options(broker_5x=version == recovery.V5X))
-    scanned = time.monotonic()
-    pred = recovery.predict(store, version, summaries=summaries)
+    scan = scan_once(spark, store, store.scan_options(broker_5x=version == recovery.V5X), records_dir)
+    summaries = scan.summaries
+    scan_done = time.monotonic()
+    pred = recovery.predict(store, version, summaries=summaries,
+                            records=lambda s, cols: scanned.prefix_records(scan.records[s.segment], s, cols))
     report = RunReport(run_id, str(store.root), out, version, pred, summaries,
-                       keep_consumer_offsets=keep_consumer_offsets)
+                       keep_consumer_offsets=keep_consumer_offsets, records=scan.records, scans=dict(scan.scans))
     report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
-    report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scanned)
-    t = scanned
+    report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scan_done)
+    t = scan_done
     if pred.load_result:
         offsets = read_consumer_offsets(store.root).value
         report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)
@@ -659,6 +721,7 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
     writing = not dry_run and out is not None
     if writing:
         repair.check_repairable(store, pred, summaries)
+    count_reads(report, store, writing)
     warming: threading.Thread | None = None
     if audit_path:      # delta-rs starts up (~0.3 s) while the audit runs, not at the commit
         warming = threading.Thread(target=deltasink.warm_up, args=(spark,), name="delta-warm-up", daemon=True)
@@ -685,6 +748,23 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
         report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark)
         report.log_pass("write audit tables", t, audit_path)
     return report
+
+
+def count_reads(report: RunReport, store: Store, writing: bool) -> None:
+    """Add to ``report.scans`` the segments a later pass reads again (the kept records do not
+    serve it) and log the run's walks per segment."""
+    pred, end = report.prediction, report.prediction.max_phy_offset
+    if pred.load_result:            # the audit: lost messages' columns the scan did not keep
+        for s in report.summaries:
+            if not scanned.lost_columns_cover(s, end):
+                report.scans[s.segment] += 1
+    if writing and not scanned.serves_rebuild(store.config, pred.broker_version == recovery.V5X):
+        for s in report.summaries:      # the consume queue and the index rebuilds
+            if s.file_start < end:
+                report.scans[s.segment] += 2
+    walks = list(report.scans.values())
+    log.info("scans per segment %.2f (max %.2f) over %d segments", sum(walks) / len(walks) if walks else 0,
+             max(walks, default=0), len(walks))
 
 
 def recover_both(spark, store_path: str, broker_config: str | None = None,
@@ -781,6 +861,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="the store's commitlog is really gone (deleted, not merely unmounted): "
                          "recover without it, dropping every consume queue entry; without this "
                          "flag a store with no commitlog files is refused")
+    ap.add_argument("--scan-dir", help="where the scan keeps each commitlog file's records for the "
+                                       "run's later passes, removed at its end (about a tenth of "
+                                       "the commitlog; default: the system's temporary directory; "
+                                       "on a cluster, a directory the driver and every executor see)")
     ap.add_argument("--json", action="store_true", help="print the prediction as JSON")
     ap.add_argument("--demo", metavar="DIR",
                     help="make a sample store with a simulated crash in DIR and recover it")
@@ -835,7 +919,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                          args.dry_run, args.overwrite, args.backup if args.apply else None,
-                         args.audit_path, args.keep_consumer_offsets, args.commitlog_gone)
+                         args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.scan_dir)
     except Exception as exc:
         error = store_error(exc)
         if error is None:
