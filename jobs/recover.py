@@ -13,8 +13,11 @@ Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``) or one without commitlog
      files (unless ``--commitlog-gone``); check every output target and lock the output
      (``claim_outputs``), before any work;
-  2. scan segments in parallel, one Spark task per commitlog file -> scan summaries;
-  3. decide on the driver what the broker would do (``store_reader.recovery.predict``);
+  2. scan segments in parallel, one Spark task per commitlog file, each walked once
+     (``store_reader.scanned``): its summary, and its records kept (Arrow, under ``--scan-dir``)
+     for every later pass, none of which reads a segment again;
+  3. decide on the driver what the broker would do (``store_reader.recovery.predict``; its replay
+     reads the kept records);
   4. rebuild consume queues from every record below the cut: CQ files as parts packed into a bounded
      number of tasks (a huge queue is split by file, small queues share a task; a queue whose files
      do not join up into one sequential put is rebuilt whole);
@@ -47,7 +50,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -62,7 +64,7 @@ import pyarrow as pa
 from store_reader import open_store, recovery
 from store_reader.checkpoint import lock_status
 from store_reader.config import read_consumer_offsets
-from store_reader.commitlog import SegmentSummary, summarize_segment
+from store_reader.commitlog import SegmentSummary
 from store_reader.exceptions import StoreReaderError
 from store_reader.fsutil import walk_files
 from store_reader.consumequeue import CQ_STORE_UNIT_SIZE
@@ -75,52 +77,13 @@ from jobs import audit as audit_job
 from jobs import findings as fnd
 from jobs import deltasink
 from jobs.deltasink import store_id_for
+from jobs.scan import kept_reader, records_dir, scan_once, scan_segments  # noqa: F401 (scan_segments: re-exported)
 from jobs.sparkutil import Passes, await_tasks, cancel_job_group, join_job_group
 
 log = logging.getLogger("jobs.recover")
 
 
 # -- pass 2: scan -----------------------------------------------------------------------------------
-
-def scan_segments(spark, store: Store, opts: ScanOptions, paths: list[str] | None = None
-                  ) -> list[SegmentSummary]:
-    """One Spark task per commitlog file (all, or ``paths``); the summaries in file order."""
-    paths = [f.path for f in store.commitlog_files] if paths is None else paths
-    if not paths:
-        return []
-    rdd = spark.sparkContext.parallelize(paths, len(paths))
-    return rdd.map(lambda p: summarize_segment(p, opts)).collect()
-
-
-@dataclass
-class Scan:
-    """Pass 2's output: the summaries in file order, where each segment's records were kept
-    (``store_reader.scanned``) and how often each segment's bytes were walked."""
-
-    summaries: list[SegmentSummary]
-    records: dict[str, str]
-    scans: dict[str, float]
-
-
-def scan_once(spark, store: Store, opts: ScanOptions, records_dir: str) -> Scan:
-    """One Spark task per commitlog file walks it once: its summary (the broker's walk) and its
-    records, kept under ``records_dir`` for every later pass (``scanned.scan_segment``)."""
-    paths = [f.path for f in store.commitlog_files]
-    if not paths:
-        return Scan([], {}, {})
-    cols, lost = scanned.columns_for(store.config, opts.broker_5x)
-    got = spark.sparkContext.parallelize(paths, len(paths)).map(
-        lambda p: scanned.scan_segment(p, opts, records_dir, cols, lost)).collect()
-    return Scan([g.summary for g in got], {g.summary.segment: g.records_path for g in got},
-                {g.summary.segment: g.scans for g in got})
-
-
-def _kept(records: dict[str, str] | None):
-    """A commitlog file's records as the run's scan kept them (by path), or None: read the file."""
-    if records is None:
-        return None
-    return lambda path: scanned.read_records(records[os.path.basename(str(path))])
-
 
 # -- passes 4-5: consume queues and index files -----------------------------------------------------
 
@@ -148,7 +111,7 @@ def surviving_records(spark, store: Store, end: int, broker_5x: bool, buckets: i
     files = [f.path for f in store.commitlog_files if f.start < end]
     opts, cfg = _rebuild_scan_options(store, broker_5x), store.config
     per_file = cfg.cq_file_size // CQ_STORE_UNIT_SIZE
-    kept = _kept(records)
+    kept = kept_reader(records)
 
     def scan(path: str):
         tables = list(repair.dispatch_entries(path, opts, end, cfg, broker_5x) if kept is None
@@ -239,7 +202,7 @@ def index_put_counts(spark, store: Store, summaries: Sequence[SegmentSummary], e
     a file the rebuild reads past its valid prefix is counted again, a task each."""
     files = [f.path for f in store.commitlog_files if f.start < end]
     opts = _rebuild_scan_options(store, broker_5x)
-    kept = _kept(records)
+    kept = kept_reader(records)
 
     def count(path: str) -> tuple[int, int]:
         return repair.segment_index_counts(path, opts, end) if kept is None \
@@ -268,7 +231,7 @@ def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_di
     tasks = [(k, [(files[i], lo, hi) for i, lo, hi in ranges]) for k, ranges in enumerate(plan)]
     if not tasks:
         return []
-    kept = _kept(records)
+    kept = kept_reader(records)
     written = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: repair.write_index_file_part(
         os.path.join(index_dir, f".building-{t[0]:06d}"), t[1], opts, end, cfg, t[0] == 0, kept)).collect()
     for w, name in zip(written, repair.name_index_files(written)):
@@ -614,23 +577,20 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
              time.monotonic() - t, len(store.commitlog_files), version, store.abort_exists)
     # pass 2 on Spark (a task per commitlog file, each walked once), pass 3 the broker's predicted
     # recovery on the driver, its replay reading the records the scan kept
-    records_dir = tempfile.mkdtemp(prefix=f"rocketmq-scan-{run_id}-", dir=scan_dir)
-    try:
+    with records_dir(run_id, scan_dir) as kept:
         return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
-                                audit_path, keep_consumer_offsets, started, audited_at, records_dir)
-    finally:
-        shutil.rmtree(records_dir, ignore_errors=True)
+                                audit_path, keep_consumer_offsets, started, audited_at, kept)
 
 
 def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: str, run_id: str,
                      dry_run: bool, overwrite: bool, backup: str | None, audit_path: str | None,
-                     keep_consumer_offsets: bool, started: float, audited_at, records_dir: str) -> RunReport:
+                     keep_consumer_offsets: bool, started: float, audited_at, kept: str) -> RunReport:
     t = time.monotonic()
-    scan = scan_once(spark, store, store.scan_options(broker_5x=version == recovery.V5X), records_dir)
+    opts = store.scan_options(broker_5x=version == recovery.V5X)
+    scan = scan_once(spark, store, opts, kept)
     summaries = scan.summaries
     scan_done = time.monotonic()
-    pred = recovery.predict(store, version, summaries=summaries,
-                            records=lambda s, cols: scanned.prefix_records(scan.records[s.segment], s, cols))
+    pred = recovery.predict(store, version, summaries=summaries, records=scanned.prefix_source(scan.records, opts))
     report = RunReport(run_id, str(store.root), out, version, pred, summaries,
                        keep_consumer_offsets=keep_consumer_offsets, records=scan.records, scans=dict(scan.scans))
     report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)

@@ -97,6 +97,19 @@ def prefix_records(records_path: str, summary: SegmentSummary, columns: Sequence
         yield b.select(list(columns))
 
 
+def prefix_source(records: dict[str, str], opts: rf.ScanOptions):
+    """The broker's replay's reader (``recovery.RecordSource``): a segment's valid prefix from its
+    kept records, or walked again (``opts``) for a segment this run did not scan (--since-last)."""
+    from .commitlog import SegmentScan
+
+    def read(summary: SegmentSummary, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+        kept = records.get(summary.segment)
+        if kept is None:
+            return iter(SegmentScan(summary.path, opts, columns=columns, batch_size=BATCH))
+        return prefix_records(kept, summary, columns)
+    return read
+
+
 def lost_columns_cover(summary: SegmentSummary, end: int) -> bool:
     """Whether the kept records carry the lost messages' columns for every record of the segment at
     or past ``end``: those past the broker's valid prefix do; a segment whose prefix reaches past
