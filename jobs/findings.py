@@ -46,6 +46,7 @@ from store_reader import dispatch, recovery
 from store_reader.brokerconf import BrokerConfig
 from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
+from store_reader.scanned import lost_columns_cover, read_records
 from store_reader.config import read_consumer_offsets
 from store_reader.consumequeue import (CQEntries, decode_entries, list_queue_files, list_queues,
                                        read_queue_head)
@@ -337,14 +338,18 @@ def _flush_partials(rb: pa.RecordBatch, plan: AuditPlan) -> list[pa.Table]:
     return out
 
 
-def scan_segment(path: str, segment: str, lost: bool, plan: AuditPlan) -> Iterator[tuple[int, tuple]]:
+def scan_segment(path: str, segment: str, lost: bool, plan: AuditPlan, records: str | None = None
+                 ) -> Iterator[tuple[int, tuple]]:
     """Stage 1 for one commitlog file: its records once, cut into shuffle items (``AuditPlan``).
-    ``lost``: the file reaches past the truncation point (bodies are read for the lost messages)."""
+    ``lost``: the file reaches past the truncation point (bodies are read for the lost messages).
+    ``records``: the run's scan kept them there (``store_reader.scanned``): not read again."""
     cols = _SCAN_COLUMNS + (_LOST_COLUMNS if lost else ["properties"] if plan.config.enableMultiDispatch else [])
     queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
     puts, lost_rows, flush = [], [], []
     topic_no: dict[str, int] = {}
-    for rb in SegmentScan(path, plan.opts, columns=cols, include_lost=True, batch_size=65536):
+    batches = SegmentScan(path, plan.opts, columns=cols, include_lost=True, batch_size=65536) if records is None \
+        else read_records(records)
+    for rb in batches:
         # records below the cut: the broker keeps their bytes, behind a bad record too (a file it
         # does not re-read); the flush window counts the valid prefix (what was written in order)
         kept = _column(rb, "phy_offset") < plan.end
@@ -748,14 +753,18 @@ def _unpack(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(data).read_all()
 
 
-def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver_items: list) -> list:
+def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver_items: list,
+                  records: dict[str, str] | None = None) -> list:
     """The audit's one Spark job: stage 1 (segments, index files, the driver's items) shuffled by
-    key into stage 2 (``audit_partition``); returns stage 2's results in key order."""
+    key into stage 2 (``audit_partition``); returns stage 2's results in key order. A segment
+    whose kept ``records`` lack lost messages' columns it needs is read again."""
     sc = spark.sparkContext
-    files = [(s.path, s.segment, s.file_start + s.file_size > plan.end) for s in scan]
+    kept = records or {}
+    files = [(s.path, s.segment, s.file_start + s.file_size > plan.end,
+              kept.get(s.segment) if lost_columns_cover(s, plan.end) else None) for s in scan]
     rdds = []
     if files:
-        rdds.append(sc.parallelize(files, len(files)).flatMap(lambda f: scan_segment(*f, plan)))
+        rdds.append(sc.parallelize(files, len(files)).flatMap(lambda f: scan_segment(*f[:3], plan, f[3])))
     disk_parts = [(i, lo, hi) for i, s in enumerate(plan.index_sources) if s.path is not None
                   for lo, hi in s.parts(plan.index_part_entries, plan.config.maxIndexNum)]
     if disk_parts:
@@ -1048,9 +1057,10 @@ class Findings:
 
 
 def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
-          scan: Sequence[SegmentSummary] | None = None) -> Findings:
+          scan: Sequence[SegmentSummary] | None = None, records: dict[str, str] | None = None) -> Findings:
     """Every finding for ``store`` given the broker's predicted recovery. ``scan``: the segments
-    whose records are read (default all; --since-last passes only the new ones)."""
+    whose records are read (default all; --since-last passes only the new ones). ``records``: where
+    the run's scan kept each segment's records (``store_reader.scanned``; the others are read)."""
     scan = list(summaries if scan is None else scan)
     out = Findings()
     if len(scan) < len(summaries):       # --since-last: records read only in the new segments
@@ -1061,7 +1071,7 @@ def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[Se
     if not pred.load_result:
         return out
     plan = audit_plan(spark, store, pred, summaries, scan, out.scope)
-    results = run_audit_job(spark, plan, scan, _driver_items(plan, pred))
+    results = run_audit_job(spark, plan, scan, _driver_items(plan, pred), records)
     by_kind: dict[str, list] = defaultdict(list)
     for kind, value in results:
         by_kind[kind].append(value)
