@@ -5,6 +5,8 @@ store, stable across runs, so a scheduled audit can find its own history) and ``
 """
 from __future__ import annotations
 
+import pyarrow as pa
+
 from ._types import Field as F
 from ._types import RecordSchema
 from .store import SEGMENT
@@ -65,7 +67,7 @@ SEGMENTS = audit_table("segments", SEGMENT.fields + (
 ))
 
 QUEUE_FINDINGS = audit_table("queue_findings", (
-    F("kind", "string", doc="see jobs/findings.py QUEUE_KINDS"),
+    F("kind", "string", doc="store_reader.audit.kinds (README: Finding kinds)"),
     F("topic", "string"),
     F("queue_id", "int32"),
     F("from_offset", "int64", doc="first queue offset of the run"),
@@ -77,7 +79,7 @@ QUEUE_FINDINGS = audit_table("queue_findings", (
 ))
 
 INDEX_FINDINGS = audit_table("index_findings", (
-    F("kind", "string", doc="see jobs/findings.py INDEX_KINDS"),
+    F("kind", "string", doc="store_reader.audit.kinds (README: Finding kinds)"),
     F("index", "string", doc="on_disk | recovered: the index files as they are, or after the "
                              "broker's recovery"),
     F("file", "string", nullable=True, doc="index file name; null for a file the broker would create"),
@@ -145,8 +147,9 @@ FLUSH_WINDOW = audit_table("flush_window", (
 ))
 
 STORE_FINDINGS = audit_table("store_findings", (
-    F("kind", "string", doc="the kind jobs.dump --verify reports: note.commitlog_gap, "
-                            "config.undecodable, note.config_tmp"),
+    F("kind", "string", doc="store_reader.audit.kinds (README: Finding kinds), named as "
+                            "jobs.dump --verify names them: layout.load_problem, cq.file_size, "
+                            "checkpoint.*, config.undecodable, note.commitlog_gap, note.config_tmp"),
     F("severity", "string", doc="anomaly (the broker acts on it) | note (it only logs it)"),
     F("file", "string"),
     F("position", "int64", nullable=True, doc="byte position in the file, when known"),
@@ -156,3 +159,20 @@ STORE_FINDINGS = audit_table("store_findings", (
 
 TABLES = {t.name: t for t in (RUNS, SEGMENTS, QUEUE_FINDINGS, INDEX_FINDINGS,
                               CONSUMER_OFFSET_FINDINGS, LOST_MESSAGES, FLUSH_WINDOW, STORE_FINDINGS)}
+
+
+def finding_rows(table: RecordSchema) -> pa.Schema:
+    """An audit table's rows as the checks produce them: without the run keys."""
+    keys = {f.name for f in AUDIT_KEYS}
+    return table.arrow([n for n in table.names if n not in keys])
+
+
+QUEUE_FINDING_ROWS = finding_rows(QUEUE_FINDINGS)
+INDEX_FINDING_ROWS = finding_rows(INDEX_FINDINGS)
+STORE_FINDING_ROWS = finding_rows(STORE_FINDINGS)
+
+# One consume queue entry as the audit compares it (store_reader.audit.queues.compare_queue): src,
+# the views it belongs to (bits DISK, BROKER, REBUILT, REC); flag of a record row (CRC_BAD, BEHIND_BAD)
+QUEUE_ROWS = RecordSchema("queue_rows", (
+    F("queue_offset", "int64"), F("phy_offset", "int64"), F("size", "int32"), F("tags_code", "int64"),
+    F("src", "int8"), F("flag", "int8"))).arrow()
