@@ -5,9 +5,9 @@ file (entries cut by the commitlog file they point into, per lens: on disk / rec
 ``verify_index``: ``jobs.dump --verify``'s, reading each index file whole on one machine (header,
 counts, slot chains, dangling entries, coverage of the dispatched records).
 
-The header rules differ between the two (the audit checks that the header's phy range covers the
-entries, dump that it names the first and last entry): each reports ``bad_header`` (dump's
-``index.bad_header``) with its own detail.
+One rule set for the header (``header_checks``) serves both; the audit sees the entries in parts
+(the lowest and highest phy offset, whether a timeDiff is negative, how many slots point too far),
+dump walks the whole file and also checks the hash-slot chains entry by entry.
 """
 from __future__ import annotations
 
@@ -28,22 +28,40 @@ from store_reader.storefs import PathRef, location
 
 # -- the audit ----------------------------------------------------------------------------------------
 
-def header_problems(h: IndexHeader, index_num: int, parts: Sequence[tuple]) -> list[str]:
-    """What in an index file's header disagrees with its entries (IndexService trusts the header);
-    ``parts``: what its stage-1 tasks saw (``index_source_items``)."""
+def header_checks(h: IndexHeader, index_num: int, phy_range: tuple[int, int] | None,
+                  hash_slot_num: int | None = None) -> list[tuple[int, str]]:
+    """The one rule set for an index file's header (F§7.4; IndexService trusts it): (byte position
+    in the file, what is wrong). ``phy_range``: the lowest and highest phy offset of its entries in
+    use (None: no entry in use); ``hash_slot_num``: maxHashSlotNum, to check hashSlotCount (the
+    audit's tasks do not pass it)."""
     out = []
-    if h.index_count > index_num:
-        out.append(f"indexCount {h.index_count} > maxIndexNum {index_num}")
+    if not 0 <= h.index_count <= index_num:
+        out.append((36, f"indexCount {h.index_count} outside 0..maxIndexNum ({index_num})"))
+    if hash_slot_num is not None and not 0 <= h.hash_slot_count <= min(hash_slot_num, max(h.index_count, 0)):
+        out.append((32, f"hashSlotCount {h.hash_slot_count} outside 0..min(maxHashSlotNum, indexCount)"))
+    if phy_range is not None:
+        # each put sets endTimestamp and endPhyOffset, the first also the begin ones: entries are
+        # put in phy order, so begin/end are its entries' lowest and highest phy offsets
+        if h.end_timestamp < h.begin_timestamp:
+            out.append((8, f"endTimestamp {h.end_timestamp} is before beginTimestamp {h.begin_timestamp}"))
+        lo, hi = phy_range
+        if h.begin_phy_offset != lo:
+            out.append((16, f"beginPhyOffset {h.begin_phy_offset} but its entries start at phy {lo}"))
+        if h.end_phy_offset != hi:
+            out.append((24, f"endPhyOffset {h.end_phy_offset} but its entries end at phy {hi}"))
+    return out
+
+
+def header_problems(h: IndexHeader, index_num: int, parts: Sequence[tuple]) -> list[str]:
+    """The audit's ``bad_header`` details of one index file: ``header_checks``, then the entries'
+    negative timeDiffs and the hash slots pointing outside ``[0, indexCount]`` (dump --verify
+    reports those per entry and slot, ``index.slot_chain``). ``parts``: what its stage-1 tasks saw
+    (``(source, lowest phy, highest phy, negative timeDiff, slots over)``)."""
     lows = [p[1] for p in parts if p[1] is not None]
-    if lows:
-        lo, hi = min(lows), max(p[2] for p in parts if p[2] is not None)
-        if h.begin_phy_offset > lo or h.end_phy_offset < hi:
-            out.append(f"phy range [{h.begin_phy_offset}, {h.end_phy_offset}] does not cover its entries "
-                       f"[{lo}, {hi}]")
-        if any(p[3] for p in parts):
-            out.append("negative timeDiff in entries (queries stop there)")
-    if h.begin_timestamp > h.end_timestamp and h.end_timestamp:
-        out.append(f"beginTimestamp {h.begin_timestamp} > endTimestamp {h.end_timestamp}")
+    phy_range = (min(lows), max(p[2] for p in parts if p[2] is not None)) if lows else None
+    out = [detail for _, detail in header_checks(h, index_num, phy_range)]
+    if any(p[3] for p in parts):
+        out.append("negative timeDiff in entries (queries stop there)")
     over = sum(p[4] for p in parts)
     if over:
         out.append(f"{over} hash slots point outside [0, indexCount]")
@@ -100,23 +118,10 @@ def verify_index_file(view: StoreView, found: Findings, f: IndexFile) -> None:
             INDEX_HEADER_SIZE + a * HASH_SLOT_SIZE, f"{span_text('slot', a, b)} {what(a, b)}", None,
             {"slots": [a, b]}))
 
-    # 1. header: the counts in range, begin/end as the first and last put left them (F§7.4)
-    if not 0 <= h.index_count <= f.index_num:
-        found.add("index.bad_header", path, 36, f"indexCount {h.index_count} outside 0..maxIndexNum "
-                  f"({f.index_num})")
-    if not 0 <= h.hash_slot_count <= min(f.hash_slot_num, max(h.index_count, 0)):
-        found.add("index.bad_header", path, 32, f"hashSlotCount {h.hash_slot_count} outside "
-                  "0..min(maxHashSlotNum, indexCount)")
-    if n_used:
-        if h.end_timestamp < h.begin_timestamp:
-            found.add("index.bad_header", path, 8, f"endTimestamp {h.end_timestamp} is before "
-                      f"beginTimestamp {h.begin_timestamp}")
-        if h.begin_phy_offset != phy[0]:
-            found.add("index.bad_header", path, 16, f"beginPhyOffset {h.begin_phy_offset} but entry 1 "
-                      f"holds phy {int(phy[0])}")
-        if h.end_phy_offset != phy[-1]:
-            found.add("index.bad_header", path, 24, f"endPhyOffset {h.end_phy_offset} but the last "
-                      f"entry ({n_used}) holds phy {int(phy[-1])}")
+    # 1. header (one rule set with the audit's)
+    for position, detail in header_checks(h, f.index_num, (int(phy.min()), int(phy.max())) if n_used else None,
+                                          f.hash_slot_num):
+        found.add("index.bad_header", path, position, detail)
     # 2. counts: used slots and the entries past indexCount
     heads = f.slots[:].astype(np.int64)      # one read (a remote file's slots are read on demand)
     in_use = int(np.count_nonzero(heads))

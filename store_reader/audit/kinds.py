@@ -17,15 +17,15 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Kind:
     name: str
-    table: str          # queue_findings | index_findings | store_findings
+    table: str          # where the audit stores it: queue_findings | index_findings | store_findings | dump only
     severity: str       # anomaly | info | note
     meaning: str
-    source: str         # which check reports it
+    source: str         # the check (a function of store_reader.audit) reporting it
 
 
-_Q, _I, _S = "queue_findings", "index_findings", "store_findings"
-_CQ = "store_reader.audit.queues.compare_queue (disk / broker / rebuilt / record views of a queue)"
-_IX = "store_reader.audit.index.entry_findings (entries per phy range)"
+_Q, _I, _S, _D = "queue_findings", "index_findings", "store_findings", "dump only"
+_CQ = "queues.compare_queue"
+_IX = "index.entry_findings"
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
     # queue findings: disk -> broker, what a restart changes
@@ -74,68 +74,64 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     # index findings
     Kind("unfindable_key", _I, "anomaly",
          "a key of a record below the truncation point that the index cannot find",
-         "store_reader.audit.index (index puts of the records vs the entries, per phy range)"),
+         "jobs.findings (index puts vs entries)"),
     Kind("dangling_below_min", _I, "anomaly",
          "entry pointing below the commitlog's min offset (queryMessage drops it)", _IX),
     Kind("dangling_beyond_end", _I, "anomaly",
          "entry pointing at or past the truncation point (queryMessage drops it)", _IX),
     Kind("duplicate_entry", _I, "anomaly", "the same (key hash, phy offset) indexed again", _IX),
-    Kind("bad_header", _I, "anomaly", "header inconsistent with the file's entries",
-         "store_reader.audit.index.header_problems"),
+    Kind("bad_header", _I, "anomaly",
+         "header inconsistent with the file's entries (IndexService trusts it): indexCount, "
+         "hashSlotCount, begin/end phy offset or timestamps; hash slots or chains that do not lead "
+         "to the entries (a negative timeDiff stops a query); dump alone walks every chain",
+         "index.header_checks, header_problems; index.verify_index_file"),
     # store findings: the files outside records, queues and index entries
     Kind("layout.load_problem", _S, "anomaly",
          "a commitlog file of the wrong size, a stray name, or (4.9.7) a zero-length last file: "
          "the broker refuses to load the store",
-         "store_reader.audit.files.verify_layout"),
+         "commitlog.verify_layout"),
     Kind("cq.file_size", _S, "anomaly",
          "a consume queue file whose length is not mappedFileSizeConsumeQueue, or a stray name in "
          "a queue directory: the broker refuses to load the store",
-         "store_reader.audit.files.verify_queue_files"),
+         "queues.queue_files"),
     Kind("checkpoint.missing", _S, "anomaly",
          "no checkpoint while the commitlog holds files: the broker starts from an all-zero one "
-         "(E#13)", "store_reader.audit.files.verify_checkpoint"),
+         "(E#13)", "files.verify_checkpoint"),
     Kind("checkpoint.file_size", _S, "anomaly",
          "a checkpoint that is not 4 KiB: the broker reads zeros past its end",
-         "store_reader.audit.files.verify_checkpoint"),
+         "files.verify_checkpoint"),
     Kind("config.undecodable", _S, "anomaly",
          "a config file the broker cannot use: it falls back to .bak, to an empty table, or "
-         "refuses to start", "store_reader.audit.files.verify_config"),
+         "refuses to start", "files.verify_config"),
     Kind("note.commitlog_gap", _S, "note",
          "consecutive commitlog files not one file size apart (the broker only logs it)",
-         "store_reader.audit.commitlog.verify_commitlog_sequence"),
+         "commitlog.verify_commitlog_sequence"),
     Kind("note.config_tmp", _S, "note",
          "a *.json.tmp leftover of a crash during persist (4.9.7); the broker never reads it",
-         "store_reader.audit.files.verify_config"),
-    # found by jobs.dump --verify only (they need the whole commitlog's records or every byte of
-    # an index file on one machine); the audit reports the same facts elsewhere where it can
-    Kind("commitlog.bad_record", _S, "anomaly",
+         "files.verify_config"),
+    # found by jobs.dump --verify only (they need every record of the commitlog on one machine);
+    # the audit reports the same facts in other terms where it can
+    Kind("commitlog.bad_record", _D, "anomaly",
          "the first record of a segment failing the broker's checkMessageAndReturnSize (a torn "
-         "tail included); the audit: segments.end_reason corrupt | torn_tail, lost_messages",
-         "store_reader.audit.commitlog.verify_commitlog"),
-    Kind("commitlog.no_eof_marker", _S, "anomaly",
+         "tail included); the audit: segments.end_reason (corrupt, torn_tail) and lost_messages",
+         "commitlog.verify_commitlog"),
+    Kind("commitlog.no_eof_marker", _D, "anomaly",
          "valid data ending in zero padding without an end-of-file marker while more segments "
          "follow: the broker truncates there and deletes the later files; the audit: segments, "
-         "lost_messages", "store_reader.audit.commitlog.verify_commitlog"),
-    Kind("index.entry_count", _S, "anomaly",
-         "used hash slots != hashSlotCount, or data in entries past indexCount",
-         "store_reader.audit.index.verify_index_file"),
-    Kind("index.slot_chain", _S, "anomaly",
-         "slot values beyond indexCount, chain entries hashing to another slot, a bad prevIndex, "
-         "entries unreachable or reached twice, a negative timeDiff",
-         "store_reader.audit.index.verify_index_file"),
-    Kind("index.no_record", _S, "anomaly",
+         "lost_messages", "commitlog.verify_commitlog"),
+    Kind("index.no_record", _D, "anomaly",
          "an index entry inside the commitlog's range pointing where no record starts",
-         "store_reader.audit.index.verify_index_file"),
-    Kind("note.abort", _S, "note", "an abort file: the next start runs the abnormal recovery (the "
-         "audit: runs.recovery_path)", "store_reader.audit.commitlog.verify_process_state"),
-    Kind("note.lock", _S, "note", "a running broker holds the lock: the files change while read",
-         "store_reader.audit.commitlog.verify_process_state"),
-    Kind("note.after_marker", _S, "note",
+         "index.verify_index_file"),
+    Kind("note.abort", _D, "note", "an abort file: the next start runs the abnormal recovery (the "
+         "audit: runs.recovery_path)", "commitlog.verify_process_state"),
+    Kind("note.lock", _D, "note", "a running broker holds the lock: the files change while read",
+         "commitlog.verify_process_state"),
+    Kind("note.after_marker", _D, "note",
          "bytes after an end-of-file marker that are not zero (never read)",
-         "store_reader.audit.commitlog.verify_commitlog"),
-    Kind("note.crc_unchecked", _S, "note",
+         "commitlog.verify_commitlog"),
+    Kind("note.crc_unchecked", _D, "note",
          "records failing a CRC the broker does not check (checkCRCOnRecover=false)",
-         "store_reader.audit.commitlog.verify_commitlog"),
+         "commitlog.verify_commitlog"),
 )}
 
 # jobs.dump --verify's names for kinds of the audit's queue and index tables (the same fact,
@@ -148,6 +144,8 @@ DUMP_ALIASES = {
     "cq.missing_entries": "not_restored",
     "cq.all_missing": "queue_missing",
     "index.bad_header": "bad_header",
+    "index.entry_count": "bad_header",
+    "index.slot_chain": "bad_header",
     "index.beyond_max": "dangling_beyond_end",
     "index.below_min": "dangling_below_min",
     "index.missing_entries": "unfindable_key",
@@ -173,6 +171,6 @@ def markdown_table() -> str:
              "|---|---|---|---|---|---|"]
     for k in KINDS.values():
         dump = ", ".join(f"`{a}`" for a in aliases.get(k.name, ())) or \
-            (f"`{k.name}`" if k.table == _S else "-")
+            (f"`{k.name}`" if k.table in (_S, _D) else "-")
         lines.append(f"| `{k.name}` | {k.table} | {k.severity} | {k.meaning} | `{k.source}` | {dump} |")
     return "\n".join(lines)
