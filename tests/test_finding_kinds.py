@@ -17,7 +17,8 @@ import pytest
 
 import support
 from jobs import dump
-from store_reader import open_store
+from store_reader import open_store, recovery
+from store_reader.audit import StoreView
 from store_reader.audit import kinds
 from store_reader.audit.files import store_file_findings
 from store_reader.audit.index import header_problems
@@ -95,3 +96,23 @@ def test_index_header_one_rule_set(version, tmp_path):
         details = header_problems(f.header, f.index_num, [part])
     assert details == [bad[0]["message"]]
     assert details == [f"endPhyOffset 1 but its entries end at phy {int(phy.max())}"]
+
+
+SEGMENT_KINDS = {"commitlog.bad_record", "commitlog.no_eof_marker", "note.after_marker", "note.crc_unchecked"}
+
+
+@pytest.mark.parametrize("case", support.scenarios(), ids=support.case_id)
+def test_audit_segment_findings_are_dump_verify_findings(case):
+    """Given the segments' scan summaries and the broker's predicted recovery (what the audit has
+    after its scan), ``store_file_findings`` also reports dump --verify's commitlog findings, the
+    same on every fixture."""
+    store_dir, conf = support.input_store(*case), support.broker_conf(*case)
+    found = [x for x in _verify_json(store_dir, conf) if x["type"] in ("anomaly", "note")]
+    want = sorted((x["finding"], x["type"], x["file"], x["position"], x["message"]) for x in found
+                  if x["kind"] in RECORD_FREE | SEGMENT_KINDS)
+    store = open_store(store_dir, conf)
+    view = StoreView(store)
+    pred = recovery.predict(store, view.version)
+    rows = store_file_findings(store, view.broker_5x, view.summaries, pred).to_pylist()
+    got = sorted((r["kind"], r["severity"], r["file"], r["position"], r["detail"]) for r in rows)
+    assert got == want

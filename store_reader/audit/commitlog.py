@@ -3,7 +3,8 @@ without an end-of-file marker before more segments, gaps in the file sequence; a
 state the broker reacts to (``abort``, ``lock``)."""
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Protocol, Sequence
 
 from store_reader import recordformat as rf
 from store_reader.audit.report import Findings, count_of
@@ -20,12 +21,41 @@ def not_a_segment(s: SegmentSummary) -> bool:
             and s.first_magic not in (rf.MAGIC_V1, rf.MAGIC_V2, rf.BLANK_MAGIC))
 
 
+class BrokerCut(Protocol):
+    """Where the broker's recovery starts and ends the commitlog (``StoreView`` computes it when
+    first asked; the audit has it from its prediction)."""
+
+    @property
+    def start_index(self) -> int: ...          # the segment (index into the summaries) it starts from
+
+    @property
+    def max_phy(self) -> int: ...              # the recovered end
+
+
+@dataclass(frozen=True)
+class PredictedCut:
+    start_index: int
+    max_phy: int
+
+    @classmethod
+    def of(cls, summaries: Sequence[SegmentSummary], start_file: str | None, max_phy: int) -> "PredictedCut":
+        names = [s.segment for s in summaries]
+        return cls(names.index(start_file) if start_file in names else 0, max_phy)
+
+
 def verify_commitlog(view: StoreView, found: Findings) -> None:
-    """Commitlog anomalies (module docstring): load problems, per-segment first bad record, valid
-    data ending without an end-of-file marker before more segments."""
+    """Commitlog anomalies (module docstring): load problems, file gaps, ``segment_findings``."""
     verify_layout(view.store, view.broker_5x, found)
     verify_commitlog_sequence(view.store, found)
-    summaries = view.summaries
+    segment_findings(view.summaries, view, view.opts.check_crc, found)
+
+
+def segment_findings(summaries: Sequence[SegmentSummary], cut: BrokerCut, check_crc: bool,
+                     found: Findings) -> None:
+    """From the segments' scan summaries: per segment its first bad record, valid data ending
+    without an end-of-file marker before more segments, bytes after a marker, CRC failures the
+    broker does not check (``check_crc``: checkCRCOnRecover); a file that is no segment at all is
+    unreadable."""
     found.files_checked += len(summaries)
     for i, s in enumerate(summaries):
         later = summaries[i + 1:]
@@ -36,21 +66,21 @@ def verify_commitlog(view: StoreView, found: Findings) -> None:
             continue
         if s.end_reason in ("torn_tail", "corrupt"):
             found.add("commitlog.bad_record", s.path, s.valid_bytes,
-                      _bad_record_message(view, i, s, later), s.end_phy_offset, check=s.end_check,
+                      _bad_record_message(summaries, cut, i, s, later), s.end_phy_offset, check=s.end_check,
                       end_reason=s.end_reason, declared_size=s.end_declared_size,
                       resync_position=s.resync_position, records_after_cut=s.records_after_cut,
-                      broker_cut=s.end_phy_offset == view.max_phy)
+                      broker_cut=s.end_phy_offset == cut.max_phy)
         elif s.end_reason in ("zero_padding", "file_end") and later:
             found.add("commitlog.no_eof_marker", s.path, s.valid_bytes,
                       f"valid data ends without an end-of-file marker but {len(later)} more "
                       f"{'segment follows' if len(later) == 1 else 'segments follow'}: "
-                      f"{_broker_cut(view, i, s, later)}", s.end_phy_offset,
+                      f"{_broker_cut(summaries, cut, i, s, later)}", s.end_phy_offset,
                       end_reason=s.end_reason, later_segments=[x.segment for x in later],
-                      broker_cut=s.end_phy_offset == view.max_phy)
+                      broker_cut=s.end_phy_offset == cut.max_phy)
         if s.nonzero_after_marker:
             found.note("note.after_marker", s.path, s.valid_bytes + rf.END_FILE_MIN_BLANK_LENGTH,
                        "bytes after the end-of-file marker are not zero (the broker never reads them)")
-        if s.crc_failures and not view.opts.check_crc:
+        if s.crc_failures and not check_crc:
             found.note("note.crc_unchecked", s.path, None,
                        f"{s.crc_failures} records fail their CRC, which the broker does not check "
                        "(checkCRCOnRecover=false)")
@@ -71,28 +101,29 @@ def verify_commitlog_sequence(store: Store, found: Findings) -> None:
             found.note("note.commitlog_gap", path, None, text)
 
 
-def _bad_record_message(view: StoreView, i: int, s: SegmentSummary, later: Sequence[SegmentSummary]
-                        ) -> str:
+def _bad_record_message(summaries: Sequence[SegmentSummary], cut: BrokerCut, i: int, s: SegmentSummary,
+                        later: Sequence[SegmentSummary]) -> str:
     msg = f"first record failing a check: {s.end_check} (declared TOTALSIZE {s.end_declared_size}); "
     if s.end_reason == "torn_tail":
         msg += "nothing intact follows it (torn tail); "
     else:
         msg += (f"{s.records_after_cut} intact records follow from position {s.resync_position} "
                 f"(phy {s.file_start + (s.resync_position or 0)}) and are lost; ")
-    return msg + _broker_cut(view, i, s, later)
+    return msg + _broker_cut(summaries, cut, i, s, later)
 
 
-def _broker_cut(view: StoreView, i: int, s: SegmentSummary, later: Sequence[SegmentSummary]) -> str:
+def _broker_cut(summaries: Sequence[SegmentSummary], cut: BrokerCut, i: int, s: SegmentSummary,
+                later: Sequence[SegmentSummary]) -> str:
     """What the broker's recovery does at the end of segment ``i``'s valid data."""
-    if i < view.start_index:
-        return (f"recovery starts at {view.summaries[view.start_index].segment} and never reads it: "
+    if i < cut.start_index:
+        return (f"recovery starts at {summaries[cut.start_index].segment} and never reads it: "
                 "the records here stay readable through their consume queue entries")
-    if s.end_phy_offset != view.max_phy:
-        return f"beyond the broker's cut at phy {view.max_phy}: this segment is deleted"
+    if s.end_phy_offset != cut.max_phy:
+        return f"beyond the broker's cut at phy {cut.max_phy}: this segment is deleted"
     held = sum(x.records + x.records_after_cut for x in later)
     deleted = (f" and deletes {count_of(len(later), 'later segment')} holding {count_of(held, 'record')}"
                if later else "")
-    return f"the broker truncates the commitlog here (max phy offset {view.max_phy}){deleted}"
+    return f"the broker truncates the commitlog here (max phy offset {cut.max_phy}){deleted}"
 
 
 def verify_process_state(view: StoreView, found: Findings) -> None:

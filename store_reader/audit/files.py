@@ -4,12 +4,13 @@ record, as the audit's ``store_findings`` rows."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import pyarrow as pa
 
 from schemas.audit import STORE_FINDING_ROWS
-from store_reader.audit.commitlog import verify_commitlog_sequence, verify_layout
+from store_reader.audit.commitlog import (PredictedCut, segment_findings, verify_commitlog_sequence,
+                                          verify_layout)
 from store_reader.audit.queues import verify_queue_files
 from store_reader.audit.report import Findings, norm_path
 from store_reader.checkpoint import CHECKPOINT_FILE_SIZE, read_checkpoint
@@ -18,6 +19,10 @@ from store_reader.config import (ConfigLoad, load_config, read_consumer_offsets,
 from store_reader.exceptions import ConfigError
 from store_reader.fsutil import list_dir
 from store_reader.store import Store
+
+if TYPE_CHECKING:
+    from store_reader.commitlog import SegmentSummary
+    from store_reader.recovery import Prediction
 
 CONFIG_READERS: dict[str, Callable[[str], ConfigLoad[Any]]] = {
     "consumerOffset.json": read_consumer_offsets,
@@ -81,12 +86,16 @@ def verify_config(store: Store, found: Findings, only: Path | None = None) -> No
                        "leftover of a crash during persist (4.9.7); the broker never reads it")
 
 
-def store_file_findings(store: Store, broker_5x: bool | None = None) -> pa.Table:
+def store_file_findings(store: Store, broker_5x: bool | None = None,
+                        summaries: Sequence[SegmentSummary] | None = None,
+                        prediction: Prediction | None = None) -> pa.Table:
     """What ``jobs.dump --verify`` reports without reading a record or an entry, as
     ``store_findings`` rows: a commitlog the broker refuses to load (``layout.load_problem``), a
     gap in its file sequence (a note: the broker only logs it), consume queue files of the wrong
     size, a missing or short checkpoint, config files the broker cannot use. ``broker_5x``: whose
-    load rules apply (default: what the store looks like)."""
+    load rules apply (default: what the store looks like). With the segments' scan ``summaries``
+    and the broker's predicted recovery, also dump's commitlog findings
+    (``commitlog.segment_findings``: bad records, missing end-of-file markers, their notes)."""
     found = Findings()
     verify_commitlog_sequence(store, found)
     verify_config(store, found)
@@ -94,4 +103,7 @@ def store_file_findings(store: Store, broker_5x: bool | None = None) -> pa.Table
     verify_layout(store, five, found)
     verify_queue_files(store, five, found)
     verify_checkpoint(store, found)
+    if summaries is not None and prediction is not None:
+        cut = PredictedCut.of(summaries, prediction.start_file, prediction.max_phy_offset)
+        segment_findings(summaries, cut, store.scan_options(broker_5x=five).check_crc, found)
     return pa.Table.from_pylist(found.rows(), schema=STORE_FINDING_ROWS)
