@@ -23,7 +23,7 @@ from store_reader.consumequeue import (CQ_STORE_UNIT_SIZE, ENTRY_INVALID, ENTRY_
 from store_reader.exceptions import CannotRead, ConfigError, StoreReaderError, UnreadableFileError
 from store_reader.fsutil import list_dir
 from store_reader.indexfile import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile, read_header
-from store_reader.store import MappedFile
+from store_reader.mappedfile import MappedFile
 from store_reader.storefs import StoreLocation
 
 SCAN_BATCH = 4096                 # records per scanner call while printing (bounds --max-bytes work)

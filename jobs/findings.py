@@ -39,9 +39,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.audit import INDEX_FINDING_ROWS, QUEUE_FINDING_ROWS, QUEUE_ROWS
 from store_reader import recordformat as rf
-from store_reader import recovery
+from schemas.findings import INDEX_FILE_ENTRY, INDEX_FINDING_ROW, INDEX_PUT, QUEUE_FINDING_ROW, QUEUE_ROW
+from store_reader import dispatch, recovery
 from store_reader.audit.files import store_file_findings
 from store_reader.audit.index import entry_findings as _entry_findings
 from store_reader.audit.index import header_problems
@@ -55,10 +55,10 @@ from store_reader.config import read_consumer_offsets
 from store_reader.consumequeue import (CQEntries, decode_entries, list_queue_files, list_queues,
                                        read_queue_head)
 from store_reader.indexfile import IndexFile, IndexHeader, list_index_files, read_header
+from store_reader.ranges import consecutive_runs
 from store_reader.repair import index_puts, part_bucket
 from store_reader.store import Store
 
-_CQ_TYPES = (rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_COMMIT_TYPE)
 
 # What the scan reads: headers and keys always; bodies and properties only in files reaching past
 # the truncation point (lost messages), properties also when LMQ copies are dispatched.
@@ -74,10 +74,7 @@ ENTRIES_PER_AUDIT_TASK = 4_000_000
 INDEX_ENTRIES_PER_PART = 2 << 20
 DRIVER_SLICE_BYTES = 32 << 20
 
-# index entries of one file (in entry order) and index puts (topic: a number into a list of names)
-INDEX_ENTRIES = pa.schema([pa.field("key_hash", pa.int32(), False), pa.field("phy_offset", pa.int64(), False)])
-INDEX_PUTS = pa.schema([pa.field("topic", pa.int32(), False), pa.field("key_hash", pa.int32(), False),
-                        pa.field("phy_offset", pa.int64(), False)])
+QUEUE_ROWS, INDEX_ENTRIES, INDEX_PUTS = QUEUE_ROW.arrow(), INDEX_FILE_ENTRY.arrow(), INDEX_PUT.arrow()
 _TS = pa.timestamp("us", tz="UTC")
 
 
@@ -220,8 +217,7 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
                               pc.fill_null(rb.column("record_crc_ok"), True)), True)
     flag = np.where(ok.to_numpy(zero_copy_only=False), 0, _CRC_BAD) \
         + np.where(_column(rb, "valid_prefix"), 0, _BEHIND_BAD)
-    tran = _column(rb, "sys_flag") & rf.TRANSACTION_MASK
-    rebuilt = below & np.isin(tran, _CQ_TYPES)
+    rebuilt = below & dispatch.dispatchable(_column(rb, "sys_flag"))
     same = rebuilt & (stored == phy)
     extra = np.flatnonzero(rebuilt & ~same)
     topics = rb.column("topic").dictionary_encode()
@@ -234,7 +230,7 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
     code, qids = np.concatenate([code, code[extra]]), np.concatenate([qid, qid[extra]])
     if plan.config.enableMultiDispatch and rebuilt.any():
         rows = np.flatnonzero(rebuilt)
-        copies = recovery.multi_dispatch_rows(plan.config, plan.broker_5x, rb.take(pa.array(rows)))
+        copies = dispatch.multi_dispatch_rows(plan.config, plan.broker_5x, rb.take(pa.array(rows)))
         if copies:
             at = rows[np.array([c[0] for c in copies], dtype=np.int64)]
             for name in {c[1] for c in copies} - set(names):
@@ -278,10 +274,10 @@ def _timestamps(ms) -> pa.Array:
 def _flush_partials(rb: pa.RecordBatch, plan: AuditPlan) -> list[pa.Table]:
     """Per (flush window, queue): how many of the batch's records (below the cut, in the valid
     prefix) were stored after the checkpoint's timestamp of that window, their offsets and times."""
-    tran = _column(rb, "sys_flag") & rf.TRANSACTION_MASK
+    sys_flag = _column(rb, "sys_flag")
     ts = _column(rb, "store_timestamp")
-    conds = {"commitlog": np.ones(len(ts), bool), "consume_queue": np.isin(tran, _CQ_TYPES),
-             "index": tran != rf.TRANSACTION_ROLLBACK_TYPE}
+    conds = {"commitlog": np.ones(len(ts), bool), "consume_queue": dispatch.dispatchable(sys_flag),
+             "index": dispatch.indexable(sys_flag)}
     phy, size = _column(rb, "phy_offset"), _column(rb, "total_size").astype(np.int64)
     out = []
     for window, stamp in plan.windows:
@@ -490,6 +486,9 @@ def _bad_header_rows(plan: AuditPlan, parts: Sequence[tuple]) -> list[dict]:
     return rows
 
 
+INDEX_FINDING_ROWS = INDEX_FINDING_ROW.arrow()
+
+
 def _unfindable_runs(puts: list[tuple[list[str], pa.Table]], lenses: dict[str, tuple[np.ndarray, np.ndarray]]
                      ) -> dict:
     """For one phy range: per topic, how many indexed records it has (distinct phy offsets) and,
@@ -508,8 +507,7 @@ def _unfindable_runs(puts: list[tuple[list[str], pa.Table]], lenses: dict[str, t
         for lens, miss_put in missing.items():
             miss = np.bincount(inv, weights=miss_put[sel], minlength=len(uphy))
             hit = np.flatnonzero(miss > 0)         # records (in phy order) missing a key
-            cut = np.flatnonzero(np.diff(hit) != 1) + 1
-            for a, b in zip(np.r_[0, cut], np.r_[cut, len(hit)]) if len(hit) else ():
+            for a, b in consecutive_runs(hit):
                 run = hit[a:b]
                 runs.append((lens, topic, int(run[0]), int(run[-1]) + 1, int(uphy[run[0]]),
                              int(uphy[run[-1]]) + 1, int(miss[run].sum())))
@@ -717,14 +715,16 @@ def _flush_window(partials: list[pa.Table], windows: tuple[tuple[str, int], ...]
 
 # -- consumer offsets ----------------------------------------------------------------------------------
 
+QUEUE_FINDING_ROWS = QUEUE_FINDING_ROW.arrow()
+
+
 def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_ranges: dict, rebuilt_ranges: dict,
                              lost: pa.Table) -> pa.Table:
     """Every committed offset of ``consumerOffset.json`` and its ``.bak``: the queue before and after
     recovery, the broker's pull status and corrected offset, and what the group loses or gets again."""
     lost_by_queue: dict[tuple[str, int], np.ndarray] = {}
     if lost.num_rows:
-        tran = pc.bit_wise_and(lost["sys_flag"], rf.TRANSACTION_MASK).to_numpy()
-        keep = np.isin(tran, _CQ_TYPES)
+        keep = dispatch.dispatchable(lost["sys_flag"].to_numpy())
         for t, q, o in zip(np.asarray(lost["topic"].to_pylist(), dtype=object)[keep],
                            lost["queue_id"].to_numpy()[keep], lost["queue_offset"].to_numpy()[keep]):
             lost_by_queue.setdefault((t, int(q)), []).append(int(o))

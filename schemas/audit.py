@@ -5,8 +5,6 @@ store, stable across runs, so a scheduled audit can find its own history) and ``
 """
 from __future__ import annotations
 
-import pyarrow as pa
-
 from ._types import Field as F
 from ._types import RecordSchema
 from .store import SEGMENT
@@ -160,19 +158,3 @@ STORE_FINDINGS = audit_table("store_findings", (
 TABLES = {t.name: t for t in (RUNS, SEGMENTS, QUEUE_FINDINGS, INDEX_FINDINGS,
                               CONSUMER_OFFSET_FINDINGS, LOST_MESSAGES, FLUSH_WINDOW, STORE_FINDINGS)}
 
-
-def finding_rows(table: RecordSchema) -> pa.Schema:
-    """An audit table's rows as the checks produce them: without the run keys."""
-    keys = {f.name for f in AUDIT_KEYS}
-    return table.arrow([n for n in table.names if n not in keys])
-
-
-QUEUE_FINDING_ROWS = finding_rows(QUEUE_FINDINGS)
-INDEX_FINDING_ROWS = finding_rows(INDEX_FINDINGS)
-STORE_FINDING_ROWS = finding_rows(STORE_FINDINGS)
-
-# One consume queue entry as the audit compares it (store_reader.audit.queues.compare_queue): src,
-# the views it belongs to (bits DISK, BROKER, REBUILT, REC); flag of a record row (CRC_BAD, BEHIND_BAD)
-QUEUE_ROWS = RecordSchema("queue_rows", (
-    F("queue_offset", "int64"), F("phy_offset", "int64"), F("size", "int32"), F("tags_code", "int64"),
-    F("src", "int8"), F("flag", "int8"))).arrow()

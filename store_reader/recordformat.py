@@ -16,23 +16,31 @@ BLANK_MAGIC = -875286124         # 0xCBD43194, end-of-file marker
 END_FILE_MIN_BLANK_LENGTH = 8
 
 # -- fixed header up to BORNHOST (F§3.1), big-endian -------------------------------------------------
-HEAD = struct.Struct(
-    ">"
-    "i"   # TOTALSIZE
-    "i"   # MAGICCODE
-    "i"   # BODYCRC
-    "i"   # QUEUEID
-    "i"   # FLAG
-    "q"   # QUEUEOFFSET
-    "q"   # PHYSICALOFFSET
-    "i"   # SYSFLAG
-    "q"   # BORNTIMESTAMP
+_HEAD_FIELDS = (
+    ("TOTALSIZE", "i"),
+    ("MAGICCODE", "i"),
+    ("BODYCRC", "i"),
+    ("QUEUEID", "i"),
+    ("FLAG", "i"),
+    ("QUEUEOFFSET", "q"),
+    ("PHYSICALOFFSET", "q"),
+    ("SYSFLAG", "i"),
+    ("BORNTIMESTAMP", "q"),
 )
+HEAD = struct.Struct(">" + "".join(code for _, code in _HEAD_FIELDS))
+POS = {name: struct.calcsize(">" + "".join(code for _, code in _HEAD_FIELDS[:i]))
+       for i, (name, _) in enumerate(_HEAD_FIELDS)}
+"""Byte position of each fixed header field in a record."""
+# TOTALSIZE and MAGICCODE alone: what tells a record, a blank marker and garbage apart
+SIZE_AND_MAGIC = struct.Struct(">ii")
+PHYSICALOFFSET_POS = POS["PHYSICALOFFSET"]
+SYSFLAG_POS = POS["SYSFLAG"]
 BORNHOST_POS = HEAD.size          # 48; 8 bytes (IPv4) or 20 (IPv6, SYSFLAG & 0x10)
-PHYSICALOFFSET_POS = 28
-SYSFLAG_POS = 36
 # after STOREHOST: RECONSUMETIMES i32, PREPARED TRANSACTION OFFSET i64, BODYLEN i32
 MID = struct.Struct(">iqi")
+# a record ends with PROPERTIESLENGTH i16 and the properties
+PROPERTIESLENGTH = struct.Struct(">h")
+
 
 # -- SYSFLAG bits (F§3.5) ------------------------------------------------------------------------------
 COMPRESSED_FLAG = 0x1
@@ -94,12 +102,25 @@ CHECK_CODE = {name: i for i, name in enumerate(CHECKS)}
 END_REASONS = ("eof_marker", "zero_padding", "torn_tail", "corrupt", "file_end")
 
 
+def bornhost_length(sys_flag: int) -> int:
+    """BORNHOST: IPv4 address and port (8 bytes), or IPv6 (20) with SYSFLAG bit 0x10 (F§3.1)."""
+    return 20 if sys_flag & BORNHOST_V6_FLAG else 8
+
+
+def storehost_length(sys_flag: int) -> int:
+    """STOREHOST: as BORNHOST, IPv6 with SYSFLAG bit 0x20 (F§3.1)."""
+    return 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+
+
+def store_timestamp_pos(sys_flag: int) -> int:
+    """Position of STORETIMESTAMP (i64, right after BORNHOST) in a record with ``sys_flag``."""
+    return BORNHOST_POS + bornhost_length(sys_flag)
+
+
 def cal_msg_length(version: int, sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int:
     """``calMsgLength`` (F§3.2)."""
-    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-    store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-    return (74 + born + store + max(body_len, 0) + (2 if version == 2 else 1) + topic_len
-            + max(props_len, 0))
+    return (74 + bornhost_length(sys_flag) + storehost_length(sys_flag) + max(body_len, 0)
+            + (2 if version == 2 else 1) + topic_len + max(props_len, 0))
 
 
 @dataclass(frozen=True)

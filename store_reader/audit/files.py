@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import pyarrow as pa
 
-from schemas.audit import STORE_FINDING_ROWS
+from schemas.findings import STORE_FINDING_ROW
 from store_reader.audit.commitlog import (PredictedCut, segment_findings, verify_commitlog_sequence,
                                           verify_layout)
 from store_reader.audit.queues import verify_queue_files
@@ -106,4 +106,4 @@ def store_file_findings(store: Store, broker_5x: bool | None = None,
     if summaries is not None and prediction is not None:
         cut = PredictedCut.of(summaries, prediction.start_file, prediction.max_phy_offset)
         segment_findings(summaries, cut, store.scan_options(broker_5x=five).check_crc, found)
-    return pa.Table.from_pylist(found.rows(), schema=STORE_FINDING_ROWS)
+    return pa.Table.from_pylist(found.rows(), schema=STORE_FINDING_ROW.arrow())

@@ -16,9 +16,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from store_reader import recordformat as rf
 from store_reader.audit.report import Findings, count_of, norm_path, range_text, report_runs, span_text
 from store_reader.audit.view import StoreView
+from store_reader.dispatch import indexable
 from store_reader.exceptions import CannotRead, FileSizeError, StoreReaderError
 from store_reader.fsutil import list_dir
 from store_reader.indexfile import (HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile,
@@ -217,7 +217,7 @@ def verify_index(view: StoreView, found: Findings, only: Path | None = None) -> 
     if not view.config.messageIndexEnable:
         return
     r = view.records
-    keyed = (r.valid_prefix & r.keyed & (r.tran != rf.TRANSACTION_ROLLBACK_TYPE)
+    keyed = (r.valid_prefix & r.keyed & indexable(r.tran)
              & (r.phy >= view.min_phy) & (r.phy < view.max_phy))
     if not files:
         n = int(np.count_nonzero(keyed))

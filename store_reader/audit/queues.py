@@ -2,7 +2,7 @@
 
 ``compare_queue``: the Spark audit's comparison of four views of every entry of one queue (the CQ
 files as they are, the broker's recovered queue, the rebuilt queue, the records), one
-``schemas.audit.QUEUE_ROWS`` row per entry, ``src`` bits saying which views it belongs to.
+``schemas.findings.QUEUE_ROW`` row per entry, ``src`` bits saying which views it belongs to.
 
 ``verify_consume_queues``: ``jobs.dump --verify``'s checks of each CQ file against the commitlog as
 the broker will recover it (R§2, R§5.2, R§7), located by byte position in the file.
@@ -18,12 +18,15 @@ import pyarrow as pa
 from store_reader import recordformat as rf
 from store_reader.audit.report import (Findings, count_of, join_path, range_text, report_runs, runs,
                                        span_text)
-from store_reader.audit.view import DISPATCHED_TRAN, QueueRecords, StoreView
+from store_reader.audit.view import QueueRecords, StoreView
 from store_reader.brokerconf import BrokerConfig
 from store_reader.consumequeue import (CQ_STORE_UNIT_SIZE, ENTRY_INVALID, ENTRY_VALID, QueueRef,
                                        classify_entries, file_name, list_queues, read_queue_file)
 from store_reader.exceptions import FileSizeError, StoreReaderError
-from store_reader.store import MappedFile, Store, list_mapped_files
+from store_reader.dispatch import dispatchable
+from store_reader.mappedfile import MappedFile, list_mapped_files
+from store_reader.ranges import consecutive_runs
+from store_reader.store import Store
 from store_reader.storefs import location
 
 PRE_BLANK = 0x7FFFFFFF
@@ -38,11 +41,8 @@ CRC_BAD, BEHIND_BAD = 1, 2
 def _runs(kind: str, topic: str, qid: int, offsets: np.ndarray, phy: np.ndarray | None = None,
           size: np.ndarray | None = None, detail: str | None = None) -> list[dict]:
     """Range-encode sorted ``offsets`` (with the phy/size of their entries) into rows."""
-    if not len(offsets):
-        return []
-    cut = np.flatnonzero(np.diff(offsets) != 1) + 1
     rows = []
-    for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(offsets)]])):
+    for lo, hi in consecutive_runs(offsets):
         row = {"kind": kind, "topic": topic, "queue_id": qid, "from_offset": int(offsets[lo]),
                "to_offset": int(offsets[hi - 1]) + 1, "count": int(hi - lo), "phy_from": None,
                "phy_to": None, "detail": detail}
@@ -363,7 +363,7 @@ def verify_consume_queues(view: StoreView, found: Findings, only: tuple[str, int
                 if only is None or key == only)
     if only is None and not files:
         r = view.records
-        n = int(np.count_nonzero(r.valid_prefix & np.isin(r.tran, DISPATCHED_TRAN)
+        n = int(np.count_nonzero(r.valid_prefix & dispatchable(r.tran)
                                  & (r.phy >= view.min_phy) & (r.phy < view.max_phy)))
         if n:
             found.add("cq.all_missing", cq_dir, None,

@@ -10,6 +10,7 @@ import numpy as np
 
 from store_reader.audit.kinds import finding_kind
 from store_reader.exceptions import StoreReaderError
+from store_reader.ranges import consecutive_runs
 from store_reader.storefs import PathRef, StoreLocation
 
 MAX_RUNS = 10                     # runs of one anomaly kind reported per file; the rest summed up
@@ -94,12 +95,7 @@ def join_path(base: PathRef, *names: str) -> PathRef:
 
 def runs(idx: np.ndarray) -> list[tuple[int, int]]:
     """Runs ``[first, last]`` of consecutive values in sorted integer ``idx``."""
-    if idx.size == 0:
-        return []
-    breaks = np.flatnonzero(np.diff(idx) != 1)
-    starts = np.concatenate(([0], breaks + 1))
-    ends = np.concatenate((breaks, [idx.size - 1]))
-    return [(int(idx[s]), int(idx[e])) for s, e in zip(starts, ends)]
+    return [(int(idx[lo]), int(idx[hi - 1])) for lo, hi in consecutive_runs(idx)]
 
 
 Describe = Callable[[int, int], "tuple[int, str, int | None, dict[str, Any]]"]

@@ -13,6 +13,7 @@ from store_reader import recordformat as rf
 from store_reader import recovery
 from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
+from store_reader.dispatch import dispatchable, multi_dispatch_targets
 from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
 
@@ -22,7 +23,6 @@ VERIFY_COLUMNS = ["phy_offset", "total_size", "topic", "queue_id", "queue_offset
 
 TRAN_NAMES = {rf.TRANSACTION_NOT_TYPE: "NOT", rf.TRANSACTION_PREPARED_TYPE: "PREPARED",
               rf.TRANSACTION_COMMIT_TYPE: "COMMIT", rf.TRANSACTION_ROLLBACK_TYPE: "ROLLBACK"}
-DISPATCHED_TRAN = (rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_COMMIT_TYPE)
 
 
 @dataclass
@@ -182,7 +182,7 @@ class StoreView:
     def queue_records(self) -> dict[tuple[str, int], QueueRecords]:
         if self._queues is None:
             r = self.records
-            keep = np.isin(r.tran, DISPATCHED_TRAN)
+            keep = dispatchable(r.tran)
             key = r.topic.astype(np.int64) << 32 | (r.queue_id.astype(np.int64) & 0xFFFFFFFF)
             rows = np.flatnonzero(keep)
             rows = rows[np.lexsort((r.queue_offset[rows], key[rows]))]
@@ -207,9 +207,9 @@ class StoreView:
         for f in self.store.commitlog_files:
             for b in SegmentScan(f.path, self.opts, columns=cols, include_lost=True):
                 for rec in b.to_pylist():
-                    if rec["sys_flag"] & rf.TRANSACTION_MASK not in DISPATCHED_TRAN:
+                    if not dispatchable(rec["sys_flag"]):
                         continue
-                    for topic, qid, offset in recovery.multi_dispatch_targets(
+                    for topic, qid, offset in multi_dispatch_targets(
                             self.config, self.broker_5x, rec["topic"], rec["queue_id"],
                             dict(rec["properties"] or [])):
                         extra.setdefault((topic, qid), []).append(
