@@ -1,0 +1,297 @@
+"""Salvage: the intact records the broker's recovery discards (R§4.3, R§5.1, E#3), given back.
+
+A record is lost when it lies at or past the truncation point, is where its PHYSICALOFFSET says and
+passes its CRC checks (``lost_mask``: the rule the audit's ``lost_messages`` table uses too). The
+scan that finds them is the one the audit runs (``commitlog.SegmentScan`` with ``include_lost``);
+this module turns them into rows a producer can send again (``schemas.salvage.SALVAGED``): the topic
+and queue the producer addressed, the body as it sent it, and a ``replay`` verdict.
+
+Spark-free: ``jobs/salvage.py`` runs ``salvage_segment`` as one task per commitlog file past the
+cut, each writing a part file (``write_part``); the driver joins the parts in file order into the
+output (``assemble``), so no segment's records are ever held by the driver.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import io
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from schemas.salvage import SALVAGED
+
+from . import recordformat as rf
+from .commitlog import SegmentScan, SegmentSummary
+from .exceptions import StoreReaderError
+
+# What the scan materialises for a lost record.
+SCAN_COLUMNS = ("phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
+                "flag", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
+                "reconsume_times", "body_crc", "properties", "keys", "tags", "uniq_key", "delay_level",
+                "real_topic", "real_queue_id", "tags_code", "msg_id", "body_crc_ok", "record_crc_ok",
+                "body")
+
+# Topics of the broker's own (TopicValidator.SYSTEM_TOPIC_SET, SYSTEM_TOPIC_PREFIX)
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+SYSTEM_TOPICS = frozenset({"TBW102", rf.SCHEDULE_TOPIC, "BenchmarkTest", TRANS_HALF_TOPIC,
+                           "RMQ_SYS_TRACE_TOPIC", TRANS_OP_HALF_TOPIC, "TRANS_CHECK_MAX_TIME_TOPIC",
+                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC"})
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+
+# CompressionType#findByValue: (sysflag & 0x700) >> 8; 0 is zlib (clients before the type bits)
+COMPRESSION_TYPES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
+
+FORMATS = ("jsonl", "parquet")
+
+
+def lost_mask(batch: pa.RecordBatch | pa.Table, end: int) -> np.ndarray:
+    """Rows of a scan batch the broker's recovery discards although they are intact: at or past the
+    truncation point ``end``, where their PHYSICALOFFSET says, with body CRC (and ``__CRC32#``)
+    correct or not computed."""
+    phy = batch.column("phy_offset").to_numpy()
+    ok = pc.and_(pc.fill_null(batch.column("body_crc_ok"), True),
+                 pc.fill_null(batch.column("record_crc_ok"), True)).to_numpy(zero_copy_only=False)
+    return (phy >= end) & (batch.column("stored_phy_offset").to_numpy() == phy) & ok
+
+
+@dataclass(frozen=True)
+class LostSegment:
+    """A commitlog file that reaches past the truncation point: its records there are lost."""
+
+    path: object          # str or storefs.StoreLocation (picklable)
+    segment: str
+    reason: str           # behind_cut (the file the broker cuts) | deleted_file
+
+
+def lost_segments(summaries: Sequence[SegmentSummary], end: int, cut_segment: str | None
+                  ) -> list[LostSegment]:
+    """The files whose records past ``end`` are lost, in commitlog order (the audit's choice: a file
+    the broker keeps whole loses nothing)."""
+    return [LostSegment(s.path, s.segment, "behind_cut" if s.segment == cut_segment else "deleted_file")
+            for s in summaries if s.file_start + s.file_size > end]
+
+
+def cut_segment(pred) -> str | None:
+    """The commitlog file the broker's recovery cuts (``recovery.Prediction``): the last one it
+    keeps with less written than its size."""
+    return next((f.name for f in pred.commitlog_files if f.wrote < f.size), None)
+
+
+# -- one record: what the producer sent, and whether to send it again --------------------------------
+
+def classify(topic: str, sys_flag: int, properties: dict[str, str]) -> tuple[str, str | None]:
+    """(kind, skip reason or None) of a lost record (F§3.4)."""
+    tran = sys_flag & rf.TRANSACTION_MASK
+    if tran == rf.TRANSACTION_PREPARED_TYPE:
+        return "prepared", "a PREPARED transaction record: only its commit may be delivered"
+    if tran == rf.TRANSACTION_ROLLBACK_TYPE:
+        return "rollback", "a ROLLBACK transaction record: the producer rolled it back"
+    if topic == TRANS_HALF_TOPIC:
+        return "transaction_half", ("a transaction half message: the producer's transaction check "
+                                    "decides it, its commit is a record of its own")
+    if topic == TRANS_OP_HALF_TOPIC:
+        return "transaction_op", "a transaction op record: the broker's own bookkeeping"
+    if sys_flag & rf.INNER_BATCH_FLAG:
+        return "inner_batch", "an inner-batch record (BatchCQ): its body packs several messages"
+    if topic == rf.SCHEDULE_TOPIC and rf.PROPERTY_REAL_TOPIC in properties:
+        return "delayed", None
+    if topic == TIMER_TOPIC and rf.PROPERTY_REAL_TOPIC in properties:
+        return "timer", None
+    if topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
+        return "system", f"a record of the broker's system topic {topic}"
+    if tran == rf.TRANSACTION_COMMIT_TYPE:
+        return "transaction_commit", None
+    if topic.startswith(RETRY_PREFIX):
+        return "retry", None
+    if topic.startswith(DLQ_PREFIX):
+        return "dlq", None
+    return "normal", None
+
+
+def decompress(body: bytes, sys_flag: int) -> tuple[str, bytes]:
+    """(compression, the body as the producer compressed it) of a body with COMPRESSED_FLAG
+    (F§3.5, ``CompressionType``: zlib is a DeflaterOutputStream, lz4 an LZ4 frame, zstd a zstd
+    stream). Raises ValueError when it does not decompress."""
+    ctype = (sys_flag & rf.COMPRESSION_TYPE_MASK) >> 8
+    name = COMPRESSION_TYPES.get(ctype)
+    try:
+        if name == "zlib":
+            d = zlib.decompressobj()
+            return name, d.decompress(body) + d.flush()
+        if name == "lz4":
+            import lz4.frame
+            return name, lz4.frame.decompress(body)
+        if name == "zstd":
+            import zstandard
+            with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body), read_across_frames=True) as r:
+                return name, r.read()
+    except Exception as exc:       # each library raises its own error type for bad input
+        raise ValueError(f"{name} body does not decompress: {exc}") from None
+    raise ValueError(f"unknown compression type {ctype} in SYSFLAG")
+
+
+def _ms(values) -> pa.Array:
+    return pc.cast(pc.cast(values, pa.int64()).cast(pa.timestamp("ms", tz="UTC")), pa.timestamp("us", tz="UTC"))
+
+
+def salvaged_rows(batch: pa.RecordBatch, segment: str, reason: str) -> pa.Table:
+    """``SALVAGED`` rows of a batch of lost records (scanned with ``SCAN_COLUMNS``)."""
+    n = batch.num_rows
+    cols = {name: batch.column(name) for name in batch.schema.names}
+    stored_topics = cols["topic"].to_pylist()
+    sys_flags = cols["sys_flag"].to_pylist()
+    props = [dict(p) if p else {} for p in cols["properties"].to_pylist()]
+    bodies = cols["body"].to_pylist()
+    kinds, skips, topics, qids, deliver, compression, out_bodies = [], [], [], [], [], [], []
+    real_topic, real_qid = cols["real_topic"].to_pylist(), cols["real_queue_id"].to_pylist()
+    delay, tags_code = cols["delay_level"].to_pylist(), cols["tags_code"].to_pylist()
+    stored_qids = cols["queue_id"].to_pylist()
+    for i in range(n):
+        kind, skip = classify(stored_topics[i], sys_flags[i], props[i])
+        topic, qid, when = stored_topics[i], stored_qids[i], None
+        if kind in ("delayed", "timer"):
+            topic = real_topic[i]
+            qid = real_qid[i] if real_qid[i] is not None else 0
+            if kind == "delayed" and (delay[i] or 0) > 0:
+                when = tags_code[i]          # STORETIMESTAMP + the level's delay (F§3.9)
+            elif kind == "timer" and props[i].get(PROPERTY_TIMER_OUT_MS, "").isdigit():
+                when = int(props[i][PROPERTY_TIMER_OUT_MS])
+        body, comp = bodies[i] or b"", None
+        if sys_flags[i] & rf.COMPRESSED_FLAG:
+            try:
+                comp, body = decompress(body, sys_flags[i])
+            except ValueError as exc:
+                comp = COMPRESSION_TYPES.get((sys_flags[i] & rf.COMPRESSION_TYPE_MASK) >> 8)
+                skip = skip or f"its body does not decompress ({exc}): sent as stored it would be garbage"
+        kinds.append(kind)
+        skips.append(skip)
+        topics.append(topic)
+        qids.append(qid)
+        deliver.append(when)
+        compression.append(comp)
+        out_bodies.append(body)
+    schema = SALVAGED.arrow()
+    data = {
+        "phy_offset": cols["phy_offset"], "segment": pa.array([segment] * n, pa.string()),
+        "reason": pa.array([reason] * n, pa.string()), "kind": pa.array(kinds, pa.string()),
+        "replay": pa.array(["send" if s is None else "skip" for s in skips], pa.string()),
+        "skip_reason": pa.array(skips, pa.string()), "topic": pa.array(topics, pa.string()),
+        "queue_id": pa.array(qids, pa.int32()), "stored_topic": cols["topic"],
+        "stored_queue_id": cols["queue_id"], "queue_offset": cols["queue_offset"],
+        "delay_level": cols["delay_level"], "deliver_time": _ms(pa.array(deliver, pa.int64())),
+        "born_time": _ms(cols["born_timestamp"]), "store_time": _ms(cols["store_timestamp"]),
+        "compression": pa.array(compression, pa.string()), "body": pa.array(out_bodies, pa.binary()),
+    }
+    arrays = [data[f.name] if f.name in data else cols[f.name] for f in schema]
+    return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, schema)], schema=schema)
+
+
+def salvage_segment(seg: LostSegment, end: int, opts: rf.ScanOptions, batch_size: int = 4096
+                    ) -> Iterator[pa.Table]:
+    """The lost records of one commitlog file as ``SALVAGED`` tables, in commitlog order (one
+    batch of ``batch_size`` records in memory at a time)."""
+    for rb in SegmentScan(seg.path, opts, columns=SCAN_COLUMNS, include_lost=True, batch_size=batch_size):
+        keep = lost_mask(rb, end)
+        if keep.any():
+            yield salvaged_rows(rb.filter(pa.array(keep)), seg.segment, seg.reason)
+
+
+# -- output files ----------------------------------------------------------------------------------
+
+def _json_value(value):
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dt.datetime):
+        return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(value, list):          # a map column: [(key, value), ...]
+        return dict(value)
+    return value
+
+
+def jsonl_lines(table: pa.Table) -> Iterator[str]:
+    """One JSON object per row: the body base64, times ISO 8601 UTC, properties an object."""
+    names = table.column_names
+    for row in zip(*(table.column(n).to_pylist() for n in names)):
+        yield json.dumps({n: _json_value(v) for n, v in zip(names, row)}, ensure_ascii=False) + "\n"
+
+
+def write_part(tables: Iterable[pa.Table], path: str, fmt: str) -> dict[str, int]:
+    """Write one segment's rows to ``path`` (``fmt``: jsonl or parquet); returns counts per verdict."""
+    counts = {"send": 0, "skip": 0}
+    writer = None
+    with open(path, "wb") as fh:
+        for t in tables:
+            for verdict in counts:
+                counts[verdict] += int(pc.sum(pc.equal(t["replay"], verdict)).as_py() or 0)
+            if fmt == "jsonl":
+                fh.write("".join(jsonl_lines(t)).encode("utf-8"))
+            else:
+                writer = writer or pq.ParquetWriter(fh, SALVAGED.arrow())
+                writer.write_table(t)
+        if fmt == "parquet":
+            (writer or pq.ParquetWriter(fh, SALVAGED.arrow())).close()
+    return counts
+
+
+def assemble(parts: Sequence[str], dest: str, fmt: str) -> None:
+    """Join part files in order into ``dest`` (one part, one row group at a time), fsync'd."""
+    with open(dest, "wb") as out:
+        if fmt == "jsonl":
+            for part in parts:
+                with open(part, "rb") as fh:
+                    while chunk := fh.read(1 << 20):
+                        out.write(chunk)
+        else:
+            with pq.ParquetWriter(out, SALVAGED.arrow()) as writer:
+                for part in parts:
+                    f = pq.ParquetFile(part)
+                    for g in range(f.num_row_groups):
+                        writer.write_table(f.read_row_group(g))
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def publish_file(tmp: str, out: str, overwrite: bool) -> None:
+    """Put the complete ``tmp`` at ``out`` atomically: replacing an earlier file only with
+    ``overwrite``, never one that appeared meanwhile otherwise (a hard link fails if it exists)."""
+    if overwrite:
+        os.replace(tmp, out)
+    else:
+        try:
+            os.link(tmp, out)
+        except FileExistsError:
+            raise StoreReaderError("output file exists (use --overwrite)", out) from None
+        os.unlink(tmp)
+    fd = os.open(os.path.dirname(os.path.abspath(out)), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def check_output_file(out: str, overwrite: bool) -> None:
+    """Before any work: the output is a local file path, new unless ``overwrite``, its directory
+    there."""
+    if "://" in out:
+        raise StoreReaderError("the salvage file is written to a local path, not a URI", out)
+    if os.path.isdir(out):
+        raise StoreReaderError("output is a directory, not a file", out)
+    if os.path.lexists(out) and not overwrite:
+        raise StoreReaderError("output file exists (use --overwrite)", out)
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise StoreReaderError("the output's directory does not exist", parent)
+    if not os.access(parent, os.W_OK):
+        raise StoreReaderError("the output's directory is not writable", parent)
