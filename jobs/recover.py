@@ -67,12 +67,14 @@ from store_reader.fsutil import walk_files
 from store_reader.consumequeue import CQ_STORE_UNIT_SIZE
 from store_reader.indexfile import IndexHeader
 from store_reader.recordformat import ScanOptions
+from store_reader.salvage import Reappended
 from store_reader.store import Store
 from store_reader.storefs import StoreLocation
 from store_reader import publish, repair
 from jobs import audit as audit_job
 from jobs import findings as fnd
 from jobs import deltasink
+from jobs import salvage as salvage_job
 from jobs.deltasink import store_id_for
 
 log = logging.getLogger("jobs.recover")
@@ -258,6 +260,9 @@ class RunReport:
     resized: list[tuple[str, int, int]] = field(default_factory=list)
     """(file, length, mappedFileSizeCommitLog) of commitlog files the repaired store holds resized."""
     config_left_out: list[str] = field(default_factory=list)
+    salvage: bool = False
+    """--salvage: the lost records a producer would send again are re-appended (jobs.salvage)."""
+    salvaged: Reappended | None = None
 
     def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
         secs = (time.monotonic() if ended is None else ended) - started
@@ -438,11 +443,19 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             headers, index_digests = passes.result(indexing)
             queues, queue_digests = passes.result(queueing)
             commitlog_digests = passes.result(copying)
+        if report.salvage:
+            t = time.monotonic()
+            report.salvaged = salvage_job.reappend(spark, store, pred, report.summaries, str(tmp), queues)
+            report.log_pass("salvage", t, f"{report.salvaged.records.num_rows} lost records re-appended, "
+                            f"end at phy {report.salvaged.end}")
         last_ts = max((ts for _, ts in counts), default=0)
         last_cq_ts = max(queues["last_store_timestamp"].to_pylist(), default=0)
         confirm = next((s.file_start + s.last_record_position for s in reversed(report.summaries)
                         if s.last_record_position is not None and
                         s.file_start + s.last_record_position < end), 0)
+        if report.salvaged is not None:
+            last_ts, last_cq_ts, headers, confirm = report.salvaged.checkpoint_inputs(last_ts, last_cq_ts,
+                                                                                      headers, confirm)
         ckpt = repair.repaired_checkpoint(int(last_ts), int(last_cq_ts),
                                           repair.full_index_end_timestamp(headers, cfg.maxIndexNum),
                                           confirm, version_5x)
@@ -457,7 +470,8 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             report.offsets_moved = repair.correct_consumer_offsets(tmp / "config", ranges)
         passes.check()
         t = time.monotonic()
-        known = {**commitlog_digests, **index_digests, **queue_digests}
+        known = {k: v for k, v in {**commitlog_digests, **index_digests, **queue_digests}.items()
+                 if report.salvaged is None or k not in report.salvaged.touched}
         repair.write_manifest(str(tmp), manifest(store, report, repair.tree_manifest(
             str(tmp), skip={publish.TMP_MARKER}, known=known)))
         report.log_pass("write manifest", t, f"sizes and SHA-256 of every output file "
@@ -568,7 +582,8 @@ def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
             "brokerConfig": _resolved(store.config.source),
             "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
             "prediction": prediction_summary(report.prediction, report),
-            "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved}}
+            "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved},
+            **({"salvaged": report.salvaged.to_manifest()} if report.salvaged is not None else {})}
 
 
 def claim_outputs(stack: ExitStack, store: Store, out: str | None, overwrite: bool,
@@ -602,7 +617,7 @@ def claim_outputs(stack: ExitStack, store: Store, out: str | None, overwrite: bo
 def recover(spark, store_path: str, out: str | None, broker_config: str | None = None,
             broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
             backup: str | None = None, audit_path: str | None = None,
-            keep_consumer_offsets: bool = False, commitlog_gone: bool = False) -> RunReport:
+            keep_consumer_offsets: bool = False, commitlog_gone: bool = False, salvage: bool = False) -> RunReport:
     """The whole run (passes 1-7); ``dry_run`` writes no repaired store (audit rows still go to
     ``audit_path`` when given). The repaired store's committed consumer offsets are moved where
     the consumers' next pull on it would move them, unless ``keep_consumer_offsets``. A store
@@ -628,12 +643,12 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         claim_outputs(stack, store, None if dry_run else out, overwrite,
                       backup if not dry_run else None, audit_path)
         return _recover(spark, store, out, broker_version, dry_run, overwrite, backup, audit_path,
-                        keep_consumer_offsets, started)
+                        keep_consumer_offsets, started, salvage)
 
 
 def _recover(spark, store: Store, out: str | None, broker_version: str | None, dry_run: bool,
              overwrite: bool, backup: str | None, audit_path: str | None, keep_consumer_offsets: bool,
-             started: float) -> RunReport:
+             started: float, salvage: bool = False) -> RunReport:
     t = started
     audited_at = dt.datetime.now(dt.timezone.utc)
     version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
@@ -647,7 +662,7 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
     scanned = time.monotonic()
     pred = recovery.predict(store, version, summaries=summaries)
     report = RunReport(run_id, str(store.root), out, version, pred, summaries,
-                       keep_consumer_offsets=keep_consumer_offsets)
+                       keep_consumer_offsets=keep_consumer_offsets, salvage=salvage)
     report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
     report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scanned)
     t = scanned
@@ -682,6 +697,8 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
         tables = fnd.run_tables(report.findings, row,
                                 fnd.segment_rows(summaries, pred, mtimes, {s.segment for s in summaries}, written),
                                 run_id, store_id, audited_at)
+        if report.salvaged is not None:
+            tables["salvaged_messages"] = salvage_job.audit_rows(report.salvaged, run_id, store_id, audited_at)
         report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark)
         report.log_pass("write audit tables", t, audit_path)
     return report
@@ -755,6 +772,8 @@ def print_report(report: RunReport, out=None) -> None:
           f"{report.applied_backup}", file=out)
     elif report.written:
         p(f"  repaired store     {report.out}", file=out)
+    if report.written and report.salvaged is not None:
+        salvage_job.print_reappended(report.salvaged, out)
     elif report.out:
         p("  dry run: nothing written", file=out)
 
@@ -781,6 +800,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="the store's commitlog is really gone (deleted, not merely unmounted): "
                          "recover without it, dropping every consume queue entry; without this "
                          "flag a store with no commitlog files is refused")
+    ap.add_argument("--salvage", action="store_true",
+                    help="append the intact records the broker's recovery discards (those jobs.salvage "
+                         "exports with replay=send) to the repaired store, at new phy and queue offsets, "
+                         "dispatched into its consume queues and index; MANIFEST.json and the "
+                         "salvaged_messages audit table say where each went")
     ap.add_argument("--json", action="store_true", help="print the prediction as JSON")
     ap.add_argument("--demo", metavar="DIR",
                     help="make a sample store with a simulated crash in DIR and recover it")
@@ -835,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                          args.dry_run, args.overwrite, args.backup if args.apply else None,
-                         args.audit_path, args.keep_consumer_offsets, args.commitlog_gone)
+                         args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.salvage)
     except Exception as exc:
         error = store_error(exc)
         if error is None:

@@ -30,6 +30,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from store_reader import open_store, recovery
 from store_reader import salvage as sv
 from store_reader.exceptions import StoreReaderError
@@ -94,6 +96,44 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
     return SalvageReport(str(store.root), out, version, end, [s.segment for s in segments],
                          sum(c["send"] for _, c in parts), sum(c["skip"] for _, c in parts),
                          time.monotonic() - started)
+
+
+def reappend(spark, store, pred: recovery.Prediction, summaries, out_root: str, queues) -> sv.Reappended:
+    """``jobs.recover --salvage``: the lost records whose verdict is ``send`` put back into the
+    repaired store being built at ``out_root`` (``queues``: its rebuilt queues, ``repair.queue_table``),
+    after everything else is written (``store_reader.salvage.reappend``). One Spark task per file
+    past the cut finds them (no bodies); the driver writes them in commitlog order."""
+    from jobs.findings import audit_scan_options
+
+    end, cfg = pred.max_phy_offset, store.config
+    if any(f.start >= end for f in pred.commitlog_files):
+        raise StoreReaderError(f"--salvage: the broker keeps commitlog files after its truncation point "
+                               f"{end}; appending there would overwrite records it serves", store.commitlog_dirs[0])
+    broker_5x = pred.broker_version == recovery.V5X
+    segments = sv.lost_segments(summaries, end, sv.cut_segment(pred))
+    opts = audit_scan_options(store, broker_5x)
+    tables = spark.sparkContext.parallelize(segments, len(segments)).map(
+        lambda s: sv.resend_records(s, end, opts)).collect() if segments else []
+    records = pa.concat_tables(tables) if tables else sv.empty_resend()
+    queue_next = {(t, q): hi for t, q, hi in zip(*(queues.column(c).to_pylist()
+                                                   for c in ("topic", "queue_id", "max_offset")))}
+    return sv.reappend(records, {s.file_start: s.path for s in segments}, out_root, end,
+                       cfg.mappedFileSizeCommitLog, queue_next, cfg, broker_5x)
+
+
+def audit_rows(r: sv.Reappended, run_id: str, store_id: str, audited_at) -> pa.Table:
+    """The ``salvaged_messages`` audit table's rows: every re-appended record's old and new place."""
+    from jobs.deltasink import audit_rows as rows
+    from schemas.audit import SALVAGED_MESSAGES
+
+    return rows(SALVAGED_MESSAGES, r.records, run_id, store_id, audited_at)
+
+
+def print_reappended(r: sv.Reappended, out) -> None:
+    n = r.records.num_rows
+    where = f" at phy {r.records['new_phy_offset'][0].as_py()}..{r.end}" if n else ""
+    print(f"  salvaged           {n} lost records re-appended{where} (old and new places in "
+          f"MANIFEST.json)", file=out)
 
 
 def print_report(r: SalvageReport, out=None) -> None:

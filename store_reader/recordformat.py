@@ -60,6 +60,7 @@ def _fields_struct(upto: str | None = None, after: str | None = None) -> struct.
 # the decoder's views of it: the fields up to BORNHOST, and those after STOREHOSTADDRESS up to BODY
 HEAD = _fields_struct("BORNHOST")
 BORNHOST_POS = HEAD.size          # 48; 8 bytes (IPv4) or 20 (IPv6, SYSFLAG & 0x10)
+QUEUEOFFSET_POS = _fields_struct("QUEUEOFFSET").size            # 20
 PHYSICALOFFSET_POS = _fields_struct("PHYSICALOFFSET").size      # 28
 SYSFLAG_POS = _fields_struct("SYSFLAG").size                    # 36
 MID = _fields_struct(after="STOREHOSTADDRESS")                  # RECONSUMETIMES, PREPARED TX OFFSET, BODYLEN
@@ -212,11 +213,11 @@ def encode_blank(max_blank: int) -> bytes:
 
 
 def write_record(buf: bytearray, pos: int, total: int, version: int, queue_id: int, flag: int,
-                  queue_offset: int, phy_offset: int, sys_flag: int, born_timestamp: int,
-                  born: tuple[bytes, int],
-                  store_timestamp: int, store: tuple[bytes, int], reconsume_times: int,
-                  prepared_transaction_offset: int, body: bytes, body_crc: int, topic: bytes,
-                  properties: bytes, append_crc32: bool) -> None:
+                 queue_offset: int, phy_offset: int, sys_flag: int, born_timestamp: int,
+                 born: tuple[bytes, int],
+                 store_timestamp: int, store: tuple[bytes, int], reconsume_times: int,
+                 prepared_transaction_offset: int, body: bytes, body_crc: int, topic: bytes,
+                 properties: bytes, append_crc32: bool) -> None:
     """Write one ``total``-byte record (``cal_msg_length``) at ``buf[pos:]``, fields in spec order.
 
     ``properties`` already holds the 20 reserved ``__CRC32#`` bytes when ``append_crc32`` is set;
@@ -327,7 +328,7 @@ def encode_message(*, topic: str, body: bytes = b"",
     total = cal_msg_length(version, sys_flag, len(body), len(topic_bytes), len(props))
     buf = bytearray(total)
     write_record(buf, 0, total, version, queue_id, flag, queue_offset, phy_offset, sys_flag,
-                  born_timestamp, born, store_timestamp, store, reconsume_times,
+                 born_timestamp, born, store_timestamp, store, reconsume_times,
                   prepared_transaction_offset, bytes(body), crc32(body) if body else 0, topic_bytes,
                   props, append_crc32)
     return bytes(buf)
@@ -374,3 +375,40 @@ class ScanOptions:
                    force_verify_prop_crc=broker_5x and config.forceVerifyPropCRC,
                    check_dup_info=broker_5x and config.duplicationEnable, broker_5x=broker_5x,
                    delay_levels_ms=tuple(config.delay_levels_ms))
+
+
+_CRC32_PREFIX = (PROPERTY_CRC32 + NAME_VALUE_SEPARATOR).encode("ascii")
+
+
+def properties_span(record: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """[start, end) of PROPERTIES in a whole record (F§3.1-§3.3: after BODY and TOPIC)."""
+    sys_flag = struct.unpack_from(">i", record, SYSFLAG_POS)[0]
+    head = head_struct(16 if sys_flag & BORNHOST_V6_FLAG else 4, 16 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 4)
+    body_len = max(struct.unpack_from(">i", record, head.size - 4)[0], 0)
+    p = head.size + body_len
+    if struct.unpack_from(">i", record, 4)[0] == MAGIC_V2:
+        topic_len, p = _I16.unpack_from(record, p)[0], p + 2
+    else:
+        topic_len, p = record[p], p + 1
+    p += topic_len
+    return p + 2, p + 2 + _I16.unpack_from(record, p)[0]
+
+
+def relocate_record(record: bytes | bytearray | memoryview, queue_offset: int, phy_offset: int,
+                    properties: bytes | None = None) -> bytearray:
+    """A stored record put at a new place, as ``doAppend`` patches a record it appends: QUEUEOFFSET
+    and PHYSICALOFFSET set, PROPERTIES replaced when given (TOTALSIZE with them), and a trailing
+    ``__CRC32#`` recomputed over the record as it now is (F§3.8). Everything else (BODYCRC,
+    STORETIMESTAMP, UNIQ_KEY ...) is kept."""
+    out = bytearray(record)
+    if properties is not None:
+        start, end = properties_span(out)
+        out[start - 2:end] = _I16.pack(len(properties)) + properties
+        struct.pack_into(">i", out, 0, len(out))
+    struct.pack_into(">q", out, QUEUEOFFSET_POS, queue_offset)
+    struct.pack_into(">q", out, PHYSICALOFFSET_POS, phy_offset)
+    tail = len(out) - CRC32_RESERVED_LEN
+    if tail > 0 and out[tail:tail + len(_CRC32_PREFIX)] == _CRC32_PREFIX and out[-1:] == PROPERTY_SEPARATOR.encode():
+        out[tail:] = _crc32_property(crc32(memoryview(out)[:tail]))
+    return out
+

@@ -425,24 +425,37 @@ def extend_queue(topic: str, queue_id: int, queue_dir: str, cq_file_size: int, r
         with open(os.path.join(queue_dir, cq_file_name((last - last % per_file) * CQ_STORE_UNIT_SIZE)), "rb") as fh:
             fh.seek(last % per_file * CQ_STORE_UNIT_SIZE)
             phy = int(np.frombuffer(fh.read(CQ_STORE_UNIT_SIZE), CQ_ENTRY_DTYPE)[0]["phy_offset"])
-    offset = first
-    while offset < stop:
-        base = offset - offset % per_file
-        n = min(stop, base + per_file) - offset
-        slots = np.zeros(n, CQ_ENTRY_DTYPE)
-        slots[:] = (phy, FILLER_SIZE, 0)
-        path = os.path.join(queue_dir, cq_file_name(base * CQ_STORE_UNIT_SIZE))
-        with open(path, "r+b" if os.path.exists(path) else "xb") as fh:
-            if rebuilt is None and base <= min_offset < base + per_file:
-                head = np.zeros(min_offset - base, CQ_ENTRY_DTYPE)
-                head[:] = (0, PRE_BLANK_SIZE, 0)
-                fh.write(head.tobytes())
-            fh.seek((offset - base) * CQ_STORE_UNIT_SIZE)
-            fh.write(slots.tobytes())
-            fh.truncate(cq_file_size)
-        offset += n
+    if rebuilt is None:
+        base = min_offset - min_offset % per_file
+        head = np.zeros(min_offset - base, CQ_ENTRY_DTYPE)
+        head[:] = (0, PRE_BLANK_SIZE, 0)
+        write_queue_slots(queue_dir, cq_file_size, base, head)
+    slots = np.zeros(max(stop - first, 0), CQ_ENTRY_DTYPE)
+    slots[:] = (phy, FILLER_SIZE, 0)
+    write_queue_slots(queue_dir, cq_file_size, first, slots)
     return QueuePart(topic, queue_id, -1, False, 0, first, stop - 1, (0, 0), (0, 0), 0, 0, min_offset, stop, 0,
                      [(first, stop, phy)])
+
+
+def write_queue_slots(queue_dir: str, cq_file_size: int, offset: int, slots: np.ndarray) -> list[str]:
+    """``slots`` (``CQ_ENTRY_DTYPE``) at queue offsets ``offset``.. into the CQ files under
+    ``queue_dir``, each file created at the CQ file size where missing (its other slots zeros);
+    returns the files written."""
+    os.makedirs(queue_dir, exist_ok=True)
+    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    written, i = [], 0
+    while i < len(slots):
+        at = offset + i
+        base = at - at % per_file
+        n = min(len(slots) - i, base + per_file - at)
+        path = os.path.join(queue_dir, cq_file_name(base * CQ_STORE_UNIT_SIZE))
+        with writing(path, "consume queue file"), open(path, "r+b" if os.path.exists(path) else "xb") as fh:
+            fh.seek((at - base) * CQ_STORE_UNIT_SIZE)
+            fh.write(slots[i:i + n].tobytes())
+            fh.truncate(cq_file_size)
+        written.append(path)
+        i += n
+    return written
 
 
 def irregular_queues(parts: Iterable[QueuePart]) -> set[tuple[str, int]]:

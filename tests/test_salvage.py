@@ -246,3 +246,177 @@ def test_synthetic_kinds_compression_lmq_and_crc32(broker, spark, tmp_path):
         if r["body"] != TEXT and r["kind"] == "normal":
             assert row["compression"] in ("zlib", "lz4", "zstd")
         assert (rf.PROPERTY_CRC32 in dict(row["properties"])) == (broker == "5.x")
+
+
+# -- the re-append: jobs.recover --salvage ------------------------------------------------------------
+
+def _recover(spark, store, conf, out, version, salvage=True):
+    from jobs.recover import recover
+
+    return recover(spark, str(store), str(out), str(conf), version, salvage=salvage)
+
+
+def _records(root: Path, conf, version: str) -> dict[int, dict]:
+    """Every record of a store's commitlog by phy offset, as the scanner decodes it (CRCs computed),
+    with where each file's valid prefix ended."""
+    from store_reader import open_store
+
+    store = open_store(root, conf)
+    opts = store.scan_options(broker_5x=version == "5.x")
+    t = store.scan_commitlog(columns=["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id",
+                                      "queue_offset", "uniq_key", "body_crc_ok", "record_crc_ok", "body",
+                                      "properties", "valid_prefix"], opts=opts, include_lost=True)
+    return {r["phy_offset"]: r for b in t for r in b.to_pylist()}
+
+
+def _cq_entry(root: Path, topic: str, qid: int, offset: int, cq_file_size: int) -> tuple[int, int, int]:
+    from store_reader.consumequeue import CQ_STORE_UNIT_SIZE, decode_entries, file_name
+
+    per = cq_file_size // CQ_STORE_UNIT_SIZE
+    path = root / "consumequeue" / topic / str(qid) / file_name((offset - offset % per) * CQ_STORE_UNIT_SIZE)
+    with open(path, "rb") as fh:
+        fh.seek(offset % per * CQ_STORE_UNIT_SIZE)
+        e = decode_entries(fh.read(CQ_STORE_UNIT_SIZE))
+    return int(e.phy_offset[0]), int(e.size[0]), int(e.tags_code[0])
+
+
+def assert_reappended(spark, out: Path, conf, version: str, report, sent: list[dict]) -> None:
+    """The repaired store holds every ``send`` record (``sent``: export rows) once more, in order,
+    as the broker's put would have written it; a second run changes nothing."""
+    from store_reader import open_store
+    from store_reader.indexfile import list_index_files, query
+
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    moved = manifest["salvaged"]["moved"]
+    assert [m["oldPhyOffset"] for m in moved] == [r["phy_offset"] for r in sent]
+    assert manifest["salvaged"]["records"] == len(sent)
+    recs = _records(out, conf, version)
+    end = report.prediction.max_phy_offset
+    cfg = open_store(out, conf).config
+    # every record of the repaired store lies in its files' valid prefixes, up to the new end
+    assert all(r["valid_prefix"] and r["stored_phy_offset"] == phy for phy, r in recs.items())
+    assert max(phy + r["total_size"] for phy, r in recs.items()) == manifest["salvaged"]["newMaxPhyOffset"]
+    prev_end = end
+    for m, row in zip(moved, sent):
+        r = recs[m["newPhyOffset"]]
+        assert m["newPhyOffset"] >= prev_end       # in order, after the cut (a blank marker may lie between)
+        prev_end = m["newPhyOffset"] + r["total_size"]
+        assert (r["topic"], r["queue_id"], r["queue_offset"], r["uniq_key"]) == \
+            (row["stored_topic"], row["stored_queue_id"], m["newQueueOffset"], row["uniq_key"])
+        assert r["body_crc_ok"] and r["record_crc_ok"] in (None, True)
+        phy, size, _ = _cq_entry(out, r["topic"], r["queue_id"], m["newQueueOffset"], cfg.cq_file_size)
+        assert (phy, size) == (m["newPhyOffset"], r["total_size"])
+        if r["uniq_key"] and cfg.messageIndexEnable:
+            files = list_index_files(out / "index", cfg.index_file_size)
+            got = query(files, r["topic"], r["uniq_key"], hash_slot_num=cfg.maxHashSlotNum,
+                        index_num=cfg.maxIndexNum)
+            assert m["newPhyOffset"] in got
+    # queue offsets continue each queue: none reused, none skipped
+    by_queue: dict[tuple[str, int], list[int]] = {}
+    for m in moved:
+        by_queue.setdefault((m["topic"], m["queueId"]), []).append(m["newQueueOffset"])
+    for offsets in by_queue.values():
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+    # a second run (the job on the salvaged store) finds nothing to change
+    again = out.parent / (out.name + "-again")
+    rerun = _recover(spark, out, conf, again, version)
+    assert rerun.prediction.max_phy_offset == manifest["salvaged"]["newMaxPhyOffset"]
+    assert rerun.salvaged.records.num_rows == 0
+    for sub in ("commitlog", "consumequeue", "index"):
+        assert support_digest(again / sub) == support_digest(out / sub), sub
+    assert (again / "checkpoint").read_bytes() == (out / "checkpoint").read_bytes()
+    lost = rerun.findings.tables.get("lost_messages")
+    assert lost is None or lost.num_rows == 0
+
+
+def support_digest(root: Path) -> str:
+    import support
+
+    return support.tree_digest(root)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", TORN_MIDDLE, ids=case_id)
+def test_fixture_salvage_reappends_every_send_record(case, spark, tmp_path):
+    version = "5.x" if case[0].endswith("5.3.3") else "4.9"
+    conf = broker_conf(*case)
+    _salvage(spark, input_store(*case), conf, tmp_path / "lost.jsonl", broker_version=version)
+    sent = [r for r in read_jsonl(tmp_path / "lost.jsonl") if r["replay"] == "send"]
+    assert len(sent) == 20
+    report = _recover(spark, input_store(*case), conf, tmp_path / "out", version)
+    assert_reappended(spark, tmp_path / "out", conf, version, report, sent)
+    # without --salvage the repaired store is what it always was
+    plain = _recover(spark, input_store(*case), conf, tmp_path / "plain", version, salvage=False)
+    assert plain.salvaged is None and "salvaged" not in json.loads((tmp_path / "plain/MANIFEST.json").read_text())
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("broker", ["5.x", "4.9"])
+def test_synthetic_salvage_of_every_kind_lmq_and_crc32(broker, spark, tmp_path):
+    root, recs = lost_kinds_store(tmp_path / "store", broker)
+    conf = root / "broker.conf"
+    _salvage(spark, root, conf, tmp_path / "lost.parquet", fmt="parquet", broker_version=broker)
+    rows = pq.read_table(tmp_path / "lost.parquet").to_pylist()
+    sent = [r for r in rows if r["replay"] == "send"]
+    report = _recover(spark, root, conf, tmp_path / "out", broker)
+    assert_reappended(spark, tmp_path / "out", conf, broker, report, sent)
+    manifest = json.loads((tmp_path / "out/MANIFEST.json").read_text())
+    moved = {m["oldPhyOffset"]: m for m in manifest["salvaged"]["moved"]}
+    out_recs = _records(tmp_path / "out", conf, broker)
+    for r in recs:
+        if r["kind"] not in ("normal", "delayed", "retry", "transaction_commit"):
+            assert r["phy"] not in moved, r["kind"]
+            continue
+        new = out_recs[moved[r["phy"]]["newPhyOffset"]]
+        # the body as stored (compressed bodies stay compressed), properties kept
+        assert new["body"] == r["body"]
+        props = dict(new["properties"])
+        assert props["UNIQ_KEY"] == r["properties"]["UNIQ_KEY"]
+        if "INNER_MULTI_DISPATCH" in r["properties"]:
+            # LMQ copies at the next offsets of their queues, the property rewritten to say so
+            offsets = [int(o) for o in props["INNER_MULTI_QUEUE_OFFSET"].split(",")]
+            assert moved[r["phy"]]["lmqOffsets"] == props["INNER_MULTI_QUEUE_OFFSET"]
+            for name, o in zip(("%LMQ%a", "%LMQ%b"), offsets):
+                phy, size, _ = _cq_entry(tmp_path / "out", name, 0, o, 300_000 * 20)
+                assert phy == moved[r["phy"]]["newPhyOffset"]
+        if broker == "5.x":
+            assert new["record_crc_ok"] is True       # __CRC32# recomputed for the new place
+
+
+def _corrupt_middle_of_second_file(tmp_path: Path) -> tuple[Path, int]:
+    """A synthetic 5.x store (1 MiB files) with a body byte flipped in the middle of its second
+    file: the broker's abnormal recovery (stale checkpoint) cuts there, and what follows (half a
+    file and two more files) cannot fit the rest of the cut file when re-appended."""
+    spec = SyntheticStoreSpec(total_bytes=3 << 20, segment_size=1 << 20, ipv6_fraction=0.0)
+    info = write_store(tmp_path / "store", spec, CrashSpec(checkpoint_fraction=0.3))
+    m = info.messages.to_pylist()
+    victim = next(r for r in m if r["phy_offset"] >= (3 << 19) and r["kind"] == "normal")
+    path = tmp_path / "store" / "commitlog" / f"{1 << 20:020d}"
+    with open(path, "r+b") as fh:
+        fh.seek(victim["phy_offset"] - (1 << 20) + 88)        # first body byte (V1, IPv4 hosts)
+        b = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([b[0] ^ 0xFF]))
+    return tmp_path / "store", victim["phy_offset"]
+
+
+@pytest.mark.spark
+def test_salvage_across_the_file_boundary(spark, tmp_path):
+    root, cut = _corrupt_middle_of_second_file(tmp_path)
+    conf = root / "broker.conf"
+    _salvage(spark, root, conf, tmp_path / "lost.jsonl", broker_version="5.x")
+    sent = [r for r in read_jsonl(tmp_path / "lost.jsonl") if r["replay"] == "send"]
+    report = _recover(spark, root, conf, tmp_path / "out", "5.x")
+    assert report.prediction.max_phy_offset == cut
+    assert_reappended(spark, tmp_path / "out", conf, "5.x", report, sent)
+    names = sorted(os.listdir(tmp_path / "out" / "commitlog"))
+    assert len(names) >= 3                           # the records went on into new files
+    # each file the re-append filled ends with a blank marker, none crossed
+    import struct
+    for name in names[1:-1]:
+        data = (tmp_path / "out" / "commitlog" / name).read_bytes()
+        recs = _records(tmp_path / "out", conf, "5.x")
+        start = int(name)
+        last = max(p for p in recs if start <= p < start + len(data))
+        pos = last - start + recs[last]["total_size"]
+        assert struct.unpack_from(">ii", data, pos) == (len(data) - pos, rf.BLANK_MAGIC)
