@@ -3,7 +3,7 @@
     spark-submit jobs/recover.py --store DIR --out DIR [--broker-config FILE]
                                  [--broker-version 4.9|5.x|both] [--dry-run] [--overwrite]
                                  [--apply --backup DIR] [--audit-path URI]
-                                 [--keep-consumer-offsets] [--commitlog-gone] [--json]
+                                 [--keep-consumer-offsets] [--commitlog-gone] [--salvage] [--json]
     python -m jobs.recover ...            (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.recover --demo DIR     (a sample store with a simulated crash, made and recovered)
     python -m jobs.recover --store DIR --dry-run --broker-version both [--json]
@@ -28,6 +28,8 @@ Passes (each a function the notebooks can call):
      once the audit succeeded too, check it against its manifest and rename it into place, all
      under the output's lock (``store_reader.publish``);
      ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
+  7b. with ``--salvage``, before the checkpoint and the manifest: the lost records a producer would
+     send again re-appended after the truncation point and dispatched (``jobs.salvage.reappend``);
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
 A store the broker refuses to start on (a file of the wrong size, a stray entry in ``commitlog/``,
