@@ -106,9 +106,9 @@ def reappend(spark, store, pred: recovery.Prediction, summaries, out_root: str, 
     from jobs.findings import audit_scan_options
 
     end, cfg = pred.max_phy_offset, store.config
-    if any(f.start >= end for f in pred.commitlog_files):
-        raise StoreReaderError(f"--salvage: the broker keeps commitlog files after its truncation point "
-                               f"{end}; appending there would overwrite records it serves", store.commitlog_dirs[0])
+    if any(f.start + f.wrote > end for f in pred.commitlog_files):
+        raise StoreReaderError(f"--salvage: the broker keeps records after its truncation point {end}; "
+                               "appending there would overwrite records it serves", store.commitlog_dirs[0])
     broker_5x = pred.broker_version == recovery.V5X
     segments = sv.lost_segments(summaries, end, sv.cut_segment(pred))
     opts = audit_scan_options(store, broker_5x)
