@@ -96,7 +96,18 @@ PROPERTY_CRC32 = "__CRC32#"
 PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
 PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
 CRC32_RESERVED_LEN = 20           # "__CRC32#" \x01 10 digits \x02 (F§3.8)
+
+# -- topics of the broker's own (TopicValidator, MixAll; F§3.4) --------------------------------------
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+SYSTEM_TOPICS = frozenset({"TBW102", SCHEDULE_TOPIC, "BenchmarkTest", TRANS_HALF_TOPIC, "RMQ_SYS_TRACE_TOPIC",
+                           TRANS_OP_HALF_TOPIC, "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
+                           "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC"})     # TopicValidator.SYSTEM_TOPIC_SET
 
 # -- record outcomes (R§3) and which check failed -----------------------------------------------------
 VALID, END_OF_FILE, INVALID, LENGTH_MISMATCH = 0, 1, 2, 3

@@ -40,15 +40,6 @@ SCAN_COLUMNS = ("phy_offset", "stored_phy_offset", "total_size", "topic", "queue
                 "delay_level", "real_topic", "real_queue_id", "tags_code", "msg_id", "body_crc_ok",
                 "record_crc_ok", "body")
 
-# Topics of the broker's own (TopicValidator.SYSTEM_TOPIC_SET, SYSTEM_TOPIC_PREFIX)
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TIMER_TOPIC = "rmq_sys_wheel_timer"
-SYSTEM_TOPICS = frozenset({"TBW102", rf.SCHEDULE_TOPIC, "BenchmarkTest", TRANS_HALF_TOPIC,
-                           "RMQ_SYS_TRACE_TOPIC", TRANS_OP_HALF_TOPIC, "TRANS_CHECK_MAX_TIME_TOPIC",
-                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC"})
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 
 # CompressionType#findByValue: (sysflag & 0x700) >> 8; 0 is zlib (clients before the type bits)
@@ -100,24 +91,24 @@ def classify(topic: str, sys_flag: int, properties: dict[str, str]) -> tuple[str
         return "prepared", "a PREPARED transaction record: only its commit may be delivered"
     if tran == rf.TRANSACTION_ROLLBACK_TYPE:
         return "rollback", "a ROLLBACK transaction record: the producer rolled it back"
-    if topic == TRANS_HALF_TOPIC:
+    if topic == rf.TRANS_HALF_TOPIC:
         return "transaction_half", ("a transaction half message: the producer's transaction check "
                                     "decides it, its commit is a record of its own")
-    if topic == TRANS_OP_HALF_TOPIC:
+    if topic == rf.TRANS_OP_HALF_TOPIC:
         return "transaction_op", "a transaction op record: the broker's own bookkeeping"
     if sys_flag & rf.INNER_BATCH_FLAG:
         return "inner_batch", "an inner-batch record (BatchCQ): its body packs several messages"
     if topic == rf.SCHEDULE_TOPIC and rf.PROPERTY_REAL_TOPIC in properties:
         return "delayed", None
-    if topic == TIMER_TOPIC and rf.PROPERTY_REAL_TOPIC in properties:
+    if topic == rf.TIMER_TOPIC and rf.PROPERTY_REAL_TOPIC in properties:
         return "timer", None
-    if topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
+    if topic in rf.SYSTEM_TOPICS or topic.startswith(rf.SYSTEM_TOPIC_PREFIX):
         return "system", f"a record of the broker's system topic {topic}"
     if tran == rf.TRANSACTION_COMMIT_TYPE:
         return "transaction_commit", None
-    if topic.startswith(RETRY_PREFIX):
+    if topic.startswith(rf.RETRY_GROUP_TOPIC_PREFIX):
         return "retry", None
-    if topic.startswith(DLQ_PREFIX):
+    if topic.startswith(rf.DLQ_GROUP_TOPIC_PREFIX):
         return "dlq", None
     return "normal", None
 

@@ -87,9 +87,9 @@ def hashmap_order(names: Iterable[str]) -> list[str]:
 
 MiB = 1 << 20
 SCHEDULE_TOPIC = rf.SCHEDULE_TOPIC
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+TRANS_HALF_TOPIC = rf.TRANS_HALF_TOPIC
+TRANS_OP_HALF_TOPIC = rf.TRANS_OP_HALF_TOPIC
+RETRY_GROUP_TOPIC_PREFIX = rf.RETRY_GROUP_TOPIC_PREFIX
 BROKER_STYLES = ("4.9", "5.x")
 COMPRESSION_ZLIB = 3 << 8          # 5.x clients also set the compression type bits (F§3.5)
 DELAY_LEVELS_MS = tuple(BrokerConfig().delay_levels_ms)
