@@ -45,7 +45,7 @@ from jobs.deltasink import read_table, store_id_for
 from store_reader import open_store, publish, recovery
 from store_reader.commitlog import SegmentSummary, written_fingerprint
 from store_reader.exceptions import StoreReaderError, UnreadableFileError
-from store_reader.fsutil import mtime_ns, walk_files
+from store_reader.fsutil import hash_tree, mtime_ns
 from store_reader.store import Store
 from store_reader.storefs import location
 
@@ -98,8 +98,7 @@ def run_id_for(job: str, store: Store, version: str, extra: str = "") -> str:
     """Same job, store files (names, sizes, mtimes), version and options -> same run id: a re-run
     replaces its rows instead of adding new ones."""
     h = hashlib.sha256(f"{job}\n{version}\n{extra}\n".encode())
-    for rel, size, mtime in walk_files(store.root):
-        h.update(f"{rel}:{size}:{mtime}\n".encode())
+    hash_tree(h, store.root)
     return f"{job}-{h.hexdigest()[:16]}"
 
 

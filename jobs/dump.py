@@ -123,12 +123,15 @@ from store_reader.config import (ConfigLoad, load_config, parse_fastjson, read_c
 from store_reader.consumequeue import (CQ_STORE_UNIT_SIZE, ENTRY_INVALID, ENTRY_PRE_BLANK,
                                        ENTRY_VALID, QueueRef, classify_entries, file_name,
                                        list_queues, parse_file_name, read_queue_file)
+from store_reader.dispatch import dispatchable, indexable, multi_dispatch_targets
 from store_reader.exceptions import (ConfigError, FileSizeError, StoreReaderError,
                                      UnreadableFileError)
 from store_reader.fsutil import list_dir
 from store_reader.indexfile import (HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile,
                                     read_header)
-from store_reader.store import MappedFile, Store, _load_broker_config, list_mapped_files, open_store
+from store_reader.mappedfile import MappedFile, list_mapped_files
+from store_reader.ranges import consecutive_runs
+from store_reader.store import Store, _load_broker_config, open_store
 from store_reader.storefs import PathRef, StoreLocation, location
 
 EXIT_OK, EXIT_ANOMALIES, EXIT_UNREADABLE = 0, 1, 2
@@ -145,7 +148,6 @@ VERIFY_COLUMNS = ["phy_offset", "total_size", "topic", "queue_id", "queue_offset
 
 _TRAN_NAMES = {rf.TRANSACTION_NOT_TYPE: "NOT", rf.TRANSACTION_PREPARED_TYPE: "PREPARED",
                rf.TRANSACTION_COMMIT_TYPE: "COMMIT", rf.TRANSACTION_ROLLBACK_TYPE: "ROLLBACK"}
-_DISPATCHED_TRAN = (rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_COMMIT_TYPE)
 _CONFIG_READERS: dict[str, Callable[[str], ConfigLoad[Any]]] = {
     "consumerOffset.json": read_consumer_offsets,
     "lmqConsumerOffset.json": read_lmq_consumer_offsets,
@@ -229,12 +231,7 @@ def _join(base: PathRef, *names: str) -> PathRef:
 
 def runs(idx: np.ndarray) -> list[tuple[int, int]]:
     """Runs ``[first, last]`` of consecutive values in sorted integer ``idx``."""
-    if idx.size == 0:
-        return []
-    breaks = np.flatnonzero(np.diff(idx) != 1)
-    starts = np.concatenate(([0], breaks + 1))
-    ends = np.concatenate((breaks, [idx.size - 1]))
-    return [(int(idx[s]), int(idx[e])) for s, e in zip(starts, ends)]
+    return [(int(idx[lo]), int(idx[hi - 1])) for lo, hi in consecutive_runs(idx)]
 
 
 Describe = Callable[[int, int], "tuple[int, str, int | None, dict[str, Any]]"]
@@ -544,7 +541,7 @@ class StoreView:
     def queue_records(self) -> dict[tuple[str, int], QueueRecords]:
         if self._queues is None:
             r = self.records
-            keep = np.isin(r.tran, _DISPATCHED_TRAN)
+            keep = dispatchable(r.tran)
             key = r.topic.astype(np.int64) << 32 | (r.queue_id.astype(np.int64) & 0xFFFFFFFF)
             rows = np.flatnonzero(keep)
             rows = rows[np.lexsort((r.queue_offset[rows], key[rows]))]
@@ -569,9 +566,9 @@ class StoreView:
         for f in self.store.commitlog_files:
             for b in SegmentScan(f.path, self.opts, columns=cols, include_lost=True):
                 for rec in b.to_pylist():
-                    if rec["sys_flag"] & rf.TRANSACTION_MASK not in _DISPATCHED_TRAN:
+                    if not dispatchable(rec["sys_flag"]):
                         continue
-                    for topic, qid, offset in recovery.multi_dispatch_targets(
+                    for topic, qid, offset in multi_dispatch_targets(
                             self.config, self.broker_5x, rec["topic"], rec["queue_id"],
                             dict(rec["properties"] or [])):
                         extra.setdefault((topic, qid), []).append(
@@ -979,7 +976,7 @@ def verify_consume_queues(view: StoreView, found: Findings, only: tuple[str, int
                 if only is None or key == only)
     if only is None and not files:
         r = view.records
-        n = int(np.count_nonzero(r.valid_prefix & np.isin(r.tran, _DISPATCHED_TRAN)
+        n = int(np.count_nonzero(r.valid_prefix & dispatchable(r.tran)
                                  & (r.phy >= view.min_phy) & (r.phy < view.max_phy)))
         if n:
             found.add("cq.all_missing", cq_dir, None,
@@ -1164,7 +1161,7 @@ def verify_index(view: StoreView, found: Findings, only: Path | None = None) -> 
     if not view.config.messageIndexEnable:
         return
     r = view.records
-    keyed = (r.valid_prefix & r.keyed & (r.tran != rf.TRANSACTION_ROLLBACK_TYPE)
+    keyed = (r.valid_prefix & r.keyed & indexable(r.tran)
              & (r.phy >= view.min_phy) & (r.phy < view.max_phy))
     if not files:
         n = int(np.count_nonzero(keyed))

@@ -40,7 +40,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_reader import recordformat as rf
-from store_reader import recovery
+from schemas.findings import (INDEX_FILE_ENTRY, INDEX_FINDING_ROW, INDEX_PUT, QUEUE_FINDING_ROW, QUEUE_ROW,
+                              STORE_FINDING_ROW)
+from store_reader import dispatch, recovery
 from store_reader.brokerconf import BrokerConfig
 from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
@@ -48,6 +50,7 @@ from store_reader.config import read_consumer_offsets
 from store_reader.consumequeue import (CQEntries, decode_entries, list_queue_files, list_queues,
                                        read_queue_head)
 from store_reader.indexfile import IndexFile, IndexHeader, list_index_files, read_header
+from store_reader.ranges import consecutive_runs
 from store_reader.repair import index_puts, part_bucket
 from store_reader.salvage import lost_mask
 from store_reader.store import Store
@@ -93,7 +96,6 @@ INDEX_KINDS = {
     "bad_header": "header inconsistent with the file's entries",
 }
 
-_CQ_TYPES = (rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_COMMIT_TYPE)
 _PRE_BLANK = 0x7FFFFFFF
 # the views a queue row belongs to (bits: a record below the cut is both a record and its rebuilt entry)
 _DISK, _BROKER, _REBUILT, _REC = 1, 2, 4, 8
@@ -114,13 +116,7 @@ ENTRIES_PER_AUDIT_TASK = 4_000_000
 INDEX_ENTRIES_PER_PART = 2 << 20
 DRIVER_SLICE_BYTES = 32 << 20
 
-QUEUE_ROWS = pa.schema([pa.field("queue_offset", pa.int64(), False), pa.field("phy_offset", pa.int64(), False),
-                        pa.field("size", pa.int32(), False), pa.field("tags_code", pa.int64(), False),
-                        pa.field("src", pa.int8(), False), pa.field("flag", pa.int8(), False)])
-# index entries of one file (in entry order) and index puts (topic: a number into a list of names)
-INDEX_ENTRIES = pa.schema([pa.field("key_hash", pa.int32(), False), pa.field("phy_offset", pa.int64(), False)])
-INDEX_PUTS = pa.schema([pa.field("topic", pa.int32(), False), pa.field("key_hash", pa.int32(), False),
-                        pa.field("phy_offset", pa.int64(), False)])
+QUEUE_ROWS, INDEX_ENTRIES, INDEX_PUTS = QUEUE_ROW.arrow(), INDEX_FILE_ENTRY.arrow(), INDEX_PUT.arrow()
 _TS = pa.timestamp("us", tz="UTC")
 
 
@@ -263,8 +259,7 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
                               pc.fill_null(rb.column("record_crc_ok"), True)), True)
     flag = np.where(ok.to_numpy(zero_copy_only=False), 0, _CRC_BAD) \
         + np.where(_column(rb, "valid_prefix"), 0, _BEHIND_BAD)
-    tran = _column(rb, "sys_flag") & rf.TRANSACTION_MASK
-    rebuilt = below & np.isin(tran, _CQ_TYPES)
+    rebuilt = below & dispatch.dispatchable(_column(rb, "sys_flag"))
     same = rebuilt & (stored == phy)
     extra = np.flatnonzero(rebuilt & ~same)
     topics = rb.column("topic").dictionary_encode()
@@ -277,7 +272,7 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
     code, qids = np.concatenate([code, code[extra]]), np.concatenate([qid, qid[extra]])
     if plan.config.enableMultiDispatch and rebuilt.any():
         rows = np.flatnonzero(rebuilt)
-        copies = recovery.multi_dispatch_rows(plan.config, plan.broker_5x, rb.take(pa.array(rows)))
+        copies = dispatch.multi_dispatch_rows(plan.config, plan.broker_5x, rb.take(pa.array(rows)))
         if copies:
             at = rows[np.array([c[0] for c in copies], dtype=np.int64)]
             for name in {c[1] for c in copies} - set(names):
@@ -318,10 +313,10 @@ def _timestamps(ms) -> pa.Array:
 def _flush_partials(rb: pa.RecordBatch, plan: AuditPlan) -> list[pa.Table]:
     """Per (flush window, queue): how many of the batch's records (below the cut, in the valid
     prefix) were stored after the checkpoint's timestamp of that window, their offsets and times."""
-    tran = _column(rb, "sys_flag") & rf.TRANSACTION_MASK
+    sys_flag = _column(rb, "sys_flag")
     ts = _column(rb, "store_timestamp")
-    conds = {"commitlog": np.ones(len(ts), bool), "consume_queue": np.isin(tran, _CQ_TYPES),
-             "index": tran != rf.TRANSACTION_ROLLBACK_TYPE}
+    conds = {"commitlog": np.ones(len(ts), bool), "consume_queue": dispatch.dispatchable(sys_flag),
+             "index": dispatch.indexable(sys_flag)}
     phy, size = _column(rb, "phy_offset"), _column(rb, "total_size").astype(np.int64)
     out = []
     for window, stamp in plan.windows:
@@ -551,12 +546,7 @@ def _bad_header_rows(plan: AuditPlan, parts: Sequence[tuple]) -> list[dict]:
     return rows
 
 
-INDEX_FINDING_ROWS = pa.schema([
-    pa.field("kind", pa.string(), False), pa.field("index", pa.string(), False),
-    pa.field("file", pa.string(), True), pa.field("topic", pa.string(), True),
-    pa.field("phy_from", pa.int64(), True), pa.field("phy_to", pa.int64(), True),
-    pa.field("count", pa.int64(), False), pa.field("detail", pa.string(), True)])
-
+INDEX_FINDING_ROWS = INDEX_FINDING_ROW.arrow()
 
 def _entry_findings(kh: np.ndarray, phy: np.ndarray, entry_number: np.ndarray, file_order: np.ndarray,
                     names: dict[int, str | None], lens: str, lo: int, end: int) -> list[dict]:
@@ -600,8 +590,7 @@ def _unfindable_runs(puts: list[tuple[list[str], pa.Table]], lenses: dict[str, t
         for lens, miss_put in missing.items():
             miss = np.bincount(inv, weights=miss_put[sel], minlength=len(uphy))
             hit = np.flatnonzero(miss > 0)         # records (in phy order) missing a key
-            cut = np.flatnonzero(np.diff(hit) != 1) + 1
-            for a, b in zip(np.r_[0, cut], np.r_[cut, len(hit)]) if len(hit) else ():
+            for a, b in consecutive_runs(hit):
                 run = hit[a:b]
                 runs.append((lens, topic, int(run[0]), int(run[-1]) + 1, int(uphy[run[0]]),
                              int(uphy[run[-1]]) + 1, int(miss[run].sum())))
@@ -809,22 +798,13 @@ def _flush_window(partials: list[pa.Table], windows: tuple[tuple[str, int], ...]
 
 # -- queue findings ------------------------------------------------------------------------------------
 
-QUEUE_FINDING_ROWS = pa.schema([
-    pa.field("kind", pa.string(), False), pa.field("topic", pa.string(), False),
-    pa.field("queue_id", pa.int32(), False), pa.field("from_offset", pa.int64(), False),
-    pa.field("to_offset", pa.int64(), False), pa.field("count", pa.int64(), False),
-    pa.field("phy_from", pa.int64(), True), pa.field("phy_to", pa.int64(), True),
-    pa.field("detail", pa.string(), True)])
-
+QUEUE_FINDING_ROWS = QUEUE_FINDING_ROW.arrow()
 
 def _runs(kind: str, topic: str, qid: int, offsets: np.ndarray, phy: np.ndarray | None = None,
           size: np.ndarray | None = None, detail: str | None = None) -> list[dict]:
     """Range-encode sorted ``offsets`` (with the phy/size of their entries) into rows."""
-    if not len(offsets):
-        return []
-    cut = np.flatnonzero(np.diff(offsets) != 1) + 1
     rows = []
-    for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(offsets)]])):
+    for lo, hi in consecutive_runs(offsets):
         row = {"kind": kind, "topic": topic, "queue_id": qid, "from_offset": int(offsets[lo]),
                "to_offset": int(offsets[hi - 1]) + 1, "count": int(hi - lo), "phy_from": None,
                "phy_to": None, "detail": detail}
@@ -974,8 +954,7 @@ def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_range
     recovery, the broker's pull status and corrected offset, and what the group loses or gets again."""
     lost_by_queue: dict[tuple[str, int], np.ndarray] = {}
     if lost.num_rows:
-        tran = pc.bit_wise_and(lost["sys_flag"], rf.TRANSACTION_MASK).to_numpy()
-        keep = np.isin(tran, _CQ_TYPES)
+        keep = dispatch.dispatchable(lost["sys_flag"].to_numpy())
         for t, q, o in zip(np.asarray(lost["topic"].to_pylist(), dtype=object)[keep],
                            lost["queue_id"].to_numpy()[keep], lost["queue_offset"].to_numpy()[keep]):
             lost_by_queue.setdefault((t, int(q)), []).append(int(o))
@@ -1049,11 +1028,7 @@ def store_file_findings(store: Store) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=STORE_FINDING_ROWS)
 
 
-STORE_FINDING_ROWS = pa.schema([
-    pa.field("kind", pa.string(), False), pa.field("severity", pa.string(), False),
-    pa.field("file", pa.string(), False), pa.field("position", pa.int64(), True),
-    pa.field("phy_offset", pa.int64(), True), pa.field("detail", pa.string(), True)])
-
+STORE_FINDING_ROWS = STORE_FINDING_ROW.arrow()
 
 @dataclass
 class Findings:

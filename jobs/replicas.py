@@ -36,7 +36,7 @@ from schemas.replicas import REPLICA_FINDINGS
 from store_reader import open_store
 from store_reader import replicas
 from store_reader.checkpoint import lock_status
-from store_reader.fsutil import walk_files
+from store_reader.fsutil import hash_tree
 from store_reader.recordformat import ScanOptions
 from store_reader.store import Store
 from store_reader.synthetic import parse_size
@@ -134,8 +134,7 @@ def run_id_for(master: Store, slaves: Sequence[Store], range_size: int) -> str:
     for role, store in [("master", master)] + sorted((("slave", s) for s in slaves),
                                                      key=lambda p: str(p[1].root)):
         h.update(f"{role} {store_id_for(str(store.root))}\n".encode())
-        for rel, size, mtime in walk_files(store.root):
-            h.update(f"{rel}:{size}:{mtime}\n".encode())
+        hash_tree(h, store.root)
     return h.hexdigest()[:16]
 
 

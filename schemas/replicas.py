@@ -23,7 +23,9 @@ master, ``audited_at``) plus ``slave_store``. Columns that do not apply to a row
 from __future__ import annotations
 
 from ._types import Field as F
+from ._types import RecordSchema
 from .audit import audit_table
+from .store import MESSAGE
 
 REPLICA_FINDINGS = audit_table("replica_findings", (
     F("slave_store", "string", doc="the slave compared with the master (store_id)"),
@@ -55,3 +57,28 @@ REPLICA_FINDINGS = audit_table("replica_findings", (
     F("bytes_read", "int64", nullable=True, doc="bytes of both copies read to compare the segment"),
     F("detail", "string", nullable=True),
 ))
+
+REPLICA_RECORD = RecordSchema("replica_record", (
+    F("kind", "string", doc="master_only | slave_only | content_differs"),
+    F("side", "string", doc="whose copy the row describes (a content_differs pair gives two rows)"),
+) + MESSAGE.project(("phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag",
+                     "store_timestamp", "body_crc", "msg_id", "uniq_key", "tags", "keys")).fields)
+"""One record that is not on both sides as the same bytes."""
+
+RECORD_RUN = RecordSchema("record_run", (
+    F("kind", "string"),
+    F("side", "string"),
+    F("topic", "string"),
+    F("queue_id", "int32"),
+    F("consume_queue", "bool"),
+    F("queue_offset_from", "int64"),
+    F("queue_offset_to", "int64", doc="exclusive"),
+    F("phy_offset_from", "int64"),
+    F("phy_offset_to", "int64", doc="exclusive: end of the last record"),
+    F("records", "int64"),
+    F("first_store_timestamp", "int64"),
+    F("last_store_timestamp", "int64"),
+))
+"""Records of one kind, side and queue with consecutive queue offsets (range-encoded findings).
+``consume_queue`` false: PREPARED/ROLLBACK records, which get no consume queue entry and whose
+QUEUEOFFSET means nothing; they form one run per kind, side and queue, whatever their offsets."""

@@ -110,3 +110,12 @@ CHECKPOINT = RecordSchema("checkpoint", (
     F("master_flushed_offset", "int64", nullable=True, doc="5.x only"),
     F("confirm_phy_offset", "int64", nullable=True, doc="5.x only"),
 ))
+
+CONSUMER_OFFSET = RecordSchema("consumer_offset", (
+    F("topic", "string"),
+    F("group", "string", nullable=True, doc="null when the key has no '@'"),
+    F("queue_id", "int32"),
+    F("offset", "int64", doc="NEXT queue offset to consume (R§9.1)"),
+    F("lmq", "bool", doc="row comes from lmqOffsetTable"),
+))
+"""A committed offset of ``config/consumerOffset.json`` (or its LMQ / ``.bak`` files)."""

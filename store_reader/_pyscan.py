@@ -118,13 +118,13 @@ def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: 
         p = take(pos, rf.HEAD.size)                     # step 4: fixed fields
         (_, _, body_crc, queue_id, flag, queue_offset, stored_phy, sys_flag,
          born_ts) = rf.HEAD.unpack_from(buf, pos)
-        born_len = 20 if sys_flag & rf.BORNHOST_V6_FLAG else 8
+        born_len = rf.bornhost_length(sys_flag)
         fits_record(born_len)
         born_host = bytes(buf[p:take(p, born_len)])
         p += born_len
         store_ts = _I64.unpack_from(buf, take(p, 8) - 8)[0]
         p += 8
-        store_len = 20 if sys_flag & rf.STOREHOSTADDRESS_V6_FLAG else 8
+        store_len = rf.storehost_length(sys_flag)
         fits_record(store_len)
         store_host = bytes(buf[p:take(p, store_len)])
         p += store_len

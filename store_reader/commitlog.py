@@ -151,12 +151,12 @@ _SCAN_MADVICE = getattr(mmap, "MADV_SEQUENTIAL", None)
 def _first_record_fields(buf: Any, size: int, s: SegmentSummary) -> None:
     """Raw header fields of the record at position 0, read by position whatever they hold: the
     abnormal start-file choice looks only at these (R§4.1)."""
-    if size >= 8:
-        s.first_magic = struct.unpack_from(">i", buf, 4)[0]
+    if size >= rf.SIZE_AND_MAGIC.size:
+        s.first_magic = rf.SIZE_AND_MAGIC.unpack_from(buf, 0)[1]
     if size >= rf.SYSFLAG_POS + 4:
         s.first_stored_phy_offset = struct.unpack_from(">q", buf, rf.PHYSICALOFFSET_POS)[0]
         s.first_sys_flag = struct.unpack_from(">i", buf, rf.SYSFLAG_POS)[0]
-        ts_pos = 68 if s.first_sys_flag & rf.BORNHOST_V6_FLAG else 56
+        ts_pos = rf.store_timestamp_pos(s.first_sys_flag)
         if size >= ts_pos + 8:
             s.first_store_timestamp_raw = struct.unpack_from(">q", buf, ts_pos)[0]
 

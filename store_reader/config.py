@@ -27,6 +27,8 @@ from typing import Any, Callable, Generic, TypeVar
 
 import pyarrow as pa
 
+from schemas.store import CONSUMER_OFFSET
+
 from .exceptions import ConfigError
 from .storefs import PathRef, StoreLocation, location
 
@@ -47,13 +49,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-CONSUMER_OFFSET_SCHEMA = pa.schema([
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("group", pa.string(), nullable=True),   # null when the key has no '@'
-    pa.field("queue_id", pa.int32(), nullable=False),
-    pa.field("offset", pa.int64(), nullable=False),  # NEXT queue offset to consume (R§9.1)
-    pa.field("lmq", pa.bool_(), nullable=False),     # row comes from lmqOffsetTable
-])
+CONSUMER_OFFSET_SCHEMA = CONSUMER_OFFSET.arrow()
 
 # -- parser -------------------------------------------------------------------------------------
 

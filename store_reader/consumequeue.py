@@ -11,7 +11,6 @@ works like a local one, its paths are ``storefs.StoreLocation`` values); writing
 from __future__ import annotations
 
 import os
-import re
 import struct
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
@@ -23,12 +22,12 @@ from schemas import CONSUME_QUEUE_ENTRY
 
 from .exceptions import (
     CorruptEntryError,
-    StrayFileError,
     UnreadableFileError,
     UnsupportedStoreError,
 )
 from .fsutil import list_dir
 from .javalang import java_parse_int
+from .mappedfile import MappedFile, file_name, list_mapped_files, parse_file_name
 from .storefs import PathRef, SegmentBuffer, StoreLocation, location
 
 __all__ = [
@@ -39,7 +38,6 @@ __all__ = [
     "ENTRY_INVALID",
     "ENTRY_VALID",
     "ENTRY_PRE_BLANK",
-    "CQFile",
     "QueueRef",
     "CQEntries",
     "file_name",
@@ -55,9 +53,11 @@ __all__ = [
     "classify_entries",
     "valid_mask",
     "valid_prefix_length",
+    "range_status",
     "read_queue",
     "list_queues",
     "write_queue",
+    "write_queue_files",
 ]
 
 # -- layout (store-format §4) -------------------------------------------------------------------
@@ -87,32 +87,7 @@ ENTRY_INVALID = 0    # not (phy >= 0 and size > 0): recovery stops at the first 
 ENTRY_VALID = 1      # an ordinary entry
 ENTRY_PRE_BLANK = 2  # pre-blank filler; "valid" by the broker's own test
 
-_FILE_NAME = re.compile(r"[0-9]{20}")
-
-
 # -- naming and listing (store-format §2) ------------------------------------------------------
-
-@dataclass(frozen=True)
-class CQFile:
-    """One consume queue file on disk.
-
-    Attributes
-    ----------
-    path
-        Full path (a ``storefs.StoreLocation`` for a remote store).
-    name
-        File name: the 20-digit logic offset of its first byte.
-    start
-        That logic offset (``Long.parseLong(name)``).
-    size
-        Length on disk in bytes.
-    """
-
-    path: str | StoreLocation
-    name: str
-    start: int
-    size: int
-
 
 @dataclass(frozen=True)
 class QueueRef:
@@ -131,24 +106,8 @@ class CQEntries(NamedTuple):
     tags_code: np.ndarray   # int64
 
 
-def file_name(logic_offset: int) -> str:
-    """``UtilAll#offset2FileName``: the offset in decimal, zero-padded to 20 digits."""
-    if logic_offset < 0:
-        raise ValueError(f"a mapped file cannot start at negative offset {logic_offset}")
-    return f"{logic_offset:020d}"
-
-
-def parse_file_name(path: PathRef) -> int:
-    """Start offset encoded in a mapped file's name; :class:`StrayFileError` if it is not 20 digits."""
-    loc = location(path)
-    if not _FILE_NAME.fullmatch(loc.name):
-        raise StrayFileError(f"file name {loc.name!r} is not a 20-digit offset; the broker cannot load it",
-                             str(loc))
-    return int(loc.name)
-
-
 def list_queue_files(queue_dir: PathRef, cq_file_size: int, *,
-                     rocketmq5: bool = False) -> list[CQFile]:
+                     rocketmq5: bool = False) -> list[MappedFile]:
     """The files of one queue directory, sorted by name, checked the way ``MappedFileQueue#doLoad`` does.
 
     Parameters
@@ -163,36 +122,34 @@ def list_queue_files(queue_dir: PathRef, cq_file_size: int, *,
 
     Returns
     -------
-    list of CQFile
+    list of MappedFile
         Sorted by name (= by start offset, thanks to the padding). Gaps between files are not an
         error (the broker only logs them); see :func:`find_gaps`.
 
     Raises
     ------
     StrayFileError
-        A name that is not a number, or (4.9.7) a sub-directory (``store.list_mapped_files``, the
+        A name that is not a number, or (4.9.7) a sub-directory (``mappedfile.list_mapped_files``, the
         one ``MappedFileQueue#load`` rule).
     FileSizeError
         A file whose length is not ``cq_file_size``: the broker refuses to start.
     UnreadableFileError
         The directory cannot be listed.
     """
-    from .store import list_mapped_files     # store imports the commitlog side: keep it lazy
-
     problems: list = []
     files = list_mapped_files(queue_dir, cq_file_size, "consume queue", "mappedFileSizeConsumeQueue",
                               problems, [], broker_5x=rocketmq5)
     if problems:
         raise problems[0]
-    return [CQFile(f.path, f.name, f.start, f.size) for f in files]
+    return files
 
 
-def file_start_offsets(files: Sequence[CQFile]) -> np.ndarray:
+def file_start_offsets(files: Sequence[MappedFile]) -> np.ndarray:
     """Logic start offset of every file (int64), in list order."""
     return np.fromiter((f.start for f in files), dtype=np.int64, count=len(files))
 
 
-def find_gaps(files: Sequence[CQFile], file_size: int) -> list[tuple[CQFile, CQFile]]:
+def find_gaps(files: Sequence[MappedFile], file_size: int) -> list[tuple[MappedFile, MappedFile]]:
     """Adjacent pairs whose starts differ by something other than ``file_size``.
 
     ``MappedFileQueue#checkSelf`` only logs these (``[BUG]The mappedFile queue's data is damaged``);
@@ -342,8 +299,24 @@ def valid_prefix_length(phy_offset: np.ndarray, size: np.ndarray) -> int:
     return int(bad[0]) if bad.size else len(np.asarray(phy_offset))
 
 
+def range_status(min_offset: int, max_offset: int, offset: int) -> tuple[str | None, int]:
+    """The checks of a pull's offset against the queue's range, in the broker's order (R§9.2, the
+    same in 4.9.7 and 5.3.3): ``(GetMessageStatus, nextBeginOffset on a master)``, or ``(None,
+    offset)`` when the offset lies inside the queue. The second value is where the consumer's
+    next pull leaves its committed offset (PULL_OFFSET_MOVED persists it)."""
+    if max_offset == 0:
+        return "NO_MESSAGE_IN_QUEUE", 0
+    if offset < min_offset:
+        return "OFFSET_TOO_SMALL", min_offset
+    if offset == max_offset:
+        return "OFFSET_OVERFLOW_ONE", offset
+    if offset > max_offset:
+        return "OFFSET_OVERFLOW_BADLY", max_offset
+    return None, offset
+
+
 def read_queue(queue_dir: PathRef, topic: str, queue_id: int, cq_file_size: int, *,
-               files: Sequence[CQFile] | None = None, rocketmq5: bool = False) -> pa.Table:
+               files: Sequence[MappedFile] | None = None, rocketmq5: bool = False) -> pa.Table:
     """Every slot of every file of one queue as a ``CONSUME_QUEUE_ENTRY`` table.
 
     Raw: invalid and pre-blank slots are included, nothing is cut at the recovered end (use
@@ -458,27 +431,63 @@ def write_queue(directory: str | os.PathLike[str], phy_offset: np.ndarray | Sequ
     entries = _structured(phy_offset, size, tags_code)
     if len(entries) == 0:
         return []
+    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    first = first_queue_offset - first_queue_offset % per_file      # the first file's first slot
+    slots = np.zeros(first_queue_offset - first + len(entries), dtype=CQ_ENTRY_DTYPE)
+    slots[:first_queue_offset - first] = (0, PRE_BLANK_SIZE, 0)
+    slots[first_queue_offset - first:] = entries
+    return write_queue_files(directory, first, slots, cq_file_size, overwrite=overwrite)
+
+
+def write_queue_files(directory: str | os.PathLike[str], first_slot: int, slots: np.ndarray,
+                      cq_file_size: int, *, overwrite: bool = False) -> list[str]:
+    """The CQ files holding ``slots`` (``CQ_ENTRY_DTYPE``) at queue offsets ``first_slot`` on, where
+    ``first_slot`` is a file's first slot: one file per ``cq_file_size`` bytes, named by its logic
+    start offset, each as long as the broker preallocates it, zero past its last slot (a sparse
+    tail: a queue with few entries does not cost a whole file of writes).
+
+    Returns the paths written, in offset order; an ``OSError`` names the file it failed on."""
+    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    if first_slot % per_file:
+        raise ValueError(f"queue offset {first_slot} is not the first slot of a {cq_file_size}-byte CQ file")
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
-
-    start = first_queue_offset * CQ_STORE_UNIT_SIZE           # logic offset of the first entry
-    end = start + len(entries) * CQ_STORE_UNIT_SIZE           # exclusive
-    first_file = start - start % cq_file_size
-    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
-    pre_blank = np.zeros(1, dtype=CQ_ENTRY_DTYPE)
-    pre_blank["size"] = PRE_BLANK_SIZE
-
     written = []
-    for file_start in range(first_file, end, cq_file_size):
-        slots = np.zeros(per_file, dtype=CQ_ENTRY_DTYPE)
-        lo = max(start, file_start)                           # logic range of entries in this file
-        hi = min(end, file_start + cq_file_size)
-        if file_start == first_file and start > file_start:
-            slots[: (start - file_start) // CQ_STORE_UNIT_SIZE] = pre_blank[0]
-        slots[(lo - file_start) // CQ_STORE_UNIT_SIZE:(hi - file_start) // CQ_STORE_UNIT_SIZE] = \
-            entries[(lo - start) // CQ_STORE_UNIT_SIZE:(hi - start) // CQ_STORE_UNIT_SIZE]
-        path = os.path.join(directory, file_name(file_start))
-        with open(path, "wb" if overwrite else "xb") as fh:
-            fh.write(slots.tobytes())
+    for lo in range(0, len(slots), per_file):
+        path = os.path.join(directory, file_name((first_slot + lo) * CQ_STORE_UNIT_SIZE))
+        try:
+            with open(path, "wb" if overwrite else "xb") as fh:
+                fh.write(slots[lo:lo + per_file].tobytes())
+                fh.truncate(cq_file_size)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None
         written.append(path)
     return written
+
+
+def write_queue_slots(directory: str | os.PathLike[str], first_slot: int, slots: np.ndarray,
+                      cq_file_size: int) -> list[str]:
+    """``slots`` (``CQ_ENTRY_DTYPE``) written in place at queue offsets ``first_slot`` on, continuing
+    the CQ files under ``directory`` (``write_queue_files`` writes whole new ones): a file that is
+    missing is created as the broker preallocates it, its other slots zeros. Returns the paths
+    written, in offset order; an ``OSError`` names the file it failed on."""
+    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    written, i = [], 0
+    while i < len(slots):
+        at = first_slot + i
+        base = at - at % per_file
+        n = min(len(slots) - i, base + per_file - at)
+        path = os.path.join(directory, file_name(base * CQ_STORE_UNIT_SIZE))
+        try:
+            with open(path, "r+b" if os.path.exists(path) else "xb") as fh:
+                fh.seek((at - base) * CQ_STORE_UNIT_SIZE)
+                fh.write(slots[i:i + n].tobytes())
+                fh.truncate(cq_file_size)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None
+        written.append(path)
+        i += n
+    return written
+

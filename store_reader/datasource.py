@@ -53,6 +53,7 @@ from . import consumequeue, indexfile
 from .checkpoint import read_checkpoint
 from .commitlog import DEFAULT_BATCH_SIZE, SegmentScan, summaries_table, summarize_segment
 from .exceptions import ConfigError
+from .mappedfile import MappedFile
 from .recordformat import ScanOptions
 from .recovery import V49, V5X
 from .store import open_store
@@ -386,7 +387,7 @@ class RocketMQReader(DataSourceReader):
             table = summaries_table([summarize_segment(p.path, self.scan_options)])
         elif self.table == "consume_queue":
             assert isinstance(p, QueueFilePartition)
-            f = consumequeue.CQFile(p.path, p.name, p.start, p.size)
+            f = MappedFile(p.path, p.name, p.start, p.size)
             table = consumequeue.read_queue(p.queue_dir, p.topic, p.queue_id, self.config.cq_file_size,
                                             files=[f])
         elif self.table == "index":

@@ -4,6 +4,7 @@ failure is an ``UnreadableFileError`` naming the directory. Local directories ar
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -101,6 +102,13 @@ def walk_files(root: PathRef) -> list[tuple[str, int, int]]:
     prefix = loc.path.rstrip("/") + "/"
     return sorted((i.path[len(prefix):] if i.path.startswith(prefix) else i.path, i.size or 0,
                    i.mtime_ns or 0) for i in infos if i.type == pafs.FileType.File)
+
+
+def hash_tree(digest: Any, root: PathRef) -> None:
+    """Feed ``digest`` (a ``hashlib`` object) the path, size and mtime of every file under ``root``
+    (``walk_files``): the fingerprint of a store that any write, new file or removal changes."""
+    for rel, size, mtime in walk_files(root):
+        digest.update(f"{rel}:{size}:{mtime}\n".encode())
 
 
 def mtime_ns(path: PathRef) -> int:

@@ -143,6 +143,27 @@ class IndexHeader:
         """Entries 1 .. indexCount-1 (after the load rule)."""
         return self.loaded_index_count - 1
 
+    @classmethod
+    def first(cls) -> "IndexHeader":
+        """Header of the first index file before its first put (``IndexFile`` constructor with no
+        predecessor): all zero, indexCount 1 in memory."""
+        return cls().successor()
+
+    def room(self, index_num: int) -> int:
+        """Puts this file still takes: an index file holds entry numbers 1 .. indexNum - 1 (entry 0
+        is never written; ``IndexFile#isWriteFull`` at indexCount >= indexNum)."""
+        return max(index_num - self.loaded_index_count, 0)
+
+    def is_full(self, index_num: int) -> bool:
+        return self.room(index_num) == 0
+
+    def after_load(self, index_num: int) -> "tuple[IndexHeader, bool]":
+        """Where puts go after ``IndexService#load`` when this is the last index file's stored
+        header: into this file, its indexCount as the load reads it (True), or, when it is full,
+        into the fresh file the broker creates at once (False)."""
+        loaded = replace(self, index_count=self.loaded_index_count)
+        return (loaded, True) if not loaded.is_full(index_num) else (loaded.successor(), False)
+
     def successor(self) -> "IndexHeader":
         """Header of the next file the broker creates after this one fills (``IndexFile`` constructor).
 
@@ -567,24 +588,21 @@ def build_index_files(key_hash: np.ndarray | Sequence[int], phy_offset: np.ndarr
         raise ValueError(f"hashSlotNum {hash_slot_num} / indexNum {index_num} cannot hold an entry")
     size = index_file_size(hash_slot_num, index_num)
     data: np.ndarray | None = None
-    header = start_header or IndexHeader(0, 0, 0, 0, 0, 1)
+    header = start_header or IndexHeader.first()
     if base is not None:
         raw = np.frombuffer(base, dtype=np.uint8) if not isinstance(base, np.ndarray) else base.view(np.uint8)
         if len(raw) != size:
             raise FileSizeError(f"base is {len(raw)} bytes, index file size is {size}")
-        loaded = IndexHeader.unpack(raw[:INDEX_HEADER_SIZE].tobytes())
-        loaded = IndexHeader(**{**loaded.to_dict(), "index_count": loaded.loaded_index_count})
-        if loaded.index_count < index_num:
-            data, header = raw.copy(), loaded
-        else:
-            header = loaded.successor()  # full: the broker creates the next file at once
+        header, continued = IndexHeader.unpack(raw[:INDEX_HEADER_SIZE].tobytes()).after_load(index_num)
+        if continued:
+            data = raw.copy()
     out = []
     lo = 0
     while lo < len(kh):
         fresh = data is None
         if fresh:
             data = np.zeros(size, dtype=np.uint8)
-        hi = min(len(kh), lo + index_num - header.index_count)
+        hi = min(len(kh), lo + header.room(index_num))
         header = _put_all(data, header, kh[lo:hi], phy[lo:hi], ts[lo:hi], hash_slot_num)
         out.append(BuiltIndexFile(header, data, lo, hi - lo, not fresh))
         header, data, lo = header.successor(), None, hi
@@ -659,7 +677,7 @@ def append_puts(path: str, hash_slot_num: int, index_num: int, key_hash: np.ndar
         data = np.frombuffer(mm, np.uint8)
         header = IndexHeader.unpack(mm[:INDEX_HEADER_SIZE], path=path)
         header = replace(header, index_count=header.loaded_index_count)
-        n = max(0, min(index_num - header.index_count, len(key_hash)))
+        n = max(0, min(header.room(index_num), len(key_hash)))
         if n:
             header = _put_all(data, header, np.asarray(key_hash[:n], np.int64), np.asarray(phy[:n], np.int64),
                               np.asarray(store_timestamp[:n], np.int64), hash_slot_num)

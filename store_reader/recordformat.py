@@ -42,28 +42,23 @@ HEAD_FIELDS = (
     ("PREPARED TRANSACTION OFFSET", "q"),
     ("BODYLEN", "i"),
 )
-
-
-def _fields_struct(upto: str | None = None, after: str | None = None) -> struct.Struct:
-    """Struct of the fixed-width fields of ``HEAD_FIELDS`` after ``after`` (default: from the
-    first) up to ``upto`` or the next host field, exclusive."""
-    codes, on = [], after is None
-    for name, code in HEAD_FIELDS:
-        if on and (code is _HOST or name == upto):
-            break
-        if on:
-            codes.append(code)
-        on = on or name == after
-    return struct.Struct(">" + "".join(codes))
-
-
-# the decoder's views of it: the fields up to BORNHOST, and those after STOREHOSTADDRESS up to BODY
-HEAD = _fields_struct("BORNHOST")
+_NAMES = [name for name, _ in HEAD_FIELDS]
+_FIXED = HEAD_FIELDS[:_NAMES.index("BORNHOST")]
+# the decoder's views of it: the fixed fields before BORNHOST, and those after STOREHOSTADDRESS
+HEAD = struct.Struct(">" + "".join(code for _, code in _FIXED))
+POS = {name: struct.calcsize(">" + "".join(code for _, code in _FIXED[:i])) for i, (name, _) in enumerate(_FIXED)}
+"""Byte position of each fixed header field (those before BORNHOST) in a record."""
+# TOTALSIZE and MAGICCODE alone: what tells a record, a blank marker and garbage apart
+SIZE_AND_MAGIC = struct.Struct(">ii")
+QUEUEOFFSET_POS = POS["QUEUEOFFSET"]
+PHYSICALOFFSET_POS = POS["PHYSICALOFFSET"]
+SYSFLAG_POS = POS["SYSFLAG"]
 BORNHOST_POS = HEAD.size          # 48; 8 bytes (IPv4) or 20 (IPv6, SYSFLAG & 0x10)
-QUEUEOFFSET_POS = _fields_struct("QUEUEOFFSET").size            # 20
-PHYSICALOFFSET_POS = _fields_struct("PHYSICALOFFSET").size      # 28
-SYSFLAG_POS = _fields_struct("SYSFLAG").size                    # 36
-MID = _fields_struct(after="STOREHOSTADDRESS")                  # RECONSUMETIMES, PREPARED TX OFFSET, BODYLEN
+# RECONSUMETIMES i32, PREPARED TRANSACTION OFFSET i64, BODYLEN i32
+MID = struct.Struct(">" + "".join(code for _, code in HEAD_FIELDS[_NAMES.index("STOREHOSTADDRESS") + 1:]))
+# a record ends with PROPERTIESLENGTH i16 and the properties
+PROPERTIESLENGTH = struct.Struct(">h")
+
 
 # -- SYSFLAG bits (F§3.5) ------------------------------------------------------------------------------
 COMPRESSED_FLAG = 0x1
@@ -136,17 +131,30 @@ CHECK_CODE = {name: i for i, name in enumerate(CHECKS)}
 END_REASONS = ("eof_marker", "zero_padding", "torn_tail", "corrupt", "file_end")
 
 
+def bornhost_length(sys_flag: int) -> int:
+    """BORNHOST: IPv4 address and port (8 bytes), or IPv6 (20) with SYSFLAG bit 0x10 (F§3.1)."""
+    return 20 if sys_flag & BORNHOST_V6_FLAG else 8
+
+
+def storehost_length(sys_flag: int) -> int:
+    """STOREHOST: as BORNHOST, IPv6 with SYSFLAG bit 0x20 (F§3.1)."""
+    return 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+
+
+def store_timestamp_pos(sys_flag: int) -> int:
+    """Position of STORETIMESTAMP (i64, right after BORNHOST) in a record with ``sys_flag``."""
+    return BORNHOST_POS + bornhost_length(sys_flag)
+
+
 def cal_msg_length(version: int, sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int:
     """``calMsgLength`` (F§3.2)."""
-    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-    store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-    return (74 + born + store + max(body_len, 0) + (2 if version == 2 else 1) + topic_len
-            + max(props_len, 0))
+    return (74 + bornhost_length(sys_flag) + storehost_length(sys_flag) + max(body_len, 0)
+            + (2 if version == 2 else 1) + topic_len + max(props_len, 0))
 
 
 # -- the encoder (F§3.1-§3.8, F§3.10): MessageExtEncoder#encode + DefaultAppendMessageCallback#doAppend --
-# after BODY: TOPICLEN (i8 for V1, i16 for V2), TOPIC, PROPERTIESLEN (i16), PROPERTIES
-_I16 = struct.Struct(">h")
+# after BODY: TOPICLEN (i8 for V1, i16 for V2), TOPIC, PROPERTIESLENGTH (i16), PROPERTIES
+_TOPICLEN_V2 = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
 _MAGIC = {1: MAGIC_V1, 2: MAGIC_V2}
 MAX_PROPERTIES_LENGTH = 32767
@@ -245,11 +253,11 @@ def write_record(buf: bytearray, pos: int, total: int, version: int, queue_id: i
         buf[p] = len(topic) & 0xFF        # (byte) topicLength: 128..255 reads back negative (F§3.3)
         p += 1
     else:
-        _I16.pack_into(buf, p, len(topic))
+        _TOPICLEN_V2.pack_into(buf, p, len(topic))
         p += 2
     buf[p:p + len(topic)] = topic
     p += len(topic)
-    _I16.pack_into(buf, p, len(properties))
+    PROPERTIESLENGTH.pack_into(buf, p, len(properties))
     p += 2
     buf[p:p + len(properties)] = properties
     p += len(properties)
@@ -398,11 +406,11 @@ def properties_span(record: bytes | bytearray | memoryview) -> tuple[int, int]:
     body_len = max(struct.unpack_from(">i", record, head.size - 4)[0], 0)
     p = head.size + body_len
     if struct.unpack_from(">i", record, 4)[0] == MAGIC_V2:
-        topic_len, p = _I16.unpack_from(record, p)[0], p + 2
+        topic_len, p = _TOPICLEN_V2.unpack_from(record, p)[0], p + 2
     else:
         topic_len, p = record[p], p + 1
     p += topic_len
-    return p + 2, p + 2 + _I16.unpack_from(record, p)[0]
+    return p + 2, p + 2 + PROPERTIESLENGTH.unpack_from(record, p)[0]
 
 
 def relocate_record(record: bytes | bytearray | memoryview, queue_offset: int, phy_offset: int,
@@ -414,7 +422,7 @@ def relocate_record(record: bytes | bytearray | memoryview, queue_offset: int, p
     out = bytearray(record)
     if properties is not None:
         start, end = properties_span(out)
-        out[start - 2:end] = _I16.pack(len(properties)) + properties
+        out[start - 2:end] = PROPERTIESLENGTH.pack(len(properties)) + properties
         struct.pack_into(">i", out, 0, len(out))
     struct.pack_into(">q", out, QUEUEOFFSET_POS, queue_offset)
     struct.pack_into(">q", out, PHYSICALOFFSET_POS, phy_offset)

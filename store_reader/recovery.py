@@ -20,12 +20,12 @@ from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, read_checkpoint
 from .commitlog import SegmentSummary
 from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, list_queue_files,
-                           list_queues, read_queue_slots)
+                           list_queues, range_status, read_queue_slots)
+from .dispatch import dispatchable, index_put_keys, multi_dispatch_rows
 from .exceptions import StoreReaderError
-from .indexfile import (INDEX_HEADER_SIZE, BuiltIndexFile, IndexFile, IndexHeader, _put_all,
+from .indexfile import (BuiltIndexFile, IndexFile, IndexHeader, _put_all,
                         list_index_files, query_key_hash, read_header)
 from .javahash import index_key, index_key_hash, index_key_hashes, java_string_hashes
-from .javalang import java_parse_int, java_split
 from .store import Store
 from .storefs import PathRef, location
 
@@ -105,21 +105,6 @@ class ConsumeQueueState:
     deleted_files: list[int] = field(default_factory=list)
     skipped_repeats: int = 0           # "Build consume queue repeatedly"
     order_warnings: int = 0            # "[BUG]logic queue order maybe wrong"
-
-    @classmethod
-    def from_slots(cls, topic: str, queue_id: int, file_size: int, first: int, slots: np.ndarray,
-                   min_offset: int) -> "ConsumeQueueState":
-        """A queue whose slots from queue offset ``first`` (a CQ file's first slot) on are
-        ``slots`` (CQ_ENTRY_DTYPE), its min offset ``min_offset``: files cut at ``file_size``."""
-        q = cls(topic, queue_id, file_size, min_logic_offset=min_offset * CQ_STORE_UNIT_SIZE)
-        per_file = q.per_file
-        for lo in range(0, len(slots), per_file):
-            f = _CQFile((first + lo) * CQ_STORE_UNIT_SIZE, per_file)
-            part = slots[lo:lo + per_file]
-            f.slots[:len(part)] = part
-            f.wrote = len(part) * CQ_STORE_UNIT_SIZE
-            q.files.append(f)
-        return q
 
     @property
     def per_file(self) -> int:
@@ -398,34 +383,6 @@ def correct_min_offset_throws(queues: dict[tuple[str, int], ConsumeQueueState]) 
     return out
 
 
-def multi_dispatch_targets(config: BrokerConfig, broker_5x: bool, topic: str, queue_id: int,
-                           properties: dict[str, str] | None) -> list[tuple[str, int, int]]:
-    """The LMQ / multi-dispatch copies of a record's CQ entry (R§5.3, E#33): (queue topic,
-    queue id, queue offset) from ``INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET``."""
-    if not config.enableMultiDispatch or not properties:
-        return []
-    names = properties.get(rf.PROPERTY_INNER_MULTI_DISPATCH, "")
-    offsets = properties.get(rf.PROPERTY_INNER_MULTI_QUEUE_OFFSET, "")
-    if not names.strip() or not offsets.strip():
-        return []
-    if broker_5x and (topic.startswith(rf.RETRY_GROUP_TOPIC_PREFIX) or topic.startswith(rf.SYSTEM_TOPIC_PREFIX)
-                      or topic == rf.SCHEDULE_TOPIC):
-        return []
-    queue_names, queue_offsets = java_split(names, ","), java_split(offsets, ",")
-    if len(queue_names) != len(queue_offsets):
-        return []
-    out = []
-    for name, off in zip(queue_names, queue_offsets):
-        if broker_5x and "/" in name:
-            continue
-        offset = java_parse_int(off, 64)
-        if offset is None:      # Long.parseLong throws: the broker logs it and this copy is lost
-            continue
-        qid = 0 if config.enableLmq and name.startswith("%LMQ%") else queue_id
-        out.append((name, qid, offset))
-    return out
-
-
 def load_consume_queues(store: Store, broker_5x: bool) -> tuple[dict[tuple[str, int], ConsumeQueueState],
                                                                 list[StoreReaderError]]:
     """Every queue as ``load()`` maps it; files of the wrong size are load failures (OBSERVATIONS 9)
@@ -557,21 +514,17 @@ class IndexDispatch:
     PENDING = 4          # batches queued for the thread at most
 
     def __init__(self, config: BrokerConfig, start_header: IndexHeader, base: bytes | None) -> None:
+        """``start_header``: where the puts start (``IndexHeader.after_load``); ``base``: the bytes
+        of the file it heads when that file is continued, None for a fresh file."""
         from concurrent.futures import ThreadPoolExecutor
 
         self.hash_slot_num, self.index_num = config.maxHashSlotNum, config.maxIndexNum
         self.size = config.index_file_size
         self.end_phy = start_header.end_phy_offset
         self.built: list[BuiltIndexFile] = []
-        self.header, self.data, self.continued = start_header, None, False
+        self.header, self.data, self.continued = start_header, None, base is not None
         if base is not None:
-            loaded = IndexHeader.unpack(base[:INDEX_HEADER_SIZE])
-            loaded = replace(loaded, index_count=loaded.loaded_index_count)
-            if loaded.index_count < self.index_num:
-                self.header, self.continued = loaded, True
-                self.data = np.frombuffer(base, dtype=np.uint8).copy()
-            else:
-                self.header = loaded.successor()     # full: the broker creates the next file at once
+            self.data = np.frombuffer(base, dtype=np.uint8).copy()
         self.puts = self.file_first_put = 0
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-dispatch")
         self._pending: list = []
@@ -605,12 +558,12 @@ class IndexDispatch:
             if self.data is None:
                 self.data, self.continued = np.zeros(self.size, np.uint8), False
                 self.file_first_put = self.puts
-            hi = min(len(kh), lo + self.index_num - self.header.index_count)
+            hi = min(len(kh), lo + self.header.room(self.index_num))
             self.header = _put_all(self.data, self.header, kh[lo:hi], phy[lo:hi], ts[lo:hi],
                                    self.hash_slot_num)
             self.puts += hi - lo
             lo = hi
-            if self.header.index_count >= self.index_num:
+            if self.header.is_full(self.index_num):
                 self._close_file()
 
     def _close_file(self) -> None:
@@ -648,44 +601,6 @@ class Dispatched:
         self.records += batch.num_rows
         if self.index is not None:
             self.index.add(batch)
-
-
-def index_put_keys(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, pa.Array, pa.Array]:
-    """``IndexService#buildIndex`` keys of records in commitlog order, vectorised: the number of
-    keys each record puts (0 for a ROLLBACK record), then per put (UNIQ_KEY, if any, then the KEYS
-    tokens of each record) its topic and its ``topic#key`` string."""
-    import pyarrow.compute as pc
-
-    def column(name: str) -> pa.Array:
-        c = records.column(name)
-        return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
-
-    rollback = (column("sys_flag").to_numpy(zero_copy_only=False) & rf.TRANSACTION_MASK) \
-        == rf.TRANSACTION_ROLLBACK_TYPE
-    uniq, key_lists = column("uniq_key").cast(pa.string()), column("key_list")
-    has_uniq = pc.is_valid(uniq).to_numpy(zero_copy_only=False) & ~rollback
-    n_keys = np.where(rollback, 0, pc.list_value_length(key_lists).to_numpy(zero_copy_only=False)
-                      .astype(np.int64))
-    counts = has_uniq.astype(np.int64) + n_keys
-    total = int(counts.sum())
-    if not total:
-        return counts, pa.array([], pa.string()), pa.array([], pa.string())
-    uniq_values = uniq.filter(pa.array(has_uniq))
-    keep = np.repeat(~rollback, pc.list_value_length(key_lists).to_numpy(zero_copy_only=False)
-                     .astype(np.int64))
-    tokens_flat = pc.list_flatten(key_lists).cast(pa.string())
-    if not keep.all():
-        tokens_flat = tokens_flat.filter(pa.array(keep))
-    # position of every key in the put order: a record's UNIQ_KEY first, then its tokens
-    starts = np.cumsum(counts) - counts
-    order = np.empty(total, dtype=np.int64)
-    order[starts[has_uniq]] = np.arange(len(uniq_values))
-    owner = np.repeat(np.arange(len(counts)), n_keys)
-    within = np.arange(len(tokens_flat)) - np.repeat(np.cumsum(n_keys) - n_keys, n_keys)
-    order[starts[owner] + has_uniq[owner] + within] = len(uniq_values) + np.arange(len(tokens_flat))
-    tokens = pa.concat_arrays([uniq_values, tokens_flat]).take(pa.array(order))
-    topics = column("topic").cast(pa.string()).take(pa.array(np.repeat(np.arange(len(counts)), counts)))
-    return counts, topics, pc.binary_join_element_wise(topics, tokens, "#")
 
 
 # Records per scanned batch on the driver's dispatch: large enough that the per-batch NumPy work
@@ -731,8 +646,7 @@ def _dispatch_to_queues(config: BrokerConfig, broker_5x: bool, batch: pa.RecordB
                         queues: dict[tuple[str, int], ConsumeQueueState], out: Dispatched,
                         no_delay_levels: bool) -> None:
     """The CQ puts of one batch of dispatched records (NOT / COMMIT types, LMQ copies included)."""
-    tran = batch["sys_flag"].to_numpy() & rf.TRANSACTION_MASK
-    rows = np.flatnonzero((tran == rf.TRANSACTION_NOT_TYPE) | (tran == rf.TRANSACTION_COMMIT_TYPE))
+    rows = np.flatnonzero(dispatchable(batch["sys_flag"].to_numpy()))
     if not rows.size:
         return
     b = batch.take(pa.array(rows))
@@ -775,25 +689,6 @@ def _dispatch_to_queues(config: BrokerConfig, broker_5x: bool, batch: pa.RecordB
         if q is None:
             q = queues[key] = ConsumeQueueState(*key, config.cq_file_size)
         q.put_many(phy[i], size[i], tags_code[i], offset[i])
-
-
-def multi_dispatch_rows(config: BrokerConfig, broker_5x: bool, records: pa.RecordBatch | pa.Table
-                        ) -> list[tuple[int, str, int, int]]:
-    """Every LMQ copy of ``records`` (dispatchable ones, with a ``properties`` column): (row, queue
-    topic, queue id, queue offset) in row order, a row's copies in property order
-    (``multi_dispatch_targets``; only rows carrying INNER_MULTI_DISPATCH are looked at)."""
-    import pyarrow.compute as pc
-
-    props = records.column("properties")
-    has = pc.is_valid(pc.map_lookup(props, rf.PROPERTY_INNER_MULTI_DISPATCH, "first"))
-    rows = np.flatnonzero(has.to_numpy(zero_copy_only=False))
-    out = []
-    for r in rows.tolist():
-        topic, qid = records.column("topic")[r].as_py(), records.column("queue_id")[r].as_py()
-        for name, copy_qid, offset in multi_dispatch_targets(config, broker_5x, topic, qid,
-                                                             dict(props[r].as_py() or [])):
-            out.append((r, name, copy_qid, offset))
-    return out
 
 
 def _multi_dispatch_puts(config: BrokerConfig, broker_5x: bool, b: pa.RecordBatch, names: list[str]
@@ -945,10 +840,9 @@ def index_files_at_load(store: Store, abnormal: bool, index_msg_timestamp: int
         return files, None
     last = files[-1] if files else None
     if last is None:
-        return files, IndexDispatch(cfg, IndexHeader().successor(), None)   # a fresh first file
-    if last.header.loaded_index_count >= cfg.maxIndexNum:
-        return files, IndexDispatch(cfg, last.header.successor(), None)
-    return files, IndexDispatch(cfg, last.header, location(last.path).read_bytes())
+        return files, IndexDispatch(cfg, IndexHeader.first(), None)   # a fresh first file
+    header, continued = last.header.after_load(cfg.maxIndexNum)
+    return files, IndexDispatch(cfg, header, location(last.path).read_bytes() if continued else None)
 
 
 def predict_index(files: list[PredictedIndexFile], index_msg_timestamp: int, dispatched: Dispatched
@@ -1010,22 +904,6 @@ def _readable(pred: Prediction, phy: int, size: int) -> bool:
         if f.start <= phy < f.start + f.size:
             return phy - f.start + size <= f.wrote
     return False
-
-
-def range_status(min_offset: int, max_offset: int, offset: int) -> tuple[str | None, int]:
-    """The checks of a pull's offset against the queue's range, in the broker's order (R§9.2, the
-    same in 4.9.7 and 5.3.3): ``(GetMessageStatus, nextBeginOffset on a master)``, or ``(None,
-    offset)`` when the offset lies inside the queue. The second value is where the consumer's
-    next pull leaves its committed offset (PULL_OFFSET_MOVED persists it)."""
-    if max_offset == 0:
-        return "NO_MESSAGE_IN_QUEUE", 0
-    if offset < min_offset:
-        return "OFFSET_TOO_SMALL", min_offset
-    if offset == max_offset:
-        return "OFFSET_OVERFLOW_ONE", offset
-    if offset > max_offset:
-        return "OFFSET_OVERFLOW_BADLY", max_offset
-    return None, offset
 
 
 def check_offset(pred: Prediction, config: BrokerConfig, topic: str, group: str | None,

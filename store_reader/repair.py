@@ -26,21 +26,25 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 import numpy as np
 import pyarrow as pa
 
+from schemas.repair import DISPATCH_ENTRY, REPAIRED_QUEUE
+
 from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
-from .consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE
-from .consumequeue import file_name as cq_file_name
+from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, range_status, write_queue_files,
+                           write_queue_slots)
+from .dispatch import dispatchable, index_key_counts, index_put_keys, multi_dispatch_rows
 from .exceptions import OutputError, StoreReaderError, UnreadableFileError
 from .fsutil import walk_files
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes
-from .recovery import ConsumeQueueState, Prediction, index_put_keys, multi_dispatch_rows, range_status
+from .mappedfile import file_name as cq_file_name
 from .storefs import READ_CHUNK, PathRef, StoreLocation, location, open_regular
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:             # the repair reads the prediction's cut, never its state machines
     from .commitlog import SegmentSummary
+    from .recovery import Prediction
     from .store import Store
 
 # Bytes read and hashed at a time while copying: small enough to stay in the core's cache between
@@ -59,15 +63,7 @@ DISPATCH_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "q
 INDEX_COLUMNS = ["phy_offset", "stored_phy_offset", "store_timestamp", "sys_flag", "topic", "uniq_key",
                  "key_list"]
 
-# One consume queue put of a record below the truncation point: its queue, its position in the
-# commitlog (``phy_offset``, then ``copy``: 0 for the record's own queue, k for its k-th LMQ copy),
-# and the entry it writes.
-ENTRY_SCHEMA = pa.schema([
-    pa.field("topic", pa.string(), False), pa.field("queue_id", pa.int32(), False),
-    pa.field("queue_offset", pa.int64(), False), pa.field("phy_offset", pa.int64(), False),
-    pa.field("copy", pa.int32(), False), pa.field("stored_phy_offset", pa.int64(), False),
-    pa.field("total_size", pa.int32(), False), pa.field("tags_code", pa.int64(), False),
-    pa.field("store_timestamp", pa.int64(), False)])
+ENTRY_SCHEMA = DISPATCH_ENTRY.arrow()
 
 
 def resized_commitlog_files(store: Store) -> list[tuple[str, int, int]]:
@@ -183,7 +179,7 @@ def writing(path: str, what: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise OutputError(f"cannot write {what}: {exc.strerror or exc}", path) from None
+        raise OutputError(f"cannot write {what}: {exc.strerror or exc}", exc.filename or path) from None
 
 
 def update_zeros(digest: Any, n: int) -> None:
@@ -208,9 +204,7 @@ def dispatch_entries(path: str, opts: rf.ScanOptions, end: int, config: BrokerCo
 
     cols = DISPATCH_COLUMNS + (["properties"] if config.enableMultiDispatch else [])
     for rb in SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH, include_lost=True):
-        tran = rb.column("sys_flag").to_numpy() & rf.TRANSACTION_MASK
-        keep = (rb.column("phy_offset").to_numpy() < end) & (
-            (tran == rf.TRANSACTION_NOT_TYPE) | (tran == rf.TRANSACTION_COMMIT_TYPE))
+        keep = (rb.column("phy_offset").to_numpy() < end) & dispatchable(rb.column("sys_flag").to_numpy())
         b = rb.filter(pa.array(keep))
         if not b.num_rows:
             continue
@@ -268,11 +262,24 @@ FILLER_SIZE = PRE_BLANK_SIZE
 
 @dataclass
 class RepairedQueue:
-    """A queue of the repaired store (``place_entries``) and the runs of queue offsets inside it
-    whose records are gone: ``(first offset, end offset, filler phy offset)``."""
+    """A queue of the repaired store (``place_entries``): its slots from queue offset ``first``
+    (the first slot of its first CQ file) to its max offset, its min offset, and the runs of queue
+    offsets inside it whose records are gone: ``(first offset, end offset, filler phy offset)``.
 
-    state: ConsumeQueueState
+    What a correct store holds, built from the commitlog alone: never the broker's put state
+    machine (``recovery.ConsumeQueueState``), whose renumbering after a gap it must not inherit."""
+
+    topic: str
+    queue_id: int
+    file_size: int
+    first: int
+    slots: np.ndarray
+    min_offset: int
     fillers: list[tuple[int, int, int]]
+
+    @property
+    def max_offset(self) -> int:
+        return self.first + len(self.slots)
 
     @property
     def filler_count(self) -> int:
@@ -310,7 +317,7 @@ def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.nd
     put = np.flatnonzero(ends > np.maximum.accumulate(np.concatenate(([-1], ends[:-1]))))
     put = put[queue_offset[put] >= 0]
     if not put.size:
-        return RepairedQueue(ConsumeQueueState(topic, queue_id, cq_file_size), [])
+        return RepairedQueue(topic, queue_id, cq_file_size, 0, np.zeros(0, CQ_ENTRY_DTYPE), 0, [])
     # 2. the queue starts at its first put; each offset from there on is held by its first claim
     start = int(queue_offset[put[0]])
     put = put[queue_offset[put] >= start]
@@ -338,8 +345,7 @@ def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.nd
             lo, hi = int(offsets[g]) + 1, int(offsets[g + 1])
             slots[lo - base:hi - base] = (phy, FILLER_SIZE, 0)
             fillers.append((lo, hi, phy))
-    state = ConsumeQueueState.from_slots(topic, queue_id, cq_file_size, base, slots, start)
-    return RepairedQueue(state, fillers)
+    return RepairedQueue(topic, queue_id, cq_file_size, base, slots, start, fillers)
 
 
 def rebuild_queue(topic: str, queue_id: int, records: pa.Table, cq_file_size: int,
@@ -391,17 +397,17 @@ def rebuild_queue_part(topic: str, queue_id: int, file_no: int, entries: pa.Tabl
     offsets, ends = t.column("queue_offset").to_numpy(), stored + size.astype(np.int64)
     regular = bool(offsets[0] >= 0 and ends[0] > -1 and (np.diff(offsets) == 1).all()
                    and (np.diff(ends) > 0).all())
-    q = ConsumeQueueState(topic, queue_id, cq_file_size)
+    min_offset = max_offset = 0
     fillers: list[tuple[int, int, int]] = []
     if file_no < 0 or regular:
-        repaired = place_entries(topic, queue_id, stored, size, t.column("tags_code").to_numpy(), offsets,
-                                 cq_file_size, commitlog_file_size)
-        q, fillers = repaired.state, repaired.fillers
-        write_queue_state(q, queue_dir, input_queue_dir)
+        q = place_entries(topic, queue_id, stored, size, t.column("tags_code").to_numpy(), offsets,
+                          cq_file_size, commitlog_file_size)
+        min_offset, max_offset, fillers = q.min_offset, q.max_offset, q.fillers
+        write_repaired_queue(q, queue_dir, input_queue_dir)
     pos, copy = t.column("phy_offset").to_numpy(), t.column("copy").to_numpy()
     return QueuePart(topic, queue_id, file_no, regular, t.num_rows, int(offsets[0]), int(offsets[-1]),
                      (int(pos[0]), int(copy[0])), (int(pos[-1]), int(copy[-1])), int(ends[0]),
-                     int(ends[-1]), q.min_offset, q.max_offset,
+                     int(ends[-1]), min_offset, max_offset,
                      int(t.column("store_timestamp").to_numpy().max()), fillers)
 
 
@@ -429,33 +435,12 @@ def extend_queue(topic: str, queue_id: int, queue_dir: str, cq_file_size: int, r
         base = min_offset - min_offset % per_file
         head = np.zeros(min_offset - base, CQ_ENTRY_DTYPE)
         head[:] = (0, PRE_BLANK_SIZE, 0)
-        write_queue_slots(queue_dir, cq_file_size, base, head)
+        write_queue_slots(queue_dir, base, head, cq_file_size)
     slots = np.zeros(max(stop - first, 0), CQ_ENTRY_DTYPE)
     slots[:] = (phy, FILLER_SIZE, 0)
-    write_queue_slots(queue_dir, cq_file_size, first, slots)
+    write_queue_slots(queue_dir, first, slots, cq_file_size)
     return QueuePart(topic, queue_id, -1, False, 0, first, stop - 1, (0, 0), (0, 0), 0, 0, min_offset, stop, 0,
                      [(first, stop, phy)])
-
-
-def write_queue_slots(queue_dir: str, cq_file_size: int, offset: int, slots: np.ndarray) -> list[str]:
-    """``slots`` (``CQ_ENTRY_DTYPE``) at queue offsets ``offset``.. into the CQ files under
-    ``queue_dir``, each file created at the CQ file size where missing (its other slots zeros);
-    returns the files written."""
-    os.makedirs(queue_dir, exist_ok=True)
-    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
-    written, i = [], 0
-    while i < len(slots):
-        at = offset + i
-        base = at - at % per_file
-        n = min(len(slots) - i, base + per_file - at)
-        path = os.path.join(queue_dir, cq_file_name(base * CQ_STORE_UNIT_SIZE))
-        with writing(path, "consume queue file"), open(path, "r+b" if os.path.exists(path) else "xb") as fh:
-            fh.seek((at - base) * CQ_STORE_UNIT_SIZE)
-            fh.write(slots[i:i + n].tobytes())
-            fh.truncate(cq_file_size)
-        written.append(path)
-        i += n
-    return written
 
 
 def irregular_queues(parts: Iterable[QueuePart]) -> set[tuple[str, int]]:
@@ -486,49 +471,26 @@ def queue_table(parts: Iterable[QueuePart]) -> pa.Table:
         lo, hi = min(p.min_offset for p in ps), max(p.max_offset for p in ps)
         rows.append({"topic": topic, "queue_id": qid, "min_offset": lo, "max_offset": hi,
                      "entries": hi - lo, "last_store_timestamp": max(p.last_store_timestamp for p in ps)})
-    return pa.Table.from_pylist(rows, schema=pa.schema([
-        pa.field("topic", pa.string()), pa.field("queue_id", pa.int32()), pa.field("min_offset", pa.int64()),
-        pa.field("max_offset", pa.int64()), pa.field("entries", pa.int64()),
-        pa.field("last_store_timestamp", pa.int64())]))
+    return pa.Table.from_pylist(rows, schema=REPAIRED_QUEUE.arrow())
 
 
-def write_queue_state(q: ConsumeQueueState, queue_dir: str, input_queue_dir: PathRef | None = None
-                      ) -> list[str]:
-    """The CQ files of ``q`` (zero past each file's write position; the zeros are a sparse tail,
-    so a queue with few entries does not cost a whole file of writes).
+def write_repaired_queue(q: RepairedQueue, queue_dir: str, input_queue_dir: PathRef | None = None
+                         ) -> list[str]:
+    """The CQ files of ``q`` (``consumequeue.write_queue_files``).
 
     When the queue starts inside its first file (older commitlog files are gone), the slots before
     its min offset keep what the input's file holds there, as the broker keeps them (they are below
     the min offset and never served); pre-blank fillers are written only where the input has none.
     """
-    os.makedirs(queue_dir, exist_ok=True)
-    written = []
-    for i, f in enumerate(q.files):
-        path = os.path.join(queue_dir, cq_file_name(f.start))
-        slots = f.slots[:f.wrote // CQ_STORE_UNIT_SIZE].copy()
-        head = (q.min_logic_offset - f.start) // CQ_STORE_UNIT_SIZE
-        if i == 0 and head > 0 and input_queue_dir is not None:
-            old = location(input_queue_dir) / cq_file_name(f.start)
-            if old.is_file() and old.size() == q.file_size:
-                slots[:head] = np.frombuffer(old.read_bytes(0, head * CQ_STORE_UNIT_SIZE), dtype=slots.dtype)
-        with writing(path, "consume queue file"), open(path, "xb") as fh:
-            fh.write(slots.tobytes())
-            fh.truncate(q.file_size)
-        written.append(path)
-    return written
-
-
-def multi_dispatch_copies(batch: pa.RecordBatch, config: BrokerConfig, broker_5x: bool) -> pa.RecordBatch:
-    """The LMQ / multi-dispatch copies of dispatchable records (R§5.3, E#33): the same record with
-    topic, queue id and queue offset of each queue named in ``INNER_MULTI_DISPATCH``."""
-    from .recovery import multi_dispatch_targets
-
-    rows = []
-    for r in batch.to_pylist():
-        props = dict(r["properties"] or [])
-        for topic, qid, offset in multi_dispatch_targets(config, broker_5x, r["topic"], r["queue_id"], props):
-            rows.append({**r, "topic": topic, "queue_id": qid, "queue_offset": offset})
-    return pa.RecordBatch.from_pylist(rows, schema=batch.schema)
+    slots = q.slots
+    head = q.min_offset - q.first
+    if head > 0 and input_queue_dir is not None:
+        old = location(input_queue_dir) / cq_file_name(q.first * CQ_STORE_UNIT_SIZE)
+        if old.is_file() and old.size() == q.file_size:
+            slots = slots.copy()
+            slots[:head] = np.frombuffer(old.read_bytes(0, head * CQ_STORE_UNIT_SIZE), dtype=slots.dtype)
+    with writing(queue_dir, "consume queue file"):
+        return write_queue_files(queue_dir, q.first, slots, q.file_size)
 
 
 @dataclass
@@ -571,8 +533,6 @@ def segment_index_puts(path: str, opts: rf.ScanOptions, end: int) -> Iterator[tu
 def segment_index_counts(path: str, opts: rf.ScanOptions, end: int) -> tuple[int, int]:
     """(index puts, largest store time) of one commitlog file's records below ``end``: per record
     but a ROLLBACK one, its UNIQ_KEY (if any) and KEYS tokens, counted without building keys."""
-    import pyarrow.compute as pc
-
     from .commitlog import SegmentScan
 
     puts, last_ts = 0, 0
@@ -582,11 +542,8 @@ def segment_index_counts(path: str, opts: rf.ScanOptions, end: int) -> tuple[int
         below = pos < end
         if not below.any():
             break
-        keep = below & ((rb.column("sys_flag").to_numpy() & rf.TRANSACTION_MASK)
-                        != rf.TRANSACTION_ROLLBACK_TYPE)
-        uniq = pc.is_valid(rb.column("uniq_key")).to_numpy(zero_copy_only=False)
-        tokens = pc.list_value_length(rb.column("key_list")).to_numpy(zero_copy_only=False)
-        puts += int(uniq[keep].sum()) + int(tokens[keep].sum())
+        uniq, tokens = index_key_counts(rb)
+        puts += int(uniq[below].sum()) + int(tokens[below].sum())
         last_ts = max(last_ts, int(rb.column("store_timestamp").to_numpy()[below].max()))
     return puts, last_ts
 
@@ -618,7 +575,7 @@ def index_file_plan(puts_per_segment: Sequence[int], index_num: int) -> list[lis
     store (an index file holds ``maxIndexNum - 1`` entries, its entry 0 is unused). Per file, the
     (segment, first put, end put) ranges to read, starting one put early for every file but the
     first: a file's header starts from its predecessor's last put (``IndexHeader.successor``)."""
-    per_file = index_num - 1
+    per_file = IndexHeader.first().room(index_num)
     starts = np.concatenate([[0], np.cumsum(puts_per_segment)]).astype(np.int64)
     total = int(starts[-1])
     plan = []
@@ -662,7 +619,7 @@ class IndexFileWriter:
 
     @property
     def room(self) -> int:
-        return self.index_num - self.header.index_count
+        return self.header.room(self.index_num)
 
     def put(self, key_hash: np.ndarray, phy: np.ndarray, store_timestamp: np.ndarray) -> None:
         if not len(key_hash):
@@ -772,7 +729,7 @@ def write_index_file_part(path: str, segments: Sequence[tuple[str, int, int]], o
     try:
         for p, a, b in _prefetched(_range_puts(segments, opts, end)):
             if writer is None:
-                start = IndexHeader(0, 0, 0, 0, 0, 1)
+                start = IndexHeader.first()
                 if skip:
                     start = IndexHeader(end_timestamp=int(p.store_timestamp[a]),
                                         end_phy_offset=int(p.phy[a])).successor()
@@ -960,7 +917,7 @@ def correct_consumer_offsets(config_dir: Path, queue_ranges: Mapping[tuple[str, 
                              ) -> list[dict]:
     """Move every committed offset of the consumer offset files under ``config_dir`` (each
     generation, ``CONSUMER_OFFSET_FILES``) to where the consumer's next pull on the repaired store
-    would move it: the broker's own correction (``recovery.range_status``) against
+    would move it: the broker's own correction (``consumequeue.range_status``) against
     ``queue_ranges``, (min, max) of each repaired queue (a queue not there is empty). An offset
     the queue serves stays; a file that does not decode stays as it is.
 
@@ -998,5 +955,5 @@ def write_checkpoint_file(dest_root: Path, ckpt: Checkpoint, broker_5x: bool) ->
 
 def full_index_end_timestamp(headers: Sequence[IndexHeader], index_num: int) -> int:
     """``indexMsgTimestamp`` after a full flush: end time of the last index file that is full."""
-    full = [h.end_timestamp for h in headers if h.index_count >= index_num]
+    full = [h.end_timestamp for h in headers if h.is_full(index_num)]
     return full[-1] if full else 0

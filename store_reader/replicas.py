@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,12 +37,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas import MESSAGE
+from schemas.replicas import RECORD_RUN, REPLICA_RECORD
 
 from . import recordformat as rf
 from .commitlog import DEFAULT_BATCH_SIZE, SegmentScan, _native_opts, scanner_impl
 from .config import read_consumer_offsets
 from .consumequeue import CQ_STORE_UNIT_SIZE
+from .dispatch import dispatchable
 from .exceptions import FileSizeError, StoreReaderError
 from .recovery import V49, V5X, load_consume_queues
 from .store import Store
@@ -61,37 +61,14 @@ IDENTICAL, DIFFERS, MASTER_ONLY, SLAVE_ONLY = "identical", "differs", "master_on
 CONTENT_DIFFERS = "content_differs"
 MASTER, SLAVE = "master", "slave"
 
-RECORD_COLUMNS = ("phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag",
-                  "store_timestamp", "body_crc", "msg_id", "uniq_key", "tags", "keys")
-RECORD_SCHEMA = pa.schema([pa.field("kind", pa.string(), nullable=False),
-                           pa.field("side", pa.string(), nullable=False)]
-                          + list(MESSAGE.arrow(RECORD_COLUMNS)))
-"""One record that is not on both sides as the same bytes: ``kind`` master_only | slave_only |
-content_differs, ``side`` whose copy the row describes (a content_differs pair gives two rows)."""
-
-RUN_SCHEMA = pa.schema([
-    pa.field("kind", pa.string(), nullable=False),
-    pa.field("side", pa.string(), nullable=False),
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("queue_id", pa.int32(), nullable=False),
-    pa.field("consume_queue", pa.bool_(), nullable=False),
-    pa.field("queue_offset_from", pa.int64(), nullable=False),
-    pa.field("queue_offset_to", pa.int64(), nullable=False),      # exclusive
-    pa.field("phy_offset_from", pa.int64(), nullable=False),
-    pa.field("phy_offset_to", pa.int64(), nullable=False),        # exclusive: end of the last record
-    pa.field("records", pa.int64(), nullable=False),
-    pa.field("first_store_timestamp", pa.int64(), nullable=False),
-    pa.field("last_store_timestamp", pa.int64(), nullable=False),
-])
-"""Records of one kind, side and queue with consecutive queue offsets (range-encoded findings).
-``consume_queue`` false: PREPARED/ROLLBACK records, which get no consume queue entry and whose
-QUEUEOFFSET means nothing; they form one run per kind, side and queue, whatever their offsets."""
+RECORD_SCHEMA = REPLICA_RECORD.arrow()
+RECORD_COLUMNS = tuple(RECORD_SCHEMA.names[2:])      # after kind, side: the scanned columns
+RUN_SCHEMA = RECORD_RUN.arrow()
 
 _RUN_KEYS = ("kind", "side", "topic", "queue_id", "consume_queue")
 _WHAT = "commitlog segment"
 # Checksumming reads each mapped segment front to back (advisory, as for scans).
 _MADVICE = getattr(mmap, "MADV_SEQUENTIAL", None)
-_HEAD = struct.Struct(">ii")          # TOTALSIZE, MAGICCODE
 _MESSAGE_MAGICS = (rf.MAGIC_V1, rf.MAGIC_V2)
 
 
@@ -320,8 +297,8 @@ def record_start_before(buf: Any, file_start: int, target: int, opts: rf.ScanOpt
         w -= range_size
     read = target - w
     s = q
-    while s + _HEAD.size <= target:
-        total, magic = _HEAD.unpack_from(buf, s)
+    while s + rf.SIZE_AND_MAGIC.size <= target:
+        total, magic = rf.SIZE_AND_MAGIC.unpack_from(buf, s)
         if magic not in _MESSAGE_MAGICS or total <= 0 or s + total > target:
             break
         s += total
@@ -342,18 +319,13 @@ def _with_kind(table: pa.Table, kinds: np.ndarray, side: str) -> pa.Table:
                                 schema=RECORD_SCHEMA)
 
 
-def _in_consume_queue(sys_flag: Any) -> Any:
-    """Mask of the records the broker gives a consume queue entry (transaction type NOT or COMMIT)."""
-    tran = pc.bit_wise_and(sys_flag, rf.TRANSACTION_MASK)
-    return pc.is_in(tran, pa.array([rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_COMMIT_TYPE], pa.int32()))
-
-
-def _dispatchable(table: pa.Table) -> pa.Table:
-    return table.filter(_in_consume_queue(table["sys_flag"]))
+def _in_consume_queue(sys_flag: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """``dispatch.dispatchable`` of a column, as an Arrow mask."""
+    return pa.array(dispatchable(sys_flag.to_numpy()))
 
 
 def _queue_extents(table: pa.Table, side: str) -> dict[tuple[str, str, int], tuple[int, int]]:
-    t = _dispatchable(table)
+    t = table.filter(_in_consume_queue(table["sys_flag"]))
     if not t.num_rows:
         return {}
     g = t.group_by(["topic", "queue_id"]).aggregate([("queue_offset", "min"), ("queue_offset", "max")])

@@ -273,7 +273,7 @@ def _lmq_rewrite(config, broker_5x: bool, topic: str, queue_id: int, props: dict
     """The LMQ copies of a re-appended record at the next offsets of their queues (as the broker's
     put assigns them) and the new ``INNER_MULTI_QUEUE_OFFSET`` value (None: no copies)."""
     from .javalang import java_split
-    from .recovery import multi_dispatch_targets
+    from .dispatch import multi_dispatch_targets
 
     targets = multi_dispatch_targets(config, broker_5x, topic, queue_id, props)
     if not targets:
@@ -314,7 +314,8 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
     start -> path of the input files the records are read from."""
     from .consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE
     from .indexfile import IndexHeader, append_puts, index_file_name, list_index_files, read_header
-    from .repair import index_puts, write_queue_slots
+    from .consumequeue import write_queue_slots
+    from .repair import index_puts
     from .storefs import FileReader, location
 
     n = records.num_rows
@@ -394,8 +395,8 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
         slots = np.zeros(len(rows), CQ_ENTRY_DTYPE)
         slots["phy_offset"], slots["size"], slots["tags_code"] = zip(*[(p, s, t) for p, s, t, _ in rows])
         first = queue_next[(topic, qid)] - len(rows)
-        for path in write_queue_slots(os.path.join(out_root, "consumequeue", topic, str(qid)),
-                                      config.cq_file_size, first, slots):
+        for path in write_queue_slots(os.path.join(out_root, "consumequeue", topic, str(qid)), first, slots,
+                                      config.cq_file_size):
             touched.add(os.path.relpath(path, out_root))
     # 4. index: the puts continue the last index file, then new ones as each fills
     index_dir = os.path.join(out_root, "index")
@@ -410,7 +411,7 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
             start = None
             if header is not None or not files:
                 # the last file is full (or there is none): a new one, named by its first put's time
-                start = header.successor() if header is not None else IndexHeader(0, 0, 0, 0, 0, 1)
+                start = header.successor() if header is not None else IndexHeader.first()
                 name = index_file_name(int(p.store_timestamp[done]), "UTC")
                 if files and name <= os.path.basename(files[-1]):
                     name = _after(os.path.basename(files[-1]))

@@ -12,8 +12,6 @@ path): every file is then read through ``storefs`` and the paths handed out are
 from __future__ import annotations
 
 import os
-import re
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -27,22 +25,9 @@ from .commitlog import SegmentScan, SegmentSummary, summaries_table, summarize_s
 from .exceptions import (ConfigError, FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
                          UnreadableFileError, UnsupportedStoreError)
 from .fsutil import list_dir
-from .javalang import java_parse_int
-from .recordformat import MAGIC_V2, ScanOptions
+from .mappedfile import MappedFile, list_mapped_files
+from .recordformat import MAGIC_V2, PROPERTIESLENGTH, SIZE_AND_MAGIC, ScanOptions
 from .storefs import PathRef, StoreLocation, location
-
-MAPPED_FILE_NAME = re.compile(r"^\d{20}$")
-
-
-@dataclass(frozen=True)
-class MappedFile:
-    """One file of a mapped-file sequence (commitlog, consume queue): name = start offset."""
-
-    path: str | StoreLocation
-    name: str
-    start: int
-    size: int
-
 
 @dataclass
 class Store:
@@ -165,91 +150,20 @@ class Store:
         for f in self.commitlog_files:
             try:
                 with location(f.path).open_reader() as r:
-                    head = r.read_at(0, 8)
-                    if len(head) < 8:
+                    head = r.read_at(0, SIZE_AND_MAGIC.size)
+                    if len(head) < SIZE_AND_MAGIC.size:
                         continue
-                    size, magic = struct.unpack(">ii", head)
-                    if size <= 8 or size > f.size:
+                    size, magic = SIZE_AND_MAGIC.unpack(head)
+                    if size <= SIZE_AND_MAGIC.size or size > f.size:
                         return None
-                    tail = r.read_at(size - 3, 3)
+                    tail = r.read_at(size - PROPERTIESLENGTH.size - 1, PROPERTIESLENGTH.size + 1)
             except (OSError, StoreReaderError):
                 return None
-            if len(tail) < 3:
+            if len(tail) < PROPERTIESLENGTH.size + 1:
                 return None
-            props_len = struct.unpack(">h", tail[:2])[0]
-            return magic, (tail[2] if props_len != 0 else None)
+            props_len = PROPERTIESLENGTH.unpack_from(tail)[0]
+            return magic, (tail[-1] if props_len != 0 else None)
         return None
-
-
-def list_mapped_files(directory: PathRef, expected_size: int, what: str, size_key: str,
-                      problems: list[StoreReaderError], notes: list[str],
-                      broker_5x: bool | None = None,
-                      problems_49: list[StoreReaderError] | None = None) -> list[MappedFile]:
-    """A mapped-file directory as the broker's ``MappedFileQueue#load`` sees it (F§2): the files it
-    maps, in name order; why it would refuse the directory goes to ``problems``.
-
-    ``doLoad`` takes the entries sorted by name and, for each: [5.x] skips a directory; [5.x]
-    deletes a zero-length entry that sorts last (directories count in "last"); refuses one whose
-    ``File.length()`` is not ``expected_size`` (a directory's length too, in 4.9.7); then maps it
-    at ``Long.parseLong(name)``, which throws on a name that is not a number (the load fails). A
-    name that parses but is not the 20-digit form (``851968``) is mapped at that offset, in name
-    order. The returned files leave out what the broker skips or cannot map (a directory, an
-    unparseable name, a zero-length last entry): exactly what a repaired store leaves out.
-
-    ``broker_5x`` None (version not known yet): the refusals only 4.9.7 has (a directory, a
-    zero-length last file) go to ``problems_49``.
-    """
-    entries = list_dir(directory, what)
-    only_49 = problems if broker_5x is False else problems_49 if problems_49 is not None else []
-    files: list[MappedFile] = []
-    for i, e in enumerate(entries):
-        if e.is_dir():
-            if broker_5x is not True:
-                only_49.append(StrayFileError(
-                    f"sub-directory in the {what} directory: 4.9.7's MappedFileQueue#load does not "
-                    f"skip directories, its File.length() ({_entry_size(e)}) is not {size_key} "
-                    f"({expected_size}) and the broker refuses to load (5.x skips it)", str(e.location)))
-            if broker_5x is not False:
-                notes.append(f"{e.path}: sub-directory in the {what} directory, skipped by 5.x")
-            continue
-        size = _entry_size(e)
-        if size == 0 and i == len(entries) - 1:
-            if broker_5x is not True:
-                only_49.append(FileSizeError(
-                    f"zero-length last {what} file: 4.9.7's MappedFileQueue#load refuses its length 0 "
-                    f"({size_key} is {expected_size}) and the broker fails to start (5.x deletes it)",
-                    str(e.location), 0))
-            if broker_5x is not False:
-                notes.append(f"{e.path}: zero-length last file (5.x deletes it at load)")
-            continue
-        start = java_parse_int(e.name, 64)
-        if size != expected_size:
-            problems.append(FileSizeError(
-                f"{what} file is {size} bytes but {size_key} is {expected_size}: the broker "
-                f"refuses to load it", str(e.location), min(size, expected_size)))
-        elif start is None:
-            problems.append(StrayFileError(
-                f"stray file in the {what} directory: its name is not a number, so MappedFile#init's "
-                f"Long.parseLong throws NumberFormatException and the broker fails to load",
-                str(e.location)))
-        if start is None:
-            continue
-        if not MAPPED_FILE_NAME.match(e.name):
-            notes.append(f"{e.path}: name is not the 20-digit form; the broker maps it at offset "
-                         f"{start} (Long.parseLong), in name order")
-        files.append(MappedFile(path=e.path, name=e.name, start=start, size=size))
-    for a, b in zip(files, files[1:]):
-        if b.start - a.start != expected_size:
-            notes.append(f"{b.path}: gap or overlap after {a.name} (start offsets differ by "
-                         f"{b.start - a.start}, file size {expected_size}); the broker only logs it")
-    return files
-
-
-def _entry_size(e) -> int:
-    try:
-        return e.size()
-    except OSError as exc:
-        raise UnreadableFileError(f"cannot stat: {exc.strerror}", str(e.location)) from None
 
 
 def _commitlog_dirs(root: Path | StoreLocation, config: BrokerConfig) -> list[Path | StoreLocation]:

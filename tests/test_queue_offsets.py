@@ -32,7 +32,7 @@ def _place(offsets, phys, file_size=1000, per_cq_file=4):
 
 
 def _slots(q) -> list[tuple[int, int, int]]:
-    return [tuple(int(x) for x in e) for f in q.state.files for e in f.slots[:f.wrote // 20]]
+    return [tuple(int(x) for x in e) for e in q.slots]
 
 
 def test_a_gap_is_filled_never_shifted():
@@ -40,7 +40,7 @@ def test_a_gap_is_filled_never_shifted():
     assert _slots(q) == [(0, 10, 100), (100, 10, 101), (200, 10, 102), (200, FILLER, 0),
                          (200, FILLER, 0), (1500, 10, 103), (1600, 10, 104)]
     assert q.fillers == [(3, 5, 200)] and q.filler_count == 2
-    assert (q.state.min_offset, q.state.max_offset) == (0, 7)
+    assert (q.min_offset, q.max_offset) == (0, 7)
 
 
 def test_a_filler_never_shares_a_commitlog_file_with_the_entries_after_it():
@@ -52,7 +52,7 @@ def test_a_filler_never_shares_a_commitlog_file_with_the_entries_after_it():
     q = _place([0, 1, 3], [1100, 1200, 1400])
     assert q.fillers == [(2, 3, 0)]
     q = _place([7, 8, 10], [2100, 2200, 2400])       # starts at 7: pre-blank head, then a filler
-    assert _slots(q)[:3] == [(0, FILLER, 0)] * 3 and q.state.min_offset == 7
+    assert _slots(q)[:3] == [(0, FILLER, 0)] * 3 and q.min_offset == 7
     assert q.fillers == [(9, 10, 0)]
 
 
@@ -60,7 +60,7 @@ def test_tail_fillers_cross_cq_files(tmp_path):
     """``extend_queue`` past the rebuilt max into later CQ files, which are named by byte offset
     (4 slots of 20 bytes a file: 00..080, 00..160)."""
     q = _place([0, 1, 2, 3, 4, 5], [0, 100, 200, 300, 400, 500])
-    repair.write_queue_state(q.state, str(tmp_path))
+    repair.write_repaired_queue(q, str(tmp_path))
     part = repair.extend_queue("T", 0, str(tmp_path), 4 * 20, (0, 6), (0, 11))
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{n:020d}" for n in (0, 80, 160)]
     slots = np.concatenate([np.fromfile(p, CQ_ENTRY_DTYPE) for p in sorted(tmp_path.iterdir())])
@@ -72,7 +72,7 @@ def test_repeats_and_duplicate_claims_keep_the_first_put():
     # a repeat by phy (end not past the last), a second claim on offset 4, an offset below the start
     q = _place([3, 4, 4, 5, 2, 6], [100, 200, 300, 190, 400, 500])
     assert _slots(q)[3:] == [(100, 10, 100), (200, 10, 101), (0, FILLER, 0), (500, 10, 105)]
-    assert q.fillers == [(5, 6, 0)] and q.state.min_offset == 3
+    assert q.fillers == [(5, 6, 0)] and q.min_offset == 3
 
 
 def test_placement_equals_the_brokers_put_wherever_that_put_does_not_renumber():
@@ -87,9 +87,14 @@ def test_placement_equals_the_brokers_put_wherever_that_put_does_not_renumber():
         broker.put_many(phys, np.full(n, 10), np.arange(n) + 100, offsets)
         ours = _place(offsets, phys, per_cq_file=7)
         assert broker.order_warnings == 0 and not ours.fillers
-        assert [(f.start, f.wrote, f.slots.tobytes()) for f in ours.state.files] == \
-            [(f.start, f.wrote, f.slots.tobytes()) for f in broker.files]
-        assert ours.state.min_logic_offset == broker.min_logic_offset
+        ours_files = []                                     # cut into CQ files of 7 slots
+        for lo in range(0, len(ours.slots), 7):
+            part = np.zeros(7, CQ_ENTRY_DTYPE)
+            written = ours.slots[lo:lo + 7]
+            part[:len(written)] = written
+            ours_files.append(((ours.first + lo) * 20, len(written) * 20, part.tobytes()))
+        assert ours_files == [(f.start, f.wrote, f.slots.tobytes()) for f in broker.files]
+        assert ours.min_offset * 20 == broker.min_logic_offset
 
 
 # -- stores the brokers keep serving past the damage -------------------------------------------------
@@ -220,3 +225,24 @@ def test_records_behind_a_kept_span_keep_their_entries_and_index_keys(repaired):
     for topic, key, phy in sel[::50]:
         assert phy in query(files, topic, key, hash_slot_num=store.config.maxHashSlotNum,
                             index_num=store.config.maxIndexNum, max_num=1 << 30), (topic, key)
+
+
+def test_the_repair_and_the_prediction_borrow_nothing_from_each_other():
+    """The prediction (the broker's put state machine, bugs included) and the repair (what a
+    correct store holds) share only the rules both follow (dispatch, formats): neither imports
+    the other at run time (the repair reads the prediction's type for hints only)."""
+    import ast
+
+    import store_reader
+
+    root = Path(store_reader.__file__).parent
+
+    def runtime_imports(name: str) -> set[str]:
+        tree = ast.parse((root / f"{name}.py").read_text())
+        hidden = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                  and getattr(node.test, "id", None) == "TYPE_CHECKING" for n in ast.walk(node)}
+        return {node.module for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module and id(node) not in hidden}
+
+    assert "recovery" not in runtime_imports("repair")
+    assert "repair" not in runtime_imports("recovery")

@@ -89,7 +89,7 @@ def _unsplit(store, end: int, out: Path) -> None:
     for (topic, qid), tables in queues.items():
         q = repair.rebuild_queue(topic, qid, pa.concat_tables(tables), store.config.cq_file_size,
                                  store.config.mappedFileSizeCommitLog)
-        repair.write_queue_state(q.state, str(out / "consumequeue" / topic / str(qid)),
+        repair.write_repaired_queue(q, str(out / "consumequeue" / topic / str(qid)),
                                  str(store.root / "consumequeue" / topic / str(qid)))
 
 

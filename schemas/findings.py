@@ -1,0 +1,59 @@
+"""Record kinds the audit passes between its stages (``jobs/findings.py``), before they become the
+Delta tables of ``schemas.audit``."""
+from ._types import Field as F
+from ._types import RecordSchema
+
+QUEUE_ROW = RecordSchema("queue_row", (
+    F("queue_offset", "int64"),
+    F("phy_offset", "int64"),
+    F("size", "int32"),
+    F("tags_code", "int64"),
+    F("src", "int8", doc="bits: which views hold the row (disk, broker, rebuilt, record)"),
+    F("flag", "int8", doc="a record row's damage: 1 CRC fails, 2 behind a bad record"),
+))
+"""A queue's entry in one of the views compared (or one of its records)."""
+
+INDEX_FILE_ENTRY = RecordSchema("index_file_entry", (
+    F("key_hash", "int32"),
+    F("phy_offset", "int64"),
+))
+"""An index file's entries, in entry order."""
+
+INDEX_PUT = RecordSchema("index_put", (
+    F("topic", "int32", doc="a number into a list of topic names"),
+    F("key_hash", "int32"),
+    F("phy_offset", "int64"),
+))
+"""An index put of a record."""
+
+INDEX_FINDING_ROW = RecordSchema("index_finding_row", (
+    F("kind", "string"),
+    F("index", "string"),
+    F("file", "string", nullable=True),
+    F("topic", "string", nullable=True),
+    F("phy_from", "int64", nullable=True),
+    F("phy_to", "int64", nullable=True),
+    F("count", "int64"),
+    F("detail", "string", nullable=True),
+))
+
+QUEUE_FINDING_ROW = RecordSchema("queue_finding_row", (
+    F("kind", "string"),
+    F("topic", "string"),
+    F("queue_id", "int32"),
+    F("from_offset", "int64"),
+    F("to_offset", "int64"),
+    F("count", "int64"),
+    F("phy_from", "int64", nullable=True),
+    F("phy_to", "int64", nullable=True),
+    F("detail", "string", nullable=True),
+))
+
+STORE_FINDING_ROW = RecordSchema("store_finding_row", (
+    F("kind", "string"),
+    F("severity", "string"),
+    F("file", "string"),
+    F("position", "int64", nullable=True),
+    F("phy_offset", "int64", nullable=True),
+    F("detail", "string", nullable=True),
+))
