@@ -53,6 +53,8 @@ GB = 1e9
 MAX_LOAD = 3.0
 CRASH = CrashSpec(abort=True, stale_checkpoint=True, torn_tail=True, corrupt="crc")
 PASS_LINE = re.compile(r"pass (\S.*?)\s+([0-9.]+)s\b")
+SCANS_LINE = re.compile(r"scans per segment ([0-9.]+) \(max ([0-9.]+)\)")
+BASELINE = "d140b73"
 PASSES = ["discover", "scan", "plan", "audit", "rebuild consume queues", "rebuild index",
           "write commitlog", "write manifest", "place repaired store", "write audit tables"]
 REFERENCE_PASSES = ["scan", "plan", "rebuild consume queues", "rebuild index", "write commitlog",
@@ -170,7 +172,7 @@ def watched(cmd: list[str], cwd: Path) -> tuple[float, list[tuple[float, str]], 
     sampler, exit code)."""
     t = time.time()
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            env=dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(cwd)))
     sampler = Sampler(proc.pid)
     sampler.start()
     lines = []
@@ -205,17 +207,18 @@ def passes_of(lines: list[tuple[float, str]]) -> dict[str, tuple[float, float]]:
 
 # -- the runs ------------------------------------------------------------------------------------------
 
-def spark_run(store: Path, work: Path) -> dict:
-    """``python -m jobs.recover`` on ``store`` as its own process (fresh Spark)."""
+def spark_run(store: Path, work: Path, code: Path = ROOT) -> dict:
+    """``python -m jobs.recover`` of the tree ``code`` on ``store`` as its own process (fresh Spark)."""
     out, audit = work / "repaired", work / "audit"
     shutil.rmtree(audit, ignore_errors=True)
     cmd = [sys.executable, "-m", "jobs.recover", "--store", str(store), "--out", str(out),
            "--broker-config", str(store / "broker.conf"), "--audit-path", str(audit), "--overwrite"]
-    wall, lines, s, rc = watched(cmd, ROOT)
+    wall, lines, s, rc = watched(cmd, code)
     if rc != 0:
         tail = "\n".join(line for _, line in lines[-30:])
         raise SystemExit(f"jobs.recover exited {rc}:\n{tail}")
     passes = passes_of(lines)
+    scans = next((m for m in (SCANS_LINE.search(line) for _, line in lines) if m), None)
     # the scan's line is logged after the plan (with its own end): the scan ended when the plan began
     secs = passes.get("scan", (0.0, 0.0))[0]
     plan_secs, plan_at = passes.get("plan", (0.0, 0.0))
@@ -223,7 +226,24 @@ def spark_run(store: Path, work: Path) -> dict:
     return {"wall": wall, "passes": {k: v[0] for k, v in passes.items()},
             "peak_one": s.peak_one, "peak_sum": s.peak_sum, "cpu_seconds": sum(s.cpu_seconds.values()),
             "scan_cores": s.core_use(at - secs, at), "all_cores": s.core_use(0, float("inf")),
-            "scan_own": s.own_cores(at - secs, at), "all_own": s.own_cores(0, float("inf"))}
+            "scan_own": s.own_cores(at - secs, at), "all_own": s.own_cores(0, float("inf")),
+            "scans": (float(scans.group(1)), float(scans.group(2))) if scans else None}
+
+
+def baseline_tree(rev: str, base: Path) -> Path:
+    """A detached git worktree of ``rev`` with its native scanner built (made once under ``base``)."""
+    full = subprocess.run(["git", "-C", str(ROOT), "rev-parse", rev], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    tree = base / f"baseline-{full[:12]}"
+    if not (tree / ".built").exists():
+        shutil.rmtree(tree, ignore_errors=True)
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=True)
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), full], check=True,
+                       stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tree, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        (tree / ".built").touch()
+    return tree
 
 
 def session_start() -> dict:
@@ -329,6 +349,32 @@ def reference(store_path: str, out_path: str) -> dict[str, float]:
 
 def _mb(v: int | None) -> str:
     return f"{v / 2**20:,.0f} MiB" if v else "-"
+
+
+def side_by_side(sizes: list[dict], runs: list[dict], before: list[dict], rev: str) -> None:
+    """The previous code (``rev``) and this tree on the same stores, and the redesign's targets."""
+    print(f"\nside by side, the same stores: before = {rev}, now = this tree")
+    print(f"{'':<34}" + "".join(f"{'before ' + c:>18}{'now ' + c:>18}"
+                                  for c in (f"{s['written_end'] / GB:.2f} GB" for s in sizes)))
+
+    def row(label: str, value) -> None:
+        print(f"{label:<34}" + "".join(f"{value(b, s):>18}{value(r, s):>18}" for s, r, b in zip(sizes, runs, before)))
+
+    for name in PASSES:
+        row(f"pass {name} (s)", lambda r, s, n=name: f"{r['passes'][n]:.2f}" if n in r["passes"] else "-")
+    row("total wall (s)", lambda r, s: f"{r['wall']:.2f}")
+    row("CPU seconds (process tree)", lambda r, s: f"{r['cpu_seconds']:.1f}")
+    row("CPU seconds per GB", lambda r, s: f"{r['cpu_seconds'] / (s['written_end'] / GB):.1f}")
+    for kind in ("driver JVM", "driver python", "python workers"):
+        row(f"peak RSS {kind}", lambda r, s, k=kind: _mb(r["peak_one"].get(k)))
+    row("scans per segment (max)", lambda r, s: f"{r['scans'][0]:.2f} ({r['scans'][1]:.2f})" if r["scans"]
+        else "not counted")
+    s, r = sizes[0], runs[0]
+    gb = s["written_end"] / GB
+    print(f"targets on the {gb:.2f} GB store: wall {r['wall']:.2f} s (<= 8 s: {'met' if r['wall'] <= 8 else 'MISSED'}), "
+          f"{r['cpu_seconds'] / gb:.1f} CPU-s/GB (<= 5: {'met' if r['cpu_seconds'] / gb <= 5 else 'MISSED'}), "
+          f"scans per segment {'%.2f' % r['scans'][0] if r['scans'] else '?'} "
+          f"(1: {'met' if r['scans'] and r['scans'][1] <= 1 else 'MISSED'})")
 
 
 def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session: dict, loads: list[float],
@@ -460,6 +506,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="runs of the fixed-size store (the machine's speed varies: median and range)")
     ap.add_argument("--no-cds", action="store_true",
                     help="measure without the driver JVM's class-data-sharing archive")
+    ap.add_argument("--baseline", default=BASELINE,
+                    help=f"the previous code, run on the same stores side by side (a git revision; "
+                         f"default {BASELINE}, the code before the one-pass redesign; 'none': skip)")
     ap.add_argument("--reference", nargs=2, metavar=("STORE", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.reference:
@@ -472,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     cds = cds_state(build=not args.no_cds)
     print(f"driver JVM class-data sharing: {cds}")
     base = Path(args.dir)
-    sizes, runs, refs = [], [], []
+    before_tree = None if args.baseline == "none" else baseline_tree(args.baseline, base)
+    sizes, runs, refs, before = [], [], [], []
     loads = [load]
     for text in args.sizes.split(","):
         size = parse_size(text)
@@ -481,6 +531,10 @@ def main(argv: list[str] | None = None) -> int:
         work = base / f"work-{text.strip()}"
         work.mkdir(parents=True, exist_ok=True)
         print(f"recovering {store} ({sizes[-1]['written_end'] / GB:.2f} GB) ...", flush=True)
+        if before_tree is not None:
+            loads.append(settle(store))
+            (work / "baseline").mkdir(exist_ok=True)
+            before.append(spark_run(store, work / "baseline", before_tree))
         loads.append(settle(store))
         runs.append(spark_run(store, work))
         if not args.no_reference:
@@ -501,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     loads.append(settle(None))
     session = session_start()
     report(sizes, runs, refs, session, loads, small)
+    if before:
+        side_by_side(sizes, runs, before, args.baseline)
     print(f"driver JVM class-data sharing: {cds}")
     return 0
 

@@ -42,7 +42,9 @@ import pyarrow.compute as pc
 
 from jobs import findings as fnd
 from jobs.deltasink import read_table, store_id_for
+from jobs.scan import records_dir, scan_once
 from store_reader import open_store, publish, recovery
+from store_reader import scanned as scanned_records
 from store_reader.commitlog import SegmentSummary, written_fingerprint
 from store_reader.exceptions import StoreReaderError, UnreadableFileError
 from store_reader.fsutil import hash_tree, mtime_ns
@@ -152,8 +154,6 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
               broker_version: str | None = None, since_last: bool = False) -> AuditRun:
     """The whole audit: discover, scan (new segments only with ``since_last``), predict, find,
     write the tables (when ``audit_path``)."""
-    from jobs.recover import scan_segments
-
     started = time.monotonic()
     audited_at = dt.datetime.now(dt.timezone.utc)
     store = open_store(store_path, broker_config)
@@ -164,22 +164,25 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     if audit_path:
         publish.check_writable(audit_path, "audit path")     # before the scan, not after it
     to_scan, carried = plan_scan(store, audit_path or "", store_id, since_last)
-    passes = []
-    t = time.monotonic()
-    opts = store.scan_options(broker_5x=version == recovery.V5X)
-    scanned = scan_segments(spark, store, opts, [f.path for f in to_scan])
-    by_name = {s.segment: s for s in scanned}
-    summaries = [by_name.get(f.name) or carried[f.name] for f in store.commitlog_files]
-    pred = recovery.predict(store, version, summaries=summaries)
-    passes.append(("scan + plan", time.monotonic() - t, ""))
-    log.info("pass %-22s %7.2fs  %d of %d segments scanned, truncation point %d", "scan + plan",
-             passes[-1][1], len(scanned), len(summaries), pred.max_phy_offset)
-    t = time.monotonic()
-    f = fnd.audit(spark, store, pred, summaries, scan=[by_name[f.name] for f in to_scan])
-    passes.append(("findings", time.monotonic() - t, ""))
+    run_id = run_id_for("audit", store, version, "since_last" if since_last else "full")
+    with records_dir(run_id, None) as kept:
+        passes = []
+        t = time.monotonic()
+        opts = store.scan_options(broker_5x=version == recovery.V5X)
+        scan = scan_once(spark, store, opts, kept, [f.path for f in to_scan])
+        scanned = scan.summaries
+        by_name = {s.segment: s for s in scanned}
+        summaries = [by_name.get(f.name) or carried[f.name] for f in store.commitlog_files]
+        pred = recovery.predict(store, version, summaries=summaries,
+                                records=scanned_records.prefix_source(scan.records, opts))
+        passes.append(("scan + plan", time.monotonic() - t, ""))
+        log.info("pass %-22s %7.2fs  %d of %d segments scanned, truncation point %d", "scan + plan",
+                 passes[-1][1], len(scanned), len(summaries), pred.max_phy_offset)
+        t = time.monotonic()
+        f = fnd.audit(spark, store, pred, summaries, scan=[by_name[f.name] for f in to_scan], records=scan.records)
+        passes.append(("findings", time.monotonic() - t, ""))
     log.info("pass %-22s %7.2fs", "findings", passes[-1][1])
-    run = AuditRun(run_id_for("audit", store, version, "since_last" if since_last else "full"), store_id,
-                   audited_at, pred, summaries, [s.segment for s in scanned], f)
+    run = AuditRun(run_id, store_id, audited_at, pred, summaries, [s.segment for s in scanned], f)
     counts = fnd.alerting_counts(f)
     row = run_row("audit", "since_last" if since_last else "full", run.status, pred, summaries, scanned,
                   f, counts, started, passes, repaired=None)

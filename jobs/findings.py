@@ -40,12 +40,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_reader import recordformat as rf
-from schemas.findings import (INDEX_FILE_ENTRY, INDEX_FINDING_ROW, INDEX_PUT, QUEUE_FINDING_ROW, QUEUE_ROW,
-                              STORE_FINDING_ROW)
+from schemas.findings import INDEX_FILE_ENTRY, INDEX_FINDING_ROW, INDEX_PUT, QUEUE_FINDING_ROW, QUEUE_ROW
 from store_reader import dispatch, recovery
+from store_reader.audit.files import store_file_findings
+from store_reader.audit.index import entry_findings as _entry_findings
+from store_reader.audit.index import header_problems
+from store_reader.audit.kinds import INDEX_KINDS, INFO_KINDS, QUEUE_KINDS
+from store_reader.audit.queues import (BEHIND_BAD as _BEHIND_BAD, BROKER as _BROKER, CRC_BAD as _CRC_BAD,
+                                       DISK as _DISK, REBUILT as _REBUILT, REC as _REC, compare_queue)
 from store_reader.brokerconf import BrokerConfig
 from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
+from store_reader.scanned import lost_columns_cover, read_records
 from store_reader.config import read_consumer_offsets
 from store_reader.consumequeue import (CQEntries, decode_entries, list_queue_files, list_queues,
                                        read_queue_head)
@@ -55,52 +61,6 @@ from store_reader.repair import index_puts, part_bucket
 from store_reader.salvage import lost_mask
 from store_reader.store import Store
 
-QUEUE_KINDS = {
-    # disk -> broker: what a restart changes
-    "removed_beyond_truncation": "on disk, pointing at or past the truncation point: the broker drops it",
-    "removed_below_min": "on disk, below the queue's min offset after recovery: no longer served",
-    "removed_by_cq_recovery": "on disk after an invalid entry or in a dropped file: the broker's CQ "
-                              "recovery cuts it (and does not rebuild it on the normal path)",
-    "redispatched": "not on disk: the broker's recovery dispatches it again",
-    "replaced": "on disk and after recovery, with different content",
-    # broker vs the commitlog: what a restart still gets wrong (the repaired store fixes it)
-    "not_restored": "a record below the truncation point has no entry after the broker's recovery",
-    "wrong_entry": "the broker serves an entry that differs from the record at that queue offset",
-    "renumbered": "the broker serves a record at a queue offset other than its own: its put after a "
-                  "gap writes at the tail ('[BUG]logic queue order maybe wrong', E#23)",
-    "delayed_early": "SCHEDULE_TOPIC_XXXX entry whose tags code is not the deliver time: delivered "
-                     "at once (E#30b)",
-    "delayed_early_on_disk": "the same, in the CQ files as they are",
-    "unbacked": "the broker serves an entry whose phy offset starts no record",
-    "corrupt_served": "the broker serves an entry whose record fails its CRC check or lies behind a "
-                      "bad record, in a file its recovery does not read (OBSERVATIONS 17-18)",
-    "duplicate_queue_offset": "several records claim the same queue offset",
-    # the repaired store
-    "filler": "no record left for this queue offset inside the queue (zeroed bytes, a missing "
-              "commitlog file): the repaired store holds a filler unit (size 2^31-1) that a pull "
-              "skips, never a renumbered entry",
-    # structure of the CQ files
-    "hole": "invalid entries inside a queue on disk, valid ones after them",
-    "blank": "filler entries on disk (size 2^31-1: the broker's pre-blank head, phy 0, or a "
-             "repaired store's filler)",
-    "duplicate_phy": "the same phy offset at more than one queue offset (after recovery)",
-    "duplicate_phy_on_disk": "the same phy offset at more than one queue offset (on disk)",
-    "queue_missing": "no CQ directory on disk for a queue the commitlog has records of",
-}
-
-INDEX_KINDS = {
-    "unfindable_key": "a key of a record below the truncation point that the index cannot find",
-    "dangling_below_min": "entry pointing below the commitlog's min offset (queryMessage drops it)",
-    "dangling_beyond_end": "entry pointing at or past the truncation point (queryMessage drops it)",
-    "duplicate_entry": "the same (key hash, phy offset) indexed again",
-    "bad_header": "header inconsistent with the file's entries",
-}
-
-_PRE_BLANK = 0x7FFFFFFF
-# the views a queue row belongs to (bits: a record below the cut is both a record and its rebuilt entry)
-_DISK, _BROKER, _REBUILT, _REC = 1, 2, 4, 8
-# flag of a record row: 1 its CRC fails, 2 it lies behind a bad record (not in the valid prefix)
-_CRC_BAD, _BEHIND_BAD = 1, 2
 
 # What the scan reads: headers and keys always; bodies and properties only in files reaching past
 # the truncation point (lost messages), properties also when LMQ copies are dispatched.
@@ -335,14 +295,18 @@ def _flush_partials(rb: pa.RecordBatch, plan: AuditPlan) -> list[pa.Table]:
     return out
 
 
-def scan_segment(path: str, segment: str, lost: bool, plan: AuditPlan) -> Iterator[tuple[int, tuple]]:
+def scan_segment(path: str, segment: str, lost: bool, plan: AuditPlan, records: str | None = None
+                 ) -> Iterator[tuple[int, tuple]]:
     """Stage 1 for one commitlog file: its records once, cut into shuffle items (``AuditPlan``).
-    ``lost``: the file reaches past the truncation point (bodies are read for the lost messages)."""
+    ``lost``: the file reaches past the truncation point (bodies are read for the lost messages).
+    ``records``: the run's scan kept them there (``store_reader.scanned``): not read again."""
     cols = _SCAN_COLUMNS + (_LOST_COLUMNS if lost else ["properties"] if plan.config.enableMultiDispatch else [])
     queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
     puts, lost_rows, flush = [], [], []
     topic_no: dict[str, int] = {}
-    for rb in SegmentScan(path, plan.opts, columns=cols, include_lost=True, batch_size=65536):
+    batches = SegmentScan(path, plan.opts, columns=cols, include_lost=True, batch_size=65536) if records is None \
+        else read_records(records)
+    for rb in batches:
         # records below the cut: the broker keeps their bytes, behind a bad record too (a file it
         # does not re-read); the flush window counts the valid prefix (what was written in order)
         kept = _column(rb, "phy_offset") < plan.end
@@ -512,27 +476,6 @@ def _index_range(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) 
 
 # -- index findings ------------------------------------------------------------------------------------
 
-def header_problems(h: IndexHeader, index_num: int, parts: Sequence[tuple]) -> list[str]:
-    """What in an index file's header disagrees with its entries (IndexService trusts the header);
-    ``parts``: what its stage-1 tasks saw (``index_source_items``)."""
-    out = []
-    if h.index_count > index_num:
-        out.append(f"indexCount {h.index_count} > maxIndexNum {index_num}")
-    lows = [p[1] for p in parts if p[1] is not None]
-    if lows:
-        lo, hi = min(lows), max(p[2] for p in parts if p[2] is not None)
-        if h.begin_phy_offset > lo or h.end_phy_offset < hi:
-            out.append(f"phy range [{h.begin_phy_offset}, {h.end_phy_offset}] does not cover its entries "
-                       f"[{lo}, {hi}]")
-        if any(p[3] for p in parts):
-            out.append("negative timeDiff in entries (queries stop there)")
-    if h.begin_timestamp > h.end_timestamp and h.end_timestamp:
-        out.append(f"beginTimestamp {h.begin_timestamp} > endTimestamp {h.end_timestamp}")
-    over = sum(p[4] for p in parts)
-    if over:
-        out.append(f"{over} hash slots point outside [0, indexCount]")
-    return out
-
 
 def _bad_header_rows(plan: AuditPlan, parts: Sequence[tuple]) -> list[dict]:
     by_source: dict[int, list[tuple]] = defaultdict(list)
@@ -547,29 +490,6 @@ def _bad_header_rows(plan: AuditPlan, parts: Sequence[tuple]) -> list[dict]:
 
 
 INDEX_FINDING_ROWS = INDEX_FINDING_ROW.arrow()
-
-def _entry_findings(kh: np.ndarray, phy: np.ndarray, entry_number: np.ndarray, file_order: np.ndarray,
-                    names: dict[int, str | None], lens: str, lo: int, end: int) -> list[dict]:
-    """Dangling entries (below ``lo``, at or past ``end``) and repeated (key hash, phy offset)
-    pairs (all but the first in put order), per index file of the lens."""
-    if not len(phy):
-        return []
-    order = np.lexsort((entry_number, file_order))            # put order
-    pair = (kh[order].astype(np.int64) << 40) ^ phy[order]
-    _, first = np.unique(pair, return_index=True)
-    repeat = np.ones(len(order), bool)
-    repeat[first] = False
-    masks = {"dangling_below_min": phy < lo, "dangling_beyond_end": phy >= end,
-             "duplicate_entry": np.zeros(len(phy), bool)}
-    masks["duplicate_entry"][order[repeat]] = True
-    out = []
-    for kind, m in masks.items():
-        for fo in np.unique(file_order[m]):
-            sel = m & (file_order == fo)
-            out.append({"kind": kind, "index": lens, "file": names[int(fo)], "topic": None,
-                        "phy_from": int(phy[sel].min()), "phy_to": int(phy[sel].max()) + 1,
-                        "count": int(sel.sum()), "detail": None, "file_order": int(fo)})
-    return out
 
 
 def _unfindable_runs(puts: list[tuple[list[str], pa.Table]], lenses: dict[str, tuple[np.ndarray, np.ndarray]]
@@ -746,14 +666,18 @@ def _unpack(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(data).read_all()
 
 
-def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver_items: list) -> list:
+def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver_items: list,
+                  records: dict[str, str] | None = None) -> list:
     """The audit's one Spark job: stage 1 (segments, index files, the driver's items) shuffled by
-    key into stage 2 (``audit_partition``); returns stage 2's results in key order."""
+    key into stage 2 (``audit_partition``); returns stage 2's results in key order. A segment
+    whose kept ``records`` lack lost messages' columns it needs is read again."""
     sc = spark.sparkContext
-    files = [(s.path, s.segment, s.file_start + s.file_size > plan.end) for s in scan]
+    kept = records or {}
+    files = [(s.path, s.segment, s.file_start + s.file_size > plan.end,
+              kept.get(s.segment) if lost_columns_cover(s, plan.end) else None) for s in scan]
     rdds = []
     if files:
-        rdds.append(sc.parallelize(files, len(files)).flatMap(lambda f: scan_segment(*f, plan)))
+        rdds.append(sc.parallelize(files, len(files)).flatMap(lambda f: scan_segment(*f[:3], plan, f[3])))
     disk_parts = [(i, lo, hi) for i, s in enumerate(plan.index_sources) if s.path is not None
                   for lo, hi in s.parts(plan.index_part_entries, plan.config.maxIndexNum)]
     if disk_parts:
@@ -796,156 +720,9 @@ def _flush_window(partials: list[pa.Table], windows: tuple[tuple[str, int], ...]
     return out.sort_by([("window", "ascending"), ("topic", "ascending"), ("queue_id", "ascending")])
 
 
-# -- queue findings ------------------------------------------------------------------------------------
+# -- consumer offsets ----------------------------------------------------------------------------------
 
 QUEUE_FINDING_ROWS = QUEUE_FINDING_ROW.arrow()
-
-def _runs(kind: str, topic: str, qid: int, offsets: np.ndarray, phy: np.ndarray | None = None,
-          size: np.ndarray | None = None, detail: str | None = None) -> list[dict]:
-    """Range-encode sorted ``offsets`` (with the phy/size of their entries) into rows."""
-    rows = []
-    for lo, hi in consecutive_runs(offsets):
-        row = {"kind": kind, "topic": topic, "queue_id": qid, "from_offset": int(offsets[lo]),
-               "to_offset": int(offsets[hi - 1]) + 1, "count": int(hi - lo), "phy_from": None,
-               "phy_to": None, "detail": detail}
-        if phy is not None:
-            row["phy_from"] = int(phy[lo:hi].min())
-            row["phy_to"] = int((phy[lo:hi] + size[lo:hi]).max())
-        rows.append(row)
-    return rows
-
-
-def _aligner(*offsets: np.ndarray):
-    """The union of sorted, distinct queue offsets of several views, and a function giving a view's
-    columns on it (with whether each offset has an entry in the view). Dense offsets (the usual
-    queue) are looked up by position, sparse ones by binary search."""
-    allo = np.concatenate(offsets)
-    if not len(allo):
-        keys = allo.astype(np.int64)
-    else:
-        lo, hi = int(allo.min()), int(allo.max())
-        if hi - lo < 4 * len(allo) + 1024:
-            present = np.zeros(hi - lo + 1, bool)
-            present[allo - lo] = True
-            keys = np.flatnonzero(present) + lo
-            rank = np.cumsum(present) - 1          # offset -> position in keys
-
-            def align(v):
-                has = np.zeros(len(keys), bool)
-                pos = np.zeros(len(keys), np.int64)
-                at = rank[v[0] - lo]
-                has[at] = True
-                pos[at] = np.arange(len(v[0]))
-                return has, [c[pos] if len(c) else np.zeros(len(keys), np.int64) for c in v[1:4]]
-            return keys, align
-        keys = np.unique(allo)
-
-    def align(v):
-        pos = np.searchsorted(v[0], keys)
-        has = (pos < len(v[0])) & (v[0][np.minimum(pos, max(len(v[0]) - 1, 0))] == keys) if len(v[0]) \
-            else np.zeros(len(keys), bool)
-        pos = np.minimum(pos, max(len(v[0]) - 1, 0))
-        return has, [c[pos] if len(c) else np.zeros(len(keys), np.int64) for c in v[1:4]]
-    return keys, align
-
-
-def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None, on_disk: bool,
-                  scope: tuple[int, int] | None) -> list[dict]:
-    """Every ``QUEUE_KINDS`` finding of one queue from its entries: ``QUEUE_ROWS`` whose ``src``
-    bits say which views (disk, broker, rebuilt, record) a row belongs to (``flag`` of a record
-    row: 1 CRC mismatch, 2 behind a bad record)."""
-    src = t["src"].to_numpy()
-    off, phy = t["queue_offset"].to_numpy(), t["phy_offset"].to_numpy()
-    size, tags = t["size"].to_numpy().astype(np.int64), t["tags_code"].to_numpy()
-    flag = t["flag"].to_numpy()
-
-    by_offset = np.argsort(off, kind="stable")     # timsort: the parts arrive as sorted runs
-
-    def view(s: int):
-        i = by_offset[(src[by_offset] & s) != 0]
-        o = off[i]
-        if len(o) > 1 and not (np.diff(o) > 0).all():      # repeated offsets: lowest phy first
-            i = i[np.lexsort((phy[i], o))]
-        return off[i], phy[i], size[i], tags[i], flag[i]
-
-    d, b, r_all, rec = view(_DISK), view(_BROKER), view(_REBUILT), view(_REC)
-    out: list[dict] = []
-    # several records claiming one queue offset; the first (lowest phy) stands for it
-    starts = np.flatnonzero(np.r_[True, np.diff(r_all[0]) != 0]) if len(r_all[0]) else np.zeros(0, np.int64)
-    counts = np.diff(np.r_[starts, len(r_all[0])])
-    dup = np.repeat(counts > 1, counts)
-    r = tuple(a[starts] for a in r_all)
-    keys, align = _aligner(d[0], b[0], r[0])
-
-    (hd, (dp, ds, dt)), (hb, (bp, bs, bt)), (hr, (rp, rs, rt)) = align(d), align(b), align(r)
-    # the flag of the record starting at each broker entry's phy offset, -1: none starts there
-    order = np.argsort(rec[1], kind="stable")
-    rphy, rflag = rec[1][order], rec[4][order]
-    at = np.minimum(np.searchsorted(rphy, bp), max(len(rphy) - 1, 0))
-    starts_rec = (rphy[at] == bp) if len(rphy) else np.zeros(len(bp), bool)
-    b_rec = np.where(starts_rec, rflag[at] if len(rphy) else -1, -1)
-    # the broker's entry points at a record of this queue stored with another queue offset
-    renumbered = hb & (bs != _PRE_BLANK) & starts_rec & ((rec[0][order][at] if len(rphy) else -1) != keys)
-    def scoped(p):
-        return np.ones(len(p), bool) if scope is None else (p >= scope[0]) & (p < scope[1])
-
-    lo = b_min if b_min is not None else 0
-    blank_b = bs == _PRE_BLANK
-    differs = lambda p1, s1, t1, p2, s2, t2: (p1 != p2) | (s1 != s2) | (t1 != t2)  # noqa: E731
-    schedule = topic == rf.SCHEDULE_TOPIC
-    early_b = schedule & hb & hr & (bp == rp) & (bs == rs) & (bt != rt)
-    early_d = schedule & hd & hr & (dp == rp) & (ds == rs) & (dt != rt)
-    kinds = [
-        ("removed_beyond_truncation", hd & ~hb & (dp >= end), dp, ds),
-        ("removed_below_min", hd & ~hb & (dp < end) & (keys < lo), dp, ds),
-        ("removed_by_cq_recovery", hd & ~hb & (dp < end) & (keys >= lo), dp, ds),
-        ("redispatched", ~hd & hb, bp, bs),
-        ("replaced", hd & hb & differs(dp, ds, dt, bp, bs, bt), bp, bs),
-        ("not_restored", hr & ~hb & scoped(rp), rp, rs),
-        ("delayed_early", early_b & scoped(rp), bp, bs),
-        ("delayed_early_on_disk", early_d & scoped(rp), dp, ds),
-        ("wrong_entry", hb & hr & differs(bp, bs, bt, rp, rs, rt) & ~early_b & ~renumbered & scoped(rp), bp, bs),
-        ("renumbered", renumbered & scoped(bp), bp, bs),
-        ("unbacked", hb & ~blank_b & ~hr & (b_rec < 0) & (bp < end) & scoped(bp), bp, bs),
-        ("corrupt_served", hb & ~blank_b & (b_rec > 0), bp, bs),
-        ("blank", hd & (ds == _PRE_BLANK), dp, ds),
-    ]
-    for kind, mask, p, s in kinds:
-        out += _runs(kind, topic, qid, keys[mask], p[mask], s[mask])
-    if dup.any():
-        out += _runs("duplicate_queue_offset", topic, qid, np.unique(r_all[0][dup]),
-                     detail="several records at one queue offset")
-    # holes: gaps between valid entries on disk
-    valid = (d[1] >= 0) & (d[2] > 0)
-    vo = d[0][valid]
-    if len(vo) > 1:
-        gaps = np.flatnonzero(np.diff(vo) > 1)
-        for g in gaps:
-            out += _runs("hole", topic, qid, np.arange(vo[g] + 1, vo[g + 1]))
-    for kind, v, keep in (("duplicate_phy_on_disk", d, (d[2] > 0) & (d[2] != _PRE_BLANK)),
-                          ("duplicate_phy", b, b[2] != _PRE_BLANK)):
-        o, p, s = v[0][keep], v[1][keep], v[2][keep]
-        if len(p) < 2 or (np.diff(p) > 0).all():        # the usual queue: phy offsets ascend
-            continue
-        vals, cnt = np.unique(p, return_counts=True)
-        m = np.isin(p, vals[cnt > 1])
-        out += _runs(kind, topic, qid, o[m], p[m], s[m], detail="phy offset at several queue offsets")
-    # offsets inside the rebuilt queue that no record holds: the repaired store's fillers
-    for g in np.flatnonzero(np.diff(r[0]) > 1):
-        prev_end, nxt = int(r[1][g] + r[2][g]), int(r[1][g + 1])
-        out.append({"kind": "filler", "topic": topic, "queue_id": qid, "from_offset": int(r[0][g]) + 1,
-                    "to_offset": int(r[0][g + 1]), "count": int(r[0][g + 1] - r[0][g] - 1),
-                    "phy_from": prev_end if prev_end <= nxt else None, "phy_to": nxt if prev_end <= nxt else None,
-                    "detail": "records gone between its neighbours' commitlog positions"})
-    # ... and past the last record left, up to the max of the queue the broker keeps
-    tail = b[0] > r[0][-1] if len(r[0]) else np.ones(len(b[0]), bool)
-    out += _runs("filler", topic, qid, b[0][tail], b[1][tail], b[2][tail],
-                 detail="the broker keeps these offsets past the queue's last record left")
-    if not on_disk and len(r[0]):           # one row for the queue: its whole range
-        out.append({"kind": "queue_missing", "topic": topic, "queue_id": qid, "from_offset": int(r[0][0]),
-                    "to_offset": int(r[0][-1]) + 1, "count": len(r[0]), "phy_from": int(r[1].min()),
-                    "phy_to": int((r[1] + r[2]).max()), "detail": None})
-    return out
 
 
 def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_ranges: dict, rebuilt_ranges: dict,
@@ -1013,22 +790,6 @@ def summary_from_row(row: dict) -> SegmentSummary:
 
 # -- all of it -------------------------------------------------------------------------------------------
 
-def store_file_findings(store: Store) -> pa.Table:
-    """What ``jobs.dump --verify`` reports about the store's files outside the commitlog records,
-    consume queues and index files, with its checks and kinds: a gap in the commitlog file
-    sequence (a note: the broker only logs it) and config files the broker cannot use."""
-    from jobs import dump
-
-    found = dump.Findings()
-    dump.verify_commitlog_sequence(store, found)
-    dump.verify_config(store, found)
-    rows = [{"kind": a.kind, "severity": severity, "file": a.path, "position": a.position,
-             "phy_offset": a.phy_offset, "detail": a.message}
-            for severity, items in (("anomaly", found.anomalies), ("note", found.notes)) for a in items]
-    return pa.Table.from_pylist(rows, schema=STORE_FINDING_ROWS)
-
-
-STORE_FINDING_ROWS = STORE_FINDING_ROW.arrow()
 
 @dataclass
 class Findings:
@@ -1046,9 +807,10 @@ class Findings:
 
 
 def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
-          scan: Sequence[SegmentSummary] | None = None) -> Findings:
+          scan: Sequence[SegmentSummary] | None = None, records: dict[str, str] | None = None) -> Findings:
     """Every finding for ``store`` given the broker's predicted recovery. ``scan``: the segments
-    whose records are read (default all; --since-last passes only the new ones)."""
+    whose records are read (default all; --since-last passes only the new ones). ``records``: where
+    the run's scan kept each segment's records (``store_reader.scanned``; the others are read)."""
     scan = list(summaries if scan is None else scan)
     out = Findings()
     if len(scan) < len(summaries):       # --since-last: records read only in the new segments
@@ -1059,7 +821,7 @@ def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[Se
     if not pred.load_result:
         return out
     plan = audit_plan(spark, store, pred, summaries, scan, out.scope)
-    results = run_audit_job(spark, plan, scan, _driver_items(plan, pred))
+    results = run_audit_job(spark, plan, scan, _driver_items(plan, pred), records)
     by_kind: dict[str, list] = defaultdict(list)
     for kind, value in results:
         by_kind[kind].append(value)
@@ -1091,8 +853,6 @@ __all__ = ["QUEUE_KINDS", "INDEX_KINDS", "Findings", "audit", "compare_queue"]
 
 
 # -- the run: rows with their keys, the summary, the exit status -----------------------------------------
-
-INFO_KINDS = {"blank"}          # normal broker behaviour, reported but not alerting
 
 
 def alerting_counts(f: Findings) -> dict[str, int]:

@@ -1,18 +1,18 @@
 """What the investigation notebooks (``notebooks/``) compute, kept out of their cells.
 
 One run of the Delta audit tables is read with delta-rs (``load_run``); the messages its findings
-name are looked up in the store itself through ``store_reader`` (by phy offset, or by a record's
-own queue offset); the charts are ``matplotlib.figure.Figure`` objects that never touch pyplot's
-global state, so they render the same under any backend (the notebooks select ``Agg``).
-
-Spark-free: a notebook needs delta-rs, pyarrow, pandas and matplotlib, never a Spark session.
+name are looked up in the store itself through Spark, with the ``rocketmq`` data source
+(``store_reader.datasource``: one task per commitlog segment, consume queue file or index file,
+filters pushed down to prune files), so only the rows a finding names reach the driver; the charts
+are ``matplotlib.figure.Figure`` objects that never touch pyplot's global state, so they render the
+same under any backend (the notebooks select ``Agg``).
 """
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -20,17 +20,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.deltasink import read_table, store_id_for
-from jobs.findings import QUEUE_KINDS, audit_scan_options, flush_risk
+from jobs.findings import flush_risk
 from schemas import audit as A
 from store_reader import recovery
+from store_reader.audit.kinds import QUEUE_KINDS
 from store_reader.checkpoint import read_checkpoint
-from store_reader.commitlog import SegmentScan
-from store_reader.consumequeue import read_queue
-from store_reader.indexfile import IndexFile, list_index_files
+from store_reader.indexfile import list_index_files
 from store_reader.store import Store
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from pyspark.sql import DataFrame, SparkSession
 
 DUPLICATE_QUEUE_KINDS = ("duplicate_phy", "duplicate_phy_on_disk", "redispatched", "replaced")
 # Queue kinds read from the broker's recovered queues; the others from the CQ files on disk.
@@ -134,60 +134,92 @@ def _records_frame(table: pa.Table) -> pd.DataFrame:
     return df
 
 
-def scan_batches(store: Store, broker_5x: bool, columns: Sequence[str] = MESSAGE_COLUMNS,
-                 segments: Iterable[str] | None = None) -> Iterator[pa.RecordBatch]:
-    """Record batches of every segment (or of the ``segments`` named) in commitlog order, intact
-    records behind a bad one included (``valid_prefix`` false), read as the audit reads them
-    (header checks, CRCs computed). Memory is bounded by one batch."""
-    opts = audit_scan_options(store, broker_5x)
-    wanted = None if segments is None else set(segments)
-    cols = list(dict.fromkeys([*columns, "phy_offset", "valid_prefix"]))
-    for f in store.commitlog_files:
-        if wanted is None or f.name in wanted:
-            yield from SegmentScan(f.path, opts, columns=cols, include_lost=True)
+def read_store(spark: "SparkSession", store: Store, table: str, columns: Sequence[str],
+               broker_5x: bool | None = None) -> "DataFrame":
+    """``table`` of the ``rocketmq`` data source on ``store`` with its broker settings. Messages are
+    read as the audit reads them (header checks, CRCs computed, intact records behind a bad one
+    included with ``valid_prefix`` false)."""
+    import store_reader
+
+    store_reader.register(spark)
+    options = {"path": str(store.root), "table": table, "columns": ",".join(dict.fromkeys(columns))}
+    if store.config.source is not None:
+        options["brokerConfig"] = store.config.source
+    if broker_5x is not None:
+        options["brokerVersion"] = recovery.V5X if broker_5x else recovery.V49
+    if table == "messages":
+        options.update(includeLost="true", verifyCrc="false", computeCrc="true")
+    return spark.read.format("rocketmq").options(**options).load()
 
 
-def scan_records(store: Store, broker_5x: bool, columns: Sequence[str] = MESSAGE_COLUMNS,
-                 segments: Iterable[str] | None = None) -> pa.Table:
-    """``scan_batches`` as one table."""
-    from schemas import MESSAGE
-
-    schema = MESSAGE.arrow(list(dict.fromkeys([*columns, "phy_offset", "valid_prefix"])))
-    return pa.Table.from_batches(list(scan_batches(store, broker_5x, columns, segments)), schema=schema)
+def messages(spark: "SparkSession", store: Store, broker_5x: bool,
+             columns: Sequence[str] = MESSAGE_COLUMNS) -> "DataFrame":
+    """Every record of the commitlog (``read_store``), ``phy_offset`` and ``valid_prefix`` always."""
+    return read_store(spark, store, "messages", [*columns, "phy_offset", "valid_prefix"], broker_5x)
 
 
-def records_at(store: Store, broker_5x: bool, phy_offsets: Iterable[int],
+def _to_pandas(df: "DataFrame") -> pd.DataFrame:
+    return df.toArrow().to_pandas()
+
+
+def records_at(spark: "SparkSession", store: Store, broker_5x: bool, phy_offsets: Iterable[int],
                columns: Sequence[str] = MESSAGE_COLUMNS) -> pd.DataFrame:
-    """The records starting at ``phy_offsets`` (only the segments holding them are read); an
-    offset no record starts at is absent from the result."""
-    phys = np.unique(np.fromiter((int(p) for p in phy_offsets), dtype=np.int64))
-    starts = np.array([f.start for f in store.commitlog_files], dtype=np.int64)
-    names = [f.name for f in store.commitlog_files]
-    if not len(phys) or not len(starts):
-        return _records_frame(scan_records(store, broker_5x, columns, segments=[]))
-    holding = {names[i] for i in np.searchsorted(starts, phys, side="right") - 1 if i >= 0}
-    t = scan_records(store, broker_5x, columns, segments=holding)
-    return _records_frame(t.filter(pc.is_in(t["phy_offset"], pa.array(phys))))
+    """The records starting at ``phy_offsets`` (the filter prunes the segments not holding them);
+    an offset no record starts at is absent from the result."""
+    from pyspark.sql import functions as F
+
+    phys = np.unique(np.fromiter((int(p) for p in phy_offsets), dtype=np.int64)).tolist()
+    df = messages(spark, store, broker_5x, columns)
+    return _records_frame(df.where(F.col("phy_offset").isin(phys) if phys else F.lit(False)).toArrow())
 
 
-def queue_entries(store: Store, pred: recovery.Prediction, topic: str, queue_id: int, from_offset: int,
-                  to_offset: int, broker_view: bool) -> pd.DataFrame:
-    """CQ entries (queue_offset, phy_offset, size, tags_code) in ``[from_offset, to_offset)``: of
-    the broker's recovered queue (``broker_view``) or of the CQ files as they are on disk."""
+def _broker_queue_entries(pred: recovery.Prediction, topic: str, queue_id: int) -> pd.DataFrame:
+    """The entries of the broker's recovered queue (the prediction, on the driver)."""
+    q = pred.consume_queues.get((topic, queue_id))
+    if q is None:
+        return pd.DataFrame(columns=["queue_offset", "phy_offset", "size", "tags_code"])
+    e = q.entries()
+    return pd.DataFrame({"queue_offset": np.arange(q.min_offset, q.min_offset + len(e), dtype=np.int64),
+                         "phy_offset": e["phy_offset"].astype(np.int64), "size": e["size"],
+                         "tags_code": e["tags_code"]})
+
+
+def queue_entries(spark: "SparkSession", store: Store, pred: recovery.Prediction,
+                  runs: pd.DataFrame, broker_view: bool) -> pd.DataFrame:
+    """CQ entries (queue_offset, phy_offset, size, tags_code) with a positive size of each run
+    (``topic``, ``queue_id``, ``from_offset``, ``to_offset``; its other columns are kept) in run
+    order: of the broker's recovered queue (``broker_view``) or of the CQ files as they are on disk
+    (one Spark query; the queues' filters prune the other CQ files)."""
+    from pyspark.sql import functions as F
+
+    cols = ["queue_offset", "phy_offset", "size", "tags_code"]
+    parts = []
     if broker_view:
-        q = pred.consume_queues.get((topic, queue_id))
-        if q is None:
-            return pd.DataFrame(columns=["queue_offset", "phy_offset", "size", "tags_code"])
-        e = q.entries()
-        df = pd.DataFrame({"queue_offset": np.arange(q.min_offset, q.min_offset + len(e), dtype=np.int64),
-                           "phy_offset": e["phy_offset"].astype(np.int64), "size": e["size"],
-                           "tags_code": e["tags_code"]})
-    else:
-        t = read_queue(store.consume_queue_dir / topic / str(queue_id), topic, queue_id,
-                       store.config.cq_file_size, rocketmq5=pred.broker_version == recovery.V5X)
-        df = t.select(["queue_offset", "phy_offset", "size", "tags_code"]).to_pandas()
-    sel = (df["queue_offset"] >= from_offset) & (df["queue_offset"] < to_offset) & (df["size"] > 0)
-    return df[sel].reset_index(drop=True)
+        for i, r in enumerate(runs.itertuples(index=False)):
+            e = _broker_queue_entries(pred, r.topic, int(r.queue_id))
+            parts.append(e[(e["queue_offset"] >= r.from_offset) & (e["queue_offset"] < r.to_offset)]
+                         .assign(run=i))
+    elif len(runs):
+        cq = read_store(spark, store, "consume_queue", ["topic", "queue_id", *cols],
+                        pred.broker_version == recovery.V5X)
+        wanted = F.lit(False)
+        for r in runs.itertuples(index=False):
+            wanted = wanted | ((F.col("topic") == r.topic) & (F.col("queue_id") == int(r.queue_id))
+                               & (F.col("queue_offset") >= int(r.from_offset))
+                               & (F.col("queue_offset") < int(r.to_offset)))
+        disk = _to_pandas(cq.where(F.col("topic").isin(sorted(set(runs["topic"])))
+                                   & F.col("queue_id").isin(sorted({int(q) for q in runs["queue_id"]}))
+                                   & wanted)).sort_values(["topic", "queue_id", "queue_offset"])
+        for i, r in enumerate(runs.itertuples(index=False)):
+            sel = (disk["topic"] == r.topic) & (disk["queue_id"] == int(r.queue_id)) \
+                & (disk["queue_offset"] >= r.from_offset) & (disk["queue_offset"] < r.to_offset)
+            parts.append(disk.loc[sel, cols].assign(run=i))
+    if not parts:
+        return pd.DataFrame(columns=[*runs.columns, *cols])
+    e = pd.concat(parts, ignore_index=True)
+    e = e[e["size"] > 0]
+    meta = runs.reset_index(drop=True).drop(columns=[c for c in cols if c in runs.columns])
+    return e.join(meta, on="run").drop(columns="run").reset_index(drop=True)
 
 
 # -- duplicates ---------------------------------------------------------------------------------------
@@ -200,20 +232,24 @@ def duplicate_queue_findings(run: AuditRun) -> pd.DataFrame:
     return q.reset_index(drop=True)
 
 
-def queue_finding_messages(store: Store, pred: recovery.Prediction, findings: pd.DataFrame) -> pd.DataFrame:
+def queue_finding_messages(spark: "SparkSession", store: Store, pred: recovery.Prediction,
+                           findings: pd.DataFrame) -> pd.DataFrame:
     """Every CQ entry of ``findings``' runs (the broker's view or the disk's, by kind) with the
     record it points at: keys, msgId, store/born time (null where no record starts there)."""
-    broker_5x = pred.broker_version == recovery.V5X
-    parts = []
-    for r in findings.itertuples(index=False):
-        e = queue_entries(store, pred, r.topic, int(r.queue_id), int(r.from_offset), int(r.to_offset),
-                          r.kind in BROKER_VIEW_KINDS)
-        parts.append(e.assign(kind=r.kind, topic=r.topic, queue_id=int(r.queue_id)))
     cols = ["kind", "topic", "queue_id", "queue_offset", "phy_offset"]
-    if not parts:
+    runs = findings[["kind", "topic", "queue_id", "from_offset", "to_offset"]].reset_index(drop=True)
+    runs["queue_id"] = runs["queue_id"].astype("int64")
+    broker = runs["kind"].isin(BROKER_VIEW_KINDS)
+    parts = [queue_entries(spark, store, pred, runs[sel].assign(order=np.flatnonzero(sel)), view)
+             for view, sel in ((True, broker.to_numpy()), (False, ~broker.to_numpy())) if sel.any()]
+    entries = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if entries.empty:
         return pd.DataFrame(columns=cols + SHOWN_RECORD_COLUMNS)
-    entries = pd.concat(parts, ignore_index=True)[cols]
-    rec = records_at(store, broker_5x, entries["phy_offset"])[["phy_offset", *SHOWN_RECORD_COLUMNS]]
+    # findings' order, each run's entries in queue offset order
+    entries = entries.sort_values(["order", "queue_offset"], kind="stable")[cols].reset_index(drop=True)
+    entries["queue_id"] = entries["queue_id"].astype(int)
+    rec = records_at(spark, store, pred.broker_version == recovery.V5X,
+                     entries["phy_offset"])[["phy_offset", *SHOWN_RECORD_COLUMNS]]
     return entries.merge(rec, on="phy_offset", how="left")
 
 
@@ -238,27 +274,33 @@ def redelivered_offsets(run: AuditRun) -> pd.DataFrame:
     return co[co["redelivered"] > 0][cols].reset_index(drop=True)
 
 
-def redelivered_messages(store: Store, run: AuditRun, redelivered: pd.DataFrame) -> pd.DataFrame:
+def redelivered_messages(spark: "SparkSession", store: Store, run: AuditRun,
+                         redelivered: pd.DataFrame) -> pd.DataFrame:
     """The records a rewound group consumed at the queue offsets it is served again, found by their
     own QUEUEOFFSET in the commitlog. ``served_again``: the record survives the truncation, so
     the group gets the same message twice; otherwise the record is lost (or, not ``intact``, the
     damaged one the broker cut at) and a new message will take its queue offset."""
+    from pyspark.sql import functions as F
+
     cols = ["group", "topic", "queue_id", "queue_offset", "phy_offset", "served_again", *SHOWN_RECORD_COLUMNS]
     if redelivered.empty:
         return pd.DataFrame(columns=cols)
     broker_5x = run.broker_version == recovery.V5X
     groups = redelivered[["group", "topic", "queue_id", "next_begin_offset", "committed_offset"]]
-    topics = pa.array(groups["topic"].unique(), pa.string())
-    hits = []
-    # 1. the rewound queues' records at those queue offsets, one batch at a time
-    for b in scan_batches(store, broker_5x, ["topic", "queue_id", "queue_offset", "sys_flag"]):
-        df = b.filter(pc.is_in(b["topic"], topics)).to_pandas()
-        df = df[(df["sys_flag"] & 0xC).isin((0x0, 0x8))]      # only NOT/COMMIT types are in a CQ
-        m = groups.merge(df, on=["topic", "queue_id"])
-        hits.append(m[(m["queue_offset"] >= m["next_begin_offset"]) & (m["queue_offset"] < m["committed_offset"])])
-    found = pd.concat(hits, ignore_index=True)
+    # 1. the rewound queues' records at those queue offsets (only NOT/COMMIT types are in a CQ)
+    rewound = F.lit(False)
+    for g in groups.itertuples(index=False):
+        rewound = rewound | ((F.col("topic") == g.topic) & (F.col("queue_id") == int(g.queue_id))
+                             & (F.col("queue_offset") >= int(g.next_begin_offset))
+                             & (F.col("queue_offset") < int(g.committed_offset)))
+    df = messages(spark, store, broker_5x, ["topic", "queue_id", "queue_offset", "sys_flag"]).where(
+        F.col("topic").isin(sorted(set(groups["topic"]))) & F.col("sys_flag").bitwiseAND(0xC).isin(0x0, 0x8)
+        & rewound)
+    df = _to_pandas(df).sort_values("phy_offset", kind="stable")
+    m = groups.merge(df, on=["topic", "queue_id"])
+    found = m[(m["queue_offset"] >= m["next_begin_offset"]) & (m["queue_offset"] < m["committed_offset"])]
     # 2. their keys, msgId and times, by phy offset
-    rec = records_at(store, broker_5x, found["phy_offset"])[["phy_offset", *SHOWN_RECORD_COLUMNS]]
+    rec = records_at(spark, store, broker_5x, found["phy_offset"])[["phy_offset", *SHOWN_RECORD_COLUMNS]]
     out = found.merge(rec, on="phy_offset", how="left")
     out = out.assign(served_again=out["phy_offset"] < run.truncation_point)
     return out[cols].sort_values(["group", "topic", "queue_id", "queue_offset"]).reset_index(drop=True)
@@ -269,34 +311,56 @@ def duplicate_index_findings(run: AuditRun) -> pd.DataFrame:
     return ix[ix["kind"] == "duplicate_entry"].reset_index(drop=True)
 
 
-def _index_entries(store: Store, pred: recovery.Prediction, lens: str) -> pd.DataFrame:
-    """(file, file_order, entry_number, key_hash, phy_offset) of the lens' index files, in order."""
+def _repeated_index_entries(spark: "SparkSession", store: Store, pred: recovery.Prediction,
+                            lens: str) -> pd.DataFrame:
+    """The entries of the lens' index files that repeat an earlier (key hash, phy offset) in put
+    order (file order, then entry number): file, key_hash, phy_offset, times_indexed (how often
+    the pair is indexed in all). Files on disk are read by Spark; files the broker's predicted
+    re-dispatch builds are in the prediction (the driver's memory) and go to Spark from there."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     cfg = store.config
+    cols = ["file", "entry_number", "key_hash", "phy_offset"]
     if lens == "on_disk":
-        views = [(r.name, IndexFile(r.path, cfg.maxHashSlotNum, cfg.maxIndexNum))
-                 for r in list_index_files(store.index_dir, cfg.index_file_size, strict=False)]
+        disk = {r.name: i for i, r in enumerate(list_index_files(store.index_dir, cfg.index_file_size,
+                                                                 strict=False))}
+        built = []
     else:
-        views = [(f.name, f.view(cfg)) for f in pred.index_files]
+        disk = {f.name: i for i, f in enumerate(pred.index_files) if f.data is None and f.path}
+        built = [(i, f) for i, f in enumerate(pred.index_files) if f.data is not None]
     parts = []
-    for order, (name, idx) in enumerate(views):
-        t = idx.entries_table().select(["entry_number", "key_hash", "phy_offset"]).to_pandas()
-        parts.append(t.assign(file=name, file_order=order))
-        idx.close()
+    if disk:
+        order = F.create_map(*[F.lit(x) for name, i in disk.items() for x in (name, i)])
+        parts.append(read_store(spark, store, "index", cols).where(F.col("file").isin(list(disk)))
+                     .withColumn("file_order", order[F.col("file")]))
+    for i, f in built:
+        with f.view(cfg) as idx:
+            t = idx.entries_table().select(cols).to_pandas().assign(file=f.name, file_order=i)
+        if len(t):
+            parts.append(spark.createDataFrame(t[[*cols, "file_order"]], "file string, entry_number int, "
+                                               "key_hash int, phy_offset long, file_order int"))
     if not parts:
-        return pd.DataFrame(columns=["file", "file_order", "entry_number", "key_hash", "phy_offset"])
-    return pd.concat(parts, ignore_index=True)
+        return pd.DataFrame(columns=["file", "key_hash", "phy_offset", "times_indexed"])
+    e = parts[0]
+    for p in parts[1:]:
+        e = e.unionByName(p)
+    pair = Window.partitionBy("key_hash", "phy_offset")
+    e = e.withColumn("nth", F.row_number().over(pair.orderBy("file_order", "entry_number"))) \
+        .withColumn("times_indexed", F.count(F.lit(1)).over(pair))
+    again = e.where(F.col("nth") > 1).select("file", "file_order", "entry_number", "key_hash", "phy_offset",
+                                             "times_indexed")
+    return _to_pandas(again).sort_values(["file_order", "entry_number"]).reset_index(drop=True)
 
 
-def duplicate_index_messages(store: Store, pred: recovery.Prediction, findings: pd.DataFrame) -> pd.DataFrame:
+def duplicate_index_messages(spark: "SparkSession", store: Store, pred: recovery.Prediction,
+                             findings: pd.DataFrame) -> pd.DataFrame:
     """The index entries behind ``duplicate_entry`` findings (a (key hash, phy offset) indexed
     again, so ``queryMessage`` by that key returns the message twice) with their records."""
     cols = ["index", "file", "key_hash", "phy_offset", "times_indexed"]
     rows = []
     for lens, group in findings.groupby("index"):
-        e = _index_entries(store, pred, lens).sort_values(["file_order", "entry_number"])
-        e["nth"] = e.groupby(["key_hash", "phy_offset"]).cumcount() + 1
-        times = e.groupby(["key_hash", "phy_offset"])["nth"].transform("max")
-        again = e[e["nth"] > 1].assign(times_indexed=times[e["nth"] > 1])
+        again = _repeated_index_entries(spark, store, pred, lens)
         for r in group.itertuples(index=False):
             sel = again[(again["phy_offset"] >= r.phy_from) & (again["phy_offset"] < r.phy_to)]
             sel = sel[sel["file"].isna()] if r.file is None or pd.isna(r.file) else sel[sel["file"] == r.file]
@@ -304,7 +368,7 @@ def duplicate_index_messages(store: Store, pred: recovery.Prediction, findings: 
     if not rows:
         return pd.DataFrame(columns=cols)
     dup = pd.concat(rows, ignore_index=True).drop_duplicates()
-    rec = records_at(store, pred.broker_version == recovery.V5X, dup["phy_offset"])
+    rec = records_at(spark, store, pred.broker_version == recovery.V5X, dup["phy_offset"])
     rec = rec[["phy_offset", "topic", "queue_id", "queue_offset", *SHOWN_RECORD_COLUMNS]]
     return dup.merge(rec, on="phy_offset", how="left")
 
@@ -435,39 +499,55 @@ def _with_skipped_range(co: pd.DataFrame, lost: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass
 class Timeline:
-    """Every record's store time and phy offset, classified as the audit classifies it."""
+    """The store time and phy offset of the records a chart draws, classified as the audit
+    classifies them (every record past the truncation point or at risk, a sample of the kept
+    ones), and how many records of the store are in each state."""
 
     records: pd.DataFrame            # phy_offset, store_time, state
     truncation_point: int
     flush_time: pd.Timestamp | None  # the checkpoint's commitlog flush time (physicMsgTimestamp)
+    totals: dict[str, int]           # records per state, the whole store
 
     def counts(self) -> dict[str, int]:
-        return {s: int((self.records["state"] == s).sum()) for s in TIMELINE_STATES}
+        return dict(self.totals)
 
 
 TIMELINE_STATES = ("kept", "at_risk", "lost", "discarded")
 
 
-def timeline(store: Store, run: AuditRun) -> Timeline:
-    """Classify every record: ``lost`` (a lost message of the run), ``discarded`` (past the
-    truncation point, damaged or not intact), ``at_risk`` (kept, but stored after the commitlog
+def timeline(spark: "SparkSession", store: Store, run: AuditRun, max_kept_points: int = 200_000) -> Timeline:
+    """Classify every record, in Spark: ``lost`` (a lost message of the run), ``discarded`` (past
+    the truncation point, damaged or not intact), ``at_risk`` (kept, but stored after the commitlog
     flush time while that is at risk, ``findings.flush_risk``: an OS crash may still take it) or
-    ``kept``."""
-    t = scan_records(store, run.broker_version == recovery.V5X,
-                     ["phy_offset", "store_timestamp", "valid_prefix"])
-    phy = t["phy_offset"].to_numpy()
-    ts = t["store_timestamp"].to_numpy()
-    prefix = t["valid_prefix"].to_numpy()
+    ``kept``. Only the records drawn reach the driver: every one past the truncation point or at
+    risk, and about ``max_kept_points`` of the kept ones (chosen by a hash of the phy offset)."""
+    from pyspark.sql import functions as F
+
     end = run.truncation_point
     flush_ms = read_checkpoint(store.checkpoint_path).physic_msg_timestamp
-    at_risk = prefix & (ts > flush_ms) if dict(flush_risk(store).windows).get("commitlog") is not None \
-        else np.zeros(len(ts), bool)
-    lost = np.isin(phy, run["lost_messages"]["phy_offset"].to_numpy())
-    state = np.where(lost, "lost", np.where(phy >= end, "discarded", np.where(at_risk, "at_risk", "kept")))
-    df = pd.DataFrame({"phy_offset": phy, "store_time": pd.to_datetime(ts, unit="ms", utc=True),
-                       "state": state})
+    risky = dict(flush_risk(store).windows).get("commitlog") is not None
+    t = messages(spark, store, run.broker_version == recovery.V5X, ["store_timestamp"])
+    # 1. below the truncation point: kept or at risk, counted in Spark
+    at_risk = (F.col("valid_prefix") & (F.col("store_timestamp") > flush_ms)) if risky else F.lit(False)
+    t = t.withColumn("state", F.when(F.col("phy_offset") >= end, F.lit("past"))
+                     .when(at_risk, F.lit("at_risk")).otherwise(F.lit("kept")))
+    totals = {s: 0 for s in TIMELINE_STATES}
+    totals.update({r["state"]: int(r["count"]) for r in t.groupBy("state").count().collect()})
+    step = max(1, -(-totals["kept"] // max_kept_points))
+    # 2. the records drawn; past the truncation point each is lost (a lost message) or discarded
+    drawn = t.where((F.col("state") != "kept") | (F.pmod(F.xxhash64("phy_offset"), F.lit(step)) == 0))
+    df = _to_pandas(drawn.select("phy_offset", "store_timestamp", "state")).sort_values("phy_offset")
+    past = df["state"].to_numpy() == "past"
+    lost = past & np.isin(df["phy_offset"].to_numpy(), run["lost_messages"]["phy_offset"].to_numpy())
+    df["state"] = np.where(lost, "lost", np.where(past, "discarded", df["state"].to_numpy()))
+    totals["lost"] = int(lost.sum())
+    totals["discarded"] = int(past.sum()) - totals["lost"]
+    totals.pop("past", None)
+    records = pd.DataFrame({"phy_offset": df["phy_offset"].to_numpy(),
+                            "store_time": pd.to_datetime(df["store_timestamp"].to_numpy(), unit="ms", utc=True),
+                            "state": df["state"].to_numpy()})
     flush = pd.Timestamp(flush_ms, unit="ms", tz="UTC") if flush_ms else None
-    return Timeline(df, end, flush)
+    return Timeline(records, end, flush, totals)
 
 
 # -- charts ---------------------------------------------------------------------------------------------
@@ -514,7 +594,8 @@ def plot_per_queue(counts: pd.DataFrame, title: str, stacked: bool = True) -> "F
 def plot_timeline(tl: Timeline, title: str, max_kept_points: int = 200_000) -> "Figure":
     """Store time (x) against phy offset (y): the truncation point as a horizontal line, the
     checkpoint's commitlog flush time as a vertical one; left the whole store, right from the flush
-    time on. Kept records are thinned to ``max_kept_points`` (every other state is drawn whole)."""
+    time on. Kept records are thinned to ``max_kept_points`` (every other state is drawn whole;
+    ``timeline`` already thins them)."""
     from matplotlib.ticker import StrMethodFormatter
 
     fig = _new_figure(14, 6)
@@ -532,7 +613,7 @@ def plot_timeline(tl: Timeline, title: str, max_kept_points: int = 200_000) -> "
                 pts = pts[pts["store_time"] >= zoom_from - pd.Timedelta(seconds=1)]
             few = state == "discarded"         # usually a record or two: drawn large enough to see
             ax.scatter(pts["store_time"], pts["phy_offset"], s=30 if few else 3, marker="x" if few else "o",
-                       color=_COLOURS[state], rasterized=True, label=f"{state} ({int((df['state'] == state).sum())})")
+                       color=_COLOURS[state], rasterized=True, label=f"{state} ({tl.totals[state]})")
         ax.axhline(tl.truncation_point, color="black", linestyle="--", linewidth=1,
                    label=f"truncation point (phy {tl.truncation_point})")
         if tl.flush_time is not None:

@@ -13,8 +13,11 @@ Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``) or one without commitlog
      files (unless ``--commitlog-gone``); check every output target and lock the output
      (``claim_outputs``), before any work;
-  2. scan segments in parallel, one Spark task per commitlog file -> scan summaries;
-  3. decide on the driver what the broker would do (``store_reader.recovery.predict``);
+  2. scan segments in parallel, one Spark task per commitlog file, each walked once
+     (``store_reader.scanned``): its summary, and its records kept (Arrow, under ``--scan-dir``)
+     for every later pass, none of which reads a segment again;
+  3. decide on the driver what the broker would do (``store_reader.recovery.predict``; its replay
+     reads the kept records);
   4. rebuild consume queues from every record below the cut: CQ files as parts packed into a bounded
      number of tasks (a huge queue is split by file, small queues share a task; a queue whose files
      do not join up into one sequential put is rebuilt whole);
@@ -52,190 +55,33 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
-import pyarrow as pa
 
 from store_reader import open_store, recovery
 from store_reader.checkpoint import lock_status
 from store_reader.config import read_consumer_offsets
-from store_reader.commitlog import SegmentSummary, summarize_segment
+from store_reader.commitlog import SegmentSummary
 from store_reader.exceptions import StoreReaderError
-from store_reader.fsutil import walk_files
-from store_reader.consumequeue import CQ_STORE_UNIT_SIZE
-from store_reader.indexfile import IndexHeader
-from store_reader.recordformat import ScanOptions
 from store_reader.salvage import Reappended
 from store_reader.store import Store
 from store_reader.storefs import StoreLocation
-from store_reader import publish, repair
+from store_reader import publish, repair, scanned
 from jobs import audit as audit_job
 from jobs import findings as fnd
 from jobs import deltasink
 from jobs import salvage as salvage_job
 from jobs.deltasink import store_id_for
+from jobs.recoverreport import manifest, prediction_summary, print_report
+from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
+from jobs.scan import records_dir, scan_once
+from jobs.sparkutil import Passes, await_tasks, cancel_job_group, join_job_group
 
 log = logging.getLogger("jobs.recover")
-
-
-# -- pass 2: scan -----------------------------------------------------------------------------------
-
-def scan_segments(spark, store: Store, opts: ScanOptions, paths: list[str] | None = None
-                  ) -> list[SegmentSummary]:
-    """One Spark task per commitlog file (all, or ``paths``); the summaries in file order."""
-    paths = [f.path for f in store.commitlog_files] if paths is None else paths
-    if not paths:
-        return []
-    rdd = spark.sparkContext.parallelize(paths, len(paths))
-    return rdd.map(lambda p: summarize_segment(p, opts)).collect()
-
-
-# -- passes 4-5: consume queues and index files -----------------------------------------------------
-
-# Consume queue entries per rebuild task (a bucket of CQ files and small queues, ~60 bytes an entry
-# in memory): bounds a task's memory and keeps the tasks few, however many queues there are.
-ENTRIES_PER_REBUILD_TASK = 1_000_000
-
-
-def _rebuild_scan_options(store: Store, broker_5x: bool) -> ScanOptions:
-    # records below the cut passed the broker's checks already: headers only (no CRC)
-    return ScanOptions(check_crc=False, compute_crc=False, broker_5x=broker_5x,
-                       delay_levels_ms=tuple(store.config.delay_levels_ms))
-
-
-def surviving_records(spark, store: Store, end: int, broker_5x: bool, buckets: int,
-                      only: set[tuple[str, int]] | None = None):
-    """RDD of the consume queue puts of every record below the truncation point ``end``
-    (``repair.ENTRY_SCHEMA`` tables: dispatchable records and their LMQ copies), one Spark task per
-    commitlog file, cut into rebuild parts and keyed by rebuild task:
-    ``(bucket, ((topic, queue id, CQ file number), entries))``. With ``only``, whole queues
-    (file number -1) of those queues alone.
-
-    The puts travel as Arrow tables, a few per commitlog file and task, never as Spark rows."""
-    files = [f.path for f in store.commitlog_files if f.start < end]
-    opts, cfg = _rebuild_scan_options(store, broker_5x), store.config
-    per_file = cfg.cq_file_size // CQ_STORE_UNIT_SIZE
-
-    def scan(path: str):
-        tables = list(repair.dispatch_entries(path, opts, end, cfg, broker_5x))
-        if not tables:
-            return
-        cut_by = per_file if only is None else None
-        for key, part in repair.queue_parts(pa.concat_tables(tables), cut_by):
-            if only is None or key[:2] in only:
-                yield repair.part_bucket(*key, buckets), (key, part)
-
-    return spark.sparkContext.parallelize(files, max(1, len(files))).flatMap(scan)
-
-
-@dataclass
-class QueueRebuild:
-    """What ``rebuild_consume_queues`` did: one row per queue (topic, queue_id, min/max offset,
-    entries, last store time), the rebuild tasks, the parts they built, the queues that had to
-    be rebuilt in one piece and the filler units written for queue offsets whose records are gone
-    (topic, queue id, first offset, end offset, phy; ``repair.place_entries``)."""
-
-    queues: pa.Table
-    tasks: int
-    parts: int
-    rebuilt_whole: list[tuple[str, int]]
-    fillers: list[tuple[str, int, int, int, int]]
-
-
-def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_root: str,
-                           expected_entries: int,
-                           kept_queues: dict[tuple[str, int], tuple[int, int]] | None = None) -> QueueRebuild:
-    """Write every queue's CQ files under ``out_root/consumequeue`` (LMQ copies included when
-    ``enableMultiDispatch``) from the records below ``end``, each entry at its record's own
-    queue offset (``repair.place_entries``). ``kept_queues``: (min, max) offset of each queue the
-    broker keeps; where its max is past the rebuilt queue's (the last records are gone), the
-    offsets up to it get filler units (``repair.extend_queue``).
-
-    One task per bucket of parts, ``expected_entries / ENTRIES_PER_REBUILD_TASK`` buckets (at least
-    one per core): a huge queue is split by CQ file, its files spread over the buckets, and many
-    small queues are packed into few tasks. A queue whose files do not join up into the broker's
-    sequential put (a gap, a repeat or a reordering across a file boundary,
-    ``repair.irregular_queues``) is rebuilt again in one piece, so the bytes never depend on the
-    split."""
-    cfg = store.config
-    buckets = max(spark.sparkContext.defaultParallelism, -(-expected_entries // ENTRIES_PER_REBUILD_TASK))
-    queue_dirs = store.consume_queue_dir
-
-    def build(items):
-        parts: dict[tuple[str, int, int], list[pa.Table]] = {}
-        for _, (key, table) in items:
-            parts.setdefault(key, []).append(table)
-        for key in sorted(parts):
-            topic, qid, file_no = key
-            yield repair.rebuild_queue_part(
-                topic, qid, file_no, pa.concat_tables(parts.pop(key)), cfg.cq_file_size,
-                os.path.join(out_root, "consumequeue", topic, str(qid)), queue_dirs / topic / str(qid),
-                cfg.mappedFileSizeCommitLog)
-
-    def run(only: set[tuple[str, int]] | None) -> list[repair.QueuePart]:
-        rdd = surviving_records(spark, store, end, broker_5x, buckets, only)
-        return rdd.partitionBy(buckets, lambda bucket: bucket).mapPartitions(build).collect()
-
-    parts = run(None)
-    irregular = repair.irregular_queues(parts)
-    if irregular:
-        log.info("rebuild consume queues: %d queue(s) do not split by CQ file, rebuilt whole: %s",
-                 len(irregular), sorted(irregular)[:10])
-        for topic, qid in irregular:
-            shutil.rmtree(os.path.join(out_root, "consumequeue", topic, str(qid)), ignore_errors=True)
-        parts = [p for p in parts if (p.topic, p.queue_id) not in irregular] + run(irregular)
-    table = repair.queue_table(parts)
-    rebuilt = {(t, q): (lo, hi) for t, q, lo, hi in zip(*(table[c].to_pylist() for c in (
-        "topic", "queue_id", "min_offset", "max_offset")))}
-    for key, (lo, hi) in sorted((kept_queues or {}).items()):
-        have = rebuilt.get(key)
-        if hi > (lo if have is None else have[1]):
-            parts.append(repair.extend_queue(*key, os.path.join(out_root, "consumequeue", key[0], str(key[1])),
-                                             cfg.cq_file_size, have, (lo, hi)))
-    fillers = sorted((p.topic, p.queue_id, *run) for p in parts for run in p.fillers)
-    return QueueRebuild(repair.queue_table(parts), buckets, len(parts), sorted(irregular), fillers)
-
-
-def index_put_counts(spark, store: Store, summaries: Sequence[SegmentSummary], end: int,
-                     broker_5x: bool) -> list[tuple[int, int]]:
-    """Per commitlog file below ``end``: its records' index puts and their latest store time,
-    which cut the puts into index files (``repair.index_file_plan``). From the scan's summaries;
-    a file the rebuild reads past its valid prefix is counted again, a task each."""
-    files = [f.path for f in store.commitlog_files if f.start < end]
-    opts = _rebuild_scan_options(store, broker_5x)
-
-    def recount(again: list[int]) -> list[tuple[int, int]]:
-        return spark.sparkContext.parallelize([files[i] for i in again], len(again)).map(
-            lambda p: repair.segment_index_counts(p, opts, end)).collect()
-
-    return repair.index_put_counts(summaries, end, recount)
-
-
-def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_dir: str,
-                        counts: list[tuple[int, int]]) -> list[IndexHeader]:
-    """Fresh index files under ``index_dir`` from every record below ``end`` (``counts``: from
-    ``index_put_counts``); returns their headers in creation order.
-
-    One task per index file reads the commitlog files its puts come from and writes the file
-    (memory: the hash slots and a few batches), so nothing per record reaches the driver."""
-    cfg = store.config
-    if not cfg.messageIndexEnable or not counts:
-        return []
-    files = [f.path for f in store.commitlog_files if f.start < end]
-    opts = _rebuild_scan_options(store, broker_5x)
-    plan = repair.index_file_plan([n for n, _ in counts], cfg.maxIndexNum)
-    tasks = [(k, [(files[i], lo, hi) for i, lo, hi in ranges]) for k, ranges in enumerate(plan)]
-    if not tasks:
-        return []
-    written = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: repair.write_index_file_part(
-        os.path.join(index_dir, f".building-{t[0]:06d}"), t[1], opts, end, cfg, t[0] == 0)).collect()
-    for w, name in zip(written, repair.name_index_files(written)):
-        os.rename(w.path, os.path.join(index_dir, name))
-    return [w.header for w in written]
 
 
 # -- the run ------------------------------------------------------------------------------------------
@@ -265,6 +111,10 @@ class RunReport:
     salvage: bool = False
     """--salvage: the lost records a producer would send again are re-appended (jobs.salvage)."""
     salvaged: Reappended | None = None
+    records: dict[str, str] = field(default_factory=dict)
+    """Where the scan kept each segment's records for the later passes (``store_reader.scanned``)."""
+    scans: dict[str, float] = field(default_factory=dict)
+    """Per segment: how often the run walked its bytes (1: once)."""
 
     def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
         secs = (time.monotonic() if ended is None else ended) - started
@@ -278,84 +128,6 @@ def _check_paths(store_root: Path | StoreLocation, out: Path) -> None:
     s, o = store_root.resolve(), out.resolve()
     if o == s or s in o.parents or o in s.parents:
         raise StoreReaderError(f"output {o} must not be the store, inside it or contain it", store_root)
-
-
-class Cancelled(Exception):
-    """Another pass of the run failed: this one stopped early."""
-
-
-def join_job_group(spark, group: str | None) -> None:
-    """Run this thread's Spark jobs in ``group``, so that ``cancel_job_group`` stops them."""
-    if group is not None:
-        spark.sparkContext.setJobGroup(group, f"jobs.recover {group}", interruptOnCancel=True)
-
-
-def cancel_job_group(spark, group: str) -> None:
-    """Cancel ``group``'s running jobs and every job it submits later (Spark 4's
-    ``cancelJobGroupAndFutureJobs``: a pass between two jobs stops at the next one); older
-    Spark: the running jobs."""
-    from py4j.protocol import Py4JError
-
-    try:
-        spark.sparkContext._jsc.sc().cancelJobGroupAndFutureJobs(group)
-    except Py4JError:
-        spark.sparkContext.cancelJobGroup(group)
-
-
-def await_tasks(spark, group: str, timeout: float = 120.0) -> None:
-    """Wait until no task of ``group``'s jobs runs any more. A cancelled or failed job returns to
-    its caller at once while its running tasks end a little later (a killed Python worker after
-    ``spark.python.task.killTimeout``): their output may only be removed after that."""
-    tracker = spark.sparkContext.statusTracker()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        stages = [sid for job in tracker.getJobIdsForGroup(group)
-                  for sid in (getattr(tracker.getJobInfo(job), "stageIds", None) or [])]
-        if all(getattr(tracker.getStageInfo(sid), "numActiveTasks", 0) == 0 for sid in stages):
-            return
-        time.sleep(0.05)
-    log.warning("tasks of %s still running after %.0fs", group, timeout)
-
-
-class Passes:
-    """Passes running side by side on a thread pool, their Spark jobs in one job group: the first
-    failure stops the others (``cancel`` for the driver-side work between files, the job group for
-    Spark) and is the one raised, not the cancellations it caused."""
-
-    def __init__(self, spark, pool: ThreadPoolExecutor, group: str, cancel: threading.Event) -> None:
-        self.spark, self.pool, self.group, self.cancel = spark, pool, group, cancel
-        self.failure: BaseException | None = None
-        self._lock = threading.Lock()
-
-    def check(self) -> None:
-        if self.cancel.is_set():
-            raise Cancelled("another pass of the run failed")
-
-    def fail(self, exc: BaseException) -> None:
-        """Record a pass's failure; the first one stops the others."""
-        with self._lock:
-            first, self.failure = self.failure is None, self.failure or exc
-        if first:
-            self.cancel.set()
-            cancel_job_group(self.spark, self.group)
-
-    def submit(self, fn, *args) -> Future:
-        def run():
-            join_job_group(self.spark, self.group)
-            try:
-                return fn(*args)
-            except BaseException as exc:
-                self.fail(exc)
-                raise
-        return self.pool.submit(run)
-
-    def result(self, future: Future):
-        try:
-            return future.result()
-        except BaseException:
-            if self.failure is not None:
-                raise self.failure from None
-            raise
 
 
 def _digests(root: Path, sub: str) -> dict[str, str]:
@@ -391,6 +163,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         (tmp / "index").mkdir()
         (tmp / "commitlog").mkdir()
         expected = sum(s.records for s in report.summaries if s.file_start < end)
+        records = report.records if report.records and scanned.serves_rebuild(cfg, version_5x) else None
         srcs = {c.name: c.path for c in store.commitlog_files}
         index_submitted = threading.Event()
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="recover-write") as pool:
@@ -416,7 +189,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             def index_files(counts: list[tuple[int, int]], t: float):
                 index_submitted.set()  # the queue job builds its RDD first: this job is queued ahead
                 passes.check()
-                headers = rebuild_index_files(spark, store, end, version_5x, str(tmp / "index"), counts)
+                headers = rebuild_index_files(spark, store, end, version_5x, str(tmp / "index"), counts, records)
                 report.log_pass("rebuild index", t, f"{len(headers)} files, "
                                 f"{sum(h.index_count - 1 for h in headers)} entries")
                 return headers, _digests(tmp, "index")
@@ -429,7 +202,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                     queued.set()
                 t = time.monotonic()
                 kept = {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()}
-                rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected, kept)
+                rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected, kept, records)
                 report.log_pass("rebuild consume queues", t, f"{rebuilt.queues.num_rows} queues, "
                                 f"{sum(rebuilt.queues['entries'].to_pylist())} entries, {rebuilt.parts} "
                                 f"parts in {rebuilt.tasks} tasks, {len(rebuilt.rebuilt_whole)} rebuilt whole, "
@@ -439,7 +212,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             copying = passes.submit(commitlog)
             t = time.monotonic()
             counts = passes.result(passes.submit(index_put_counts, spark, store, report.summaries, end,
-                                                 version_5x))
+                                                 version_5x, records))
             indexing = passes.submit(index_files, counts, t)
             queueing = passes.submit(consume_queues)
             headers, index_digests = passes.result(indexing)
@@ -508,7 +281,7 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
         if after is not None:
             after()
         t = time.monotonic()
-        report.findings = fnd.audit(spark, store, pred, report.summaries)
+        report.findings = fnd.audit(spark, store, pred, report.summaries, records=report.records or None)
         report.log_pass("audit", t, ", ".join(f"{v} {k}" for k, v in
                                               fnd.alerting_counts(report.findings).items()))
 
@@ -554,40 +327,6 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
     report.written = True
 
 
-def prediction_summary(pred: recovery.Prediction, report: RunReport | None = None) -> dict:
-    return {
-        "brokerVersion": pred.broker_version,
-        "loadResult": pred.load_result,
-        "loadProblems": pred.load_problems,
-        **({"leftOut": report.left_out,
-            "resized": [{"path": f, "length": n, "mappedFileSize": m} for f, n, m in report.resized]}
-           if report is not None and (report.left_out or report.resized) else {}),
-        "recoveryPath": pred.recovery_path,
-        "startFile": pred.start_file,
-        "maxPhyOffset": pred.max_phy_offset,
-        "minPhyOffset": pred.min_phy_offset,
-        "deletedCommitLogFiles": pred.deleted_commitlog_files,
-        "commitLogFiles": [{"name": f.name, "wrotePosition": f.wrote} for f in pred.commitlog_files],
-        "topicQueueTable": dict(sorted(pred.topic_queue_table().items())),
-        "indexFiles": [{"name": f.name, **f.header.to_dict()} for f in pred.index_files],
-    }
-
-
-def _resolved(path: str | None) -> str | None:
-    return path if path is None or publish.is_uri(path) else str(Path(path).resolve())
-
-
-def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
-    inputs = [{"path": rel, "size": size} for rel, size, _ in walk_files(store.root)]
-    # resolved: the same store and config give the same manifest however they were spelled
-    return {"runId": report.run_id, "store": _resolved(str(store.root)),
-            "brokerConfig": _resolved(store.config.source),
-            "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
-            "prediction": prediction_summary(report.prediction, report),
-            "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved},
-            **({"salvaged": report.salvaged.to_manifest()} if report.salvaged is not None else {})}
-
-
 def claim_outputs(stack: ExitStack, store: Store, out: str | None, overwrite: bool,
                   backup: str | None, audit_path: str | None) -> None:
     """Pass 1's checks of every output target, before any work: the audit path writable, the
@@ -619,12 +358,14 @@ def claim_outputs(stack: ExitStack, store: Store, out: str | None, overwrite: bo
 def recover(spark, store_path: str, out: str | None, broker_config: str | None = None,
             broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
             backup: str | None = None, audit_path: str | None = None,
-            keep_consumer_offsets: bool = False, commitlog_gone: bool = False, salvage: bool = False) -> RunReport:
+            keep_consumer_offsets: bool = False, commitlog_gone: bool = False,
+            scan_dir: str | None = None, salvage: bool = False) -> RunReport:
     """The whole run (passes 1-7); ``dry_run`` writes no repaired store (audit rows still go to
     ``audit_path`` when given). The repaired store's committed consumer offsets are moved where
     the consumers' next pull on it would move them, unless ``keep_consumer_offsets``. A store
     without commitlog files is refused unless ``commitlog_gone`` (the operator says it is really
-    gone, not on a volume that is not mounted)."""
+    gone, not on a volume that is not mounted). ``scan_dir``: where the scan keeps the segments'
+    records for the run (default: the system's temporary directory)."""
     started = time.monotonic()
     # absolute: Spark tasks write under it, whatever their working directory
     out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
@@ -645,12 +386,12 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         claim_outputs(stack, store, None if dry_run else out, overwrite,
                       backup if not dry_run else None, audit_path)
         return _recover(spark, store, out, broker_version, dry_run, overwrite, backup, audit_path,
-                        keep_consumer_offsets, started, salvage)
+                        keep_consumer_offsets, started, scan_dir, salvage)
 
 
 def _recover(spark, store: Store, out: str | None, broker_version: str | None, dry_run: bool,
              overwrite: bool, backup: str | None, audit_path: str | None, keep_consumer_offsets: bool,
-             started: float, salvage: bool = False) -> RunReport:
+             started: float, scan_dir: str | None, salvage: bool = False) -> RunReport:
     t = started
     audited_at = dt.datetime.now(dt.timezone.utc)
     version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
@@ -658,16 +399,29 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
     run_id = audit_job.run_id_for("recover", store, version, mode)
     log.info("pass %-22s %7.2fs  %d commitlog files, version %s, abort=%s", "discover",
              time.monotonic() - t, len(store.commitlog_files), version, store.abort_exists)
-    # pass 2 on Spark (a task per commitlog file), pass 3 the broker's predicted recovery on the driver
+    # pass 2 on Spark (a task per commitlog file, each walked once), pass 3 the broker's predicted
+    # recovery on the driver, its replay reading the records the scan kept
+    with records_dir(run_id, scan_dir) as kept:
+        return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
+                                audit_path, keep_consumer_offsets, started, audited_at, kept, salvage)
+
+
+def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: str, run_id: str,
+                     dry_run: bool, overwrite: bool, backup: str | None, audit_path: str | None,
+                     keep_consumer_offsets: bool, started: float, audited_at, kept: str,
+                     salvage: bool = False) -> RunReport:
     t = time.monotonic()
-    summaries = scan_segments(spark, store, store.scan_options(broker_5x=version == recovery.V5X))
-    scanned = time.monotonic()
-    pred = recovery.predict(store, version, summaries=summaries)
+    opts = store.scan_options(broker_5x=version == recovery.V5X)
+    scan = scan_once(spark, store, opts, kept)
+    summaries = scan.summaries
+    scan_done = time.monotonic()
+    pred = recovery.predict(store, version, summaries=summaries, records=scanned.prefix_source(scan.records, opts))
     report = RunReport(run_id, str(store.root), out, version, pred, summaries,
-                       keep_consumer_offsets=keep_consumer_offsets, salvage=salvage)
+                       keep_consumer_offsets=keep_consumer_offsets, records=scan.records, scans=dict(scan.scans),
+                       salvage=salvage and not dry_run and out is not None)
     report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
-    report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scanned)
-    t = scanned
+    report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scan_done)
+    t = scan_done
     if pred.load_result:
         offsets = read_consumer_offsets(store.root).value
         report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)
@@ -676,6 +430,7 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
     writing = not dry_run and out is not None
     if writing:
         repair.check_repairable(store, pred, summaries)
+    count_reads(report, store, writing)
     warming: threading.Thread | None = None
     if audit_path:      # delta-rs starts up (~0.3 s) while the audit runs, not at the commit
         warming = threading.Thread(target=deltasink.warm_up, args=(spark,), name="delta-warm-up", daemon=True)
@@ -706,78 +461,33 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
     return report
 
 
+def count_reads(report: RunReport, store: Store, writing: bool) -> None:
+    """Add to ``report.scans`` the segments a later pass reads again (the kept records do not
+    serve it) and log the run's walks per segment."""
+    pred, end = report.prediction, report.prediction.max_phy_offset
+    if pred.load_result:            # the audit: lost messages' columns the scan did not keep
+        for s in report.summaries:
+            if not scanned.lost_columns_cover(s, end):
+                report.scans[s.segment] += 1
+    if writing and not scanned.serves_rebuild(store.config, pred.broker_version == recovery.V5X):
+        for s in report.summaries:      # the consume queue and the index rebuilds
+            if s.file_start < end:
+                report.scans[s.segment] += 2
+    if writing and report.salvage:      # the re-append reads the files past the cut again
+        for s in report.summaries:
+            if s.file_start + s.file_size > end:
+                report.scans[s.segment] += 1
+    walks = list(report.scans.values())
+    log.info("scans per segment %.2f (max %.2f) over %d segments", sum(walks) / len(walks) if walks else 0,
+             max(walks, default=0), len(walks))
+
+
 def recover_both(spark, store_path: str, broker_config: str | None = None,
                  audit_path: str | None = None, commitlog_gone: bool = False) -> list[RunReport]:
     """The dry run for 4.9 and for 5.x (a scan and an audit each: the versions' record checks
     differ), for ``whatif``."""
     return [recover(spark, store_path, None, broker_config, v, dry_run=True, audit_path=audit_path,
                     commitlog_gone=commitlog_gone) for v in (recovery.V49, recovery.V5X)]
-
-
-def print_report(report: RunReport, out=None) -> None:
-    out = out or sys.stdout
-    pred = report.prediction
-    p = print
-    p(f"run {report.run_id}: store {report.store} (broker {report.broker_version})", file=out)
-    if not pred.load_result:
-        p("  the broker would REFUSE to start on this store as it is:", file=out)
-        for problem in pred.load_problems:
-            p(f"    - {problem}", file=out)
-        p("  what follows is its recovery of the store as repaired: consume queues and index files "
-          "rebuilt from the commitlog", file=out)
-        for path, length, size in report.resized:
-            how = f"zeros from byte {length} on, as never written (any records there are lost)" \
-                if length < size else f"the {length - size} bytes past it dropped (never mapped)"
-            p(f"    resized            {path}: {length} -> {size} bytes, {how}", file=out)
-        dropped = sum(s.records for s in report.summaries if s.segment in pred.deleted_commitlog_files)
-        p(f"    lost               {dropped} records in the commitlog files after the cut, "
-          f"{sum(s.records_after_cut for s in report.summaries if s.file_start + s.file_size > pred.max_phy_offset)} "
-          "intact records behind a bad one",
-          file=out)
-    for path in report.left_out:
-        p(f"  left out           {path} (the broker skips it or cannot map it)", file=out)
-    end = pred.max_phy_offset
-    # a bad record in a file the broker keeps whole (one its recovery does not re-read) loses nothing
-    lost = sum(s.records_after_cut for s in report.summaries if s.file_start + s.file_size > end)
-    p(f"  recovery path      {pred.recovery_path} (start file {pred.start_file})", file=out)
-    p(f"  truncation point   phy {end} (min {pred.min_phy_offset})", file=out)
-    p(f"  commitlog files    {len(pred.commitlog_files)} kept, "
-      f"{len(pred.deleted_commitlog_files)} deleted {pred.deleted_commitlog_files}", file=out)
-    for s in report.summaries:
-        if s.end_reason in ("corrupt", "torn_tail"):
-            kept = "kept by the broker, not re-read; " if s.file_start + s.file_size <= end else ""
-            p(f"  {s.end_reason:<18} {s.path} @ byte {s.valid_bytes} ({s.end_check}); {kept}"
-              f"{s.records_after_cut} intact records behind it", file=out)
-    p(f"  records lost       {lost} intact records behind a bad one", file=out)
-    p(f"  consume queues     {len(pred.consume_queues)} after the broker's recovery", file=out)
-    moved = [c for c in report.offset_checks if c.status not in ("FOUND", "OFFSET_OVERFLOW_ONE")]
-    p(f"  consumer offsets   {len(report.offset_checks)} committed, {len(moved)} the broker would "
-      f"move at the next pull", file=out)
-    for c in moved[:10]:
-        p(f"    {c.group}@{c.topic}/{c.queue_id}: committed {c.committed_offset} -> {c.status}, "
-          f"next {c.next_begin_offset} (queue {c.min_offset}..{c.max_offset})", file=out)
-    if report.written and report.keep_consumer_offsets:
-        p("  repaired offsets   kept as they were (--keep-consumer-offsets)", file=out)
-    elif report.written:
-        p(f"  repaired offsets   {len(report.offsets_moved)} moved where the repaired queues serve "
-          f"them (originals in MANIFEST.json)", file=out)
-    if report.findings is not None:
-        p("  audit", file=out)
-        fnd.print_summary(report.findings, out)
-    if report.audit_tables:
-        p(f"  audit tables       {os.path.dirname(report.audit_tables[0])} "
-          f"({', '.join(os.path.basename(u) for u in report.audit_tables)})", file=out)
-    for line in report.config_left_out:
-        p(f"  config left out    {line} (unreadable: the broker falls back to its .bak)", file=out)
-    if report.applied_backup:
-        p(f"  applied            repaired store now at {report.store}; input kept at "
-          f"{report.applied_backup}", file=out)
-    elif report.written:
-        p(f"  repaired store     {report.out}", file=out)
-    if report.written and report.salvaged is not None:
-        salvage_job.print_reappended(report.salvaged, out)
-    elif report.out:
-        p("  dry run: nothing written", file=out)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -802,6 +512,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="the store's commitlog is really gone (deleted, not merely unmounted): "
                          "recover without it, dropping every consume queue entry; without this "
                          "flag a store with no commitlog files is refused")
+    ap.add_argument("--scan-dir", help="where the scan keeps each commitlog file's records for the "
+                                       "run's later passes, removed at its end (about a tenth of "
+                                       "the commitlog; default: the system's temporary directory; "
+                                       "on a cluster, a directory the driver and every executor see)")
     ap.add_argument("--salvage", action="store_true",
                     help="append the intact records the broker's recovery discards (those jobs.salvage "
                          "exports with replay=send) to the repaired store, at new phy and queue offsets, "
@@ -861,7 +575,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                          args.dry_run, args.overwrite, args.backup if args.apply else None,
-                         args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.salvage)
+                         args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.scan_dir,
+                         args.salvage)
     except Exception as exc:
         error = store_error(exc)
         if error is None:

@@ -69,7 +69,7 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
             ) -> SalvageReport:
     """Passes 1-4 (module docstring)."""
     from jobs.findings import audit_scan_options
-    from jobs.recover import scan_segments
+    from jobs.scan import scan_segments
 
     started = time.monotonic()
     out = os.path.abspath(out)

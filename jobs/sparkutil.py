@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from store_reader.exceptions import StoreReaderError
@@ -227,6 +229,86 @@ def _error_text(exc: BaseException) -> str:
 
 
 # -- the driver JVM's class-data-sharing archive -------------------------------------------------------
+
+# -- passes side by side: threads, their Spark jobs in one job group -----------------------------------
+
+class Cancelled(Exception):
+    """Another pass of the run failed: this one stopped early."""
+
+
+def join_job_group(spark, group: str | None) -> None:
+    """Run this thread's Spark jobs in ``group``, so that ``cancel_job_group`` stops them."""
+    if group is not None:
+        spark.sparkContext.setJobGroup(group, f"rocketmq {group}", interruptOnCancel=True)
+
+
+def cancel_job_group(spark, group: str) -> None:
+    """Cancel ``group``'s running jobs and every job it submits later (Spark 4's
+    ``cancelJobGroupAndFutureJobs``: a pass between two jobs stops at the next one); older
+    Spark: the running jobs."""
+    from py4j.protocol import Py4JError
+
+    try:
+        spark.sparkContext._jsc.sc().cancelJobGroupAndFutureJobs(group)
+    except Py4JError:
+        spark.sparkContext.cancelJobGroup(group)
+
+
+def await_tasks(spark, group: str, timeout: float = 120.0) -> None:
+    """Wait until no task of ``group``'s jobs runs any more. A cancelled or failed job returns to
+    its caller at once while its running tasks end a little later (a killed Python worker after
+    ``spark.python.task.killTimeout``): their output may only be removed after that."""
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stages = [sid for job in tracker.getJobIdsForGroup(group)
+                  for sid in (getattr(tracker.getJobInfo(job), "stageIds", None) or [])]
+        if all(getattr(tracker.getStageInfo(sid), "numActiveTasks", 0) == 0 for sid in stages):
+            return
+        time.sleep(0.05)
+    logging.getLogger("jobs.sparkutil").warning("tasks of %s still running after %.0fs", group, timeout)
+
+
+class Passes:
+    """Passes running side by side on a thread pool, their Spark jobs in one job group: the first
+    failure stops the others (``cancel`` for the driver-side work between files, the job group for
+    Spark) and is the one raised, not the cancellations it caused."""
+
+    def __init__(self, spark, pool: ThreadPoolExecutor, group: str, cancel: threading.Event) -> None:
+        self.spark, self.pool, self.group, self.cancel = spark, pool, group, cancel
+        self.failure: BaseException | None = None
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled("another pass of the run failed")
+
+    def fail(self, exc: BaseException) -> None:
+        """Record a pass's failure; the first one stops the others."""
+        with self._lock:
+            first, self.failure = self.failure is None, self.failure or exc
+        if first:
+            self.cancel.set()
+            cancel_job_group(self.spark, self.group)
+
+    def submit(self, fn, *args) -> Future:
+        def run():
+            join_job_group(self.spark, self.group)
+            try:
+                return fn(*args)
+            except BaseException as exc:
+                self.fail(exc)
+                raise
+        return self.pool.submit(run)
+
+    def result(self, future: Future):
+        try:
+            return future.result()
+        except BaseException:
+            if self.failure is not None:
+                raise self.failure from None
+            raise
+
 
 def _java() -> Path | None:
     """The java that spark-submit runs: ``$JAVA_HOME/bin/java``, else the one on the PATH."""

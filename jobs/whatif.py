@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 
 from jobs import findings as fnd
+from jobs.recoverreport import prediction_summary
 from store_reader import recovery
 from store_reader.commitlog import SegmentSummary
 
@@ -66,9 +67,8 @@ def _queues(pred: recovery.Prediction) -> dict[str, list[int]]:
 
 
 def side_json(s: Side) -> dict:
-    """Everything about one version: the prediction (``jobs.recover.prediction_summary``), its queue
+    """Everything about one version: the prediction (``jobs.recoverreport.prediction_summary``), its queue
     ranges, the committed offsets and what a pull does with each, and every finding."""
-    from jobs.recover import prediction_summary
 
     pred = s.prediction
     out: dict[str, Any] = {"prediction": prediction_summary(pred)}

@@ -21,6 +21,11 @@ def audit_table(name: str, fields: tuple[F, ...]) -> RecordSchema:
     return RecordSchema(name, AUDIT_KEYS + tuple(fields))
 
 
+def without_run_keys(table: RecordSchema) -> RecordSchema:
+    """An audit table's rows as a run finds them, before the run keys are added."""
+    return RecordSchema(table.name, table.fields[len(AUDIT_KEYS):])
+
+
 RUNS = audit_table("runs", (
     F("job", "string", doc="recover | audit"),
     F("mode", "string", doc="recover: write | dry_run | apply; audit: full | since_last"),
@@ -65,7 +70,7 @@ SEGMENTS = audit_table("segments", SEGMENT.fields + (
 ))
 
 QUEUE_FINDINGS = audit_table("queue_findings", (
-    F("kind", "string", doc="see jobs/findings.py QUEUE_KINDS"),
+    F("kind", "string", doc="store_reader.audit.kinds (README: Finding kinds)"),
     F("topic", "string"),
     F("queue_id", "int32"),
     F("from_offset", "int64", doc="first queue offset of the run"),
@@ -77,7 +82,7 @@ QUEUE_FINDINGS = audit_table("queue_findings", (
 ))
 
 INDEX_FINDINGS = audit_table("index_findings", (
-    F("kind", "string", doc="see jobs/findings.py INDEX_KINDS"),
+    F("kind", "string", doc="store_reader.audit.kinds (README: Finding kinds)"),
     F("index", "string", doc="on_disk | recovered: the index files as they are, or after the "
                              "broker's recovery"),
     F("file", "string", nullable=True, doc="index file name; null for a file the broker would create"),
@@ -145,8 +150,9 @@ FLUSH_WINDOW = audit_table("flush_window", (
 ))
 
 STORE_FINDINGS = audit_table("store_findings", (
-    F("kind", "string", doc="the kind jobs.dump --verify reports: note.commitlog_gap, "
-                            "config.undecodable, note.config_tmp"),
+    F("kind", "string", doc="store_reader.audit.kinds (README: Finding kinds), named as "
+                            "jobs.dump --verify names them: layout.load_problem, cq.file_size, "
+                            "checkpoint.*, config.undecodable, note.commitlog_gap, note.config_tmp"),
     F("severity", "string", doc="anomaly (the broker acts on it) | note (it only logs it)"),
     F("file", "string"),
     F("position", "int64", nullable=True, doc="byte position in the file, when known"),
@@ -169,3 +175,4 @@ SALVAGED_MESSAGES = audit_table("salvaged_messages", (
 TABLES = {t.name: t for t in (RUNS, SEGMENTS, QUEUE_FINDINGS, INDEX_FINDINGS,
                               CONSUMER_OFFSET_FINDINGS, LOST_MESSAGES, FLUSH_WINDOW, STORE_FINDINGS,
                               SALVAGED_MESSAGES)}
+

@@ -2,6 +2,7 @@
 Delta tables of ``schemas.audit``."""
 from ._types import Field as F
 from ._types import RecordSchema
+from .audit import INDEX_FINDINGS, QUEUE_FINDINGS, STORE_FINDINGS, without_run_keys
 
 QUEUE_ROW = RecordSchema("queue_row", (
     F("queue_offset", "int64"),
@@ -26,34 +27,6 @@ INDEX_PUT = RecordSchema("index_put", (
 ))
 """An index put of a record."""
 
-INDEX_FINDING_ROW = RecordSchema("index_finding_row", (
-    F("kind", "string"),
-    F("index", "string"),
-    F("file", "string", nullable=True),
-    F("topic", "string", nullable=True),
-    F("phy_from", "int64", nullable=True),
-    F("phy_to", "int64", nullable=True),
-    F("count", "int64"),
-    F("detail", "string", nullable=True),
-))
-
-QUEUE_FINDING_ROW = RecordSchema("queue_finding_row", (
-    F("kind", "string"),
-    F("topic", "string"),
-    F("queue_id", "int32"),
-    F("from_offset", "int64"),
-    F("to_offset", "int64"),
-    F("count", "int64"),
-    F("phy_from", "int64", nullable=True),
-    F("phy_to", "int64", nullable=True),
-    F("detail", "string", nullable=True),
-))
-
-STORE_FINDING_ROW = RecordSchema("store_finding_row", (
-    F("kind", "string"),
-    F("severity", "string"),
-    F("file", "string"),
-    F("position", "int64", nullable=True),
-    F("phy_offset", "int64", nullable=True),
-    F("detail", "string", nullable=True),
-))
+INDEX_FINDING_ROW = without_run_keys(INDEX_FINDINGS)
+QUEUE_FINDING_ROW = without_run_keys(QUEUE_FINDINGS)
+STORE_FINDING_ROW = without_run_keys(STORE_FINDINGS)

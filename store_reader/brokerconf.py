@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import os
 import re
 from dataclasses import dataclass, field
 
 from .exceptions import ConfigError
-from .storefs import open_regular
+from .storefs import PathRef, location, open_regular
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 CQ_STORE_UNIT_SIZE = 20
@@ -125,24 +124,29 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
-def load_broker_config(path: str | os.PathLike[str] | None = None, **overrides: object) -> BrokerConfig:
+def load_broker_config(path: PathRef | None = None, **overrides: object) -> BrokerConfig:
     """Read a ``broker.conf``; unknown keys are ignored (they do not affect the store).
 
     Parameters
     ----------
     path
-        The broker.conf file, or None for the broker's defaults.
+        The broker.conf file (a local path, or a ``storefs.StoreLocation`` / URI), or None for the
+        broker's defaults.
     overrides
         Explicit values that win over the file (used by tests and the CLI).
     """
     values: dict[str, object] = {}
     source = None
     if path is not None:
-        source = os.fspath(path)
+        loc = location(path)
+        source = loc.path if loc.filesystem is None else str(loc)
         try:
-            with io.TextIOWrapper(open_regular(source, "broker config"), encoding="utf-8",
-                                  errors="replace") as fh:
-                text = fh.read()
+            if loc.filesystem is None:
+                with io.TextIOWrapper(open_regular(source, "broker config"), encoding="utf-8",
+                                      errors="replace") as fh:
+                    text = fh.read()
+            else:
+                text = loc.read_bytes().decode("utf-8", errors="replace")
         except OSError as exc:
             raise ConfigError(f"cannot read broker config: {exc.strerror}", source) from None
         for key, raw in parse_properties(text).items():
@@ -155,3 +159,8 @@ def load_broker_config(path: str | os.PathLike[str] | None = None, **overrides: 
             raise ConfigError(f"{name} must be positive, got {getattr(cfg, name)}", source)
     cfg.delay_levels_ms  # validate early
     return cfg
+
+
+def broker_config_of(source: BrokerConfig | PathRef | None) -> BrokerConfig:
+    """A ``BrokerConfig`` as given, read from a broker.conf, or the broker's defaults (None)."""
+    return source if isinstance(source, BrokerConfig) else load_broker_config(source)

@@ -278,6 +278,169 @@ class SegmentScan:
             q = impl.resync(buf, self.file_start, pos + 1, size, opts)
 
 
+# Checks only the broker's own walk makes (``checkCRCOnRecover``): where its valid prefix stops on
+# one, the records the rebuild and the audit read go on through that record.
+_CRC_CHECKS = frozenset({rf.CHECK_CODE["body_crc"], rf.CHECK_CODE["record_crc"]})
+
+
+class OnePassScan(SegmentScan):
+    """The run's one walk of a segment: ``summary`` is the broker's (``opts``, as
+    ``summarize_segment``), the batches are the records the rebuild and the audit read, exactly
+    those of ``SegmentScan(path, without_crc_checks(opts), include_lost=True)`` with its
+    ``valid_prefix`` flags, in the same order.
+
+    The two walks are one as long as they agree: the broker's stops on a CRC check, the readers'
+    walk takes that one record and both go on from the same position. Where they part (a resync
+    landing on a different record), each walks the rest on its own: ``rewalked`` counts the bytes
+    the broker's summary then walked a second time (summary only, nothing materialised).
+
+    ``columns`` are materialised for every record, ``lost_columns`` (bodies ...) only for the records
+    past the broker's valid prefix (null before it): only those can lie past the truncation point."""
+
+    def __init__(self, path: PathRef, opts: rf.ScanOptions, columns: Sequence[str],
+                 lost_columns: Sequence[str] = (), batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        wanted = [*columns, *lost_columns]
+        super().__init__(path, opts, columns=wanted + ["valid_prefix"] * ("valid_prefix" not in wanted),
+                         batch_size=batch_size, include_lost=True)
+        self.reader_opts = without_crc_checks(opts)
+        lost = set(lost_columns)
+        self.prefix_columns = tuple(c for c in self.columns if c not in lost)
+        self.rewalked = 0
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        impl = scanner_impl()
+        native = impl.__name__.endswith("_native")
+        self._impl = impl
+        self._bopts = _native_opts(self.opts) if native else self.opts
+        self._aopts = _native_opts(self.reader_opts) if native else self.reader_opts
+        m = SegmentBuffer(self._location, "commitlog segment", _SCAN_MADVICE)
+        try:
+            yield from self._one_walk(m.buf, m.size)
+        finally:
+            m.close()
+
+    def _batch_of(self, cols: dict[str, Any], n: int, flag: bool) -> pa.RecordBatch:
+        arrays = []
+        for f in self.schema:
+            if f.name == "valid_prefix":
+                arrays.append(pa.array(np.full(n, flag, dtype=np.bool_), type=pa.bool_()))
+            elif f.name in cols:
+                arrays.append(_column_array(f.name, cols[f.name], n))
+            else:
+                arrays.append(pa.nulls(n, f.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _step(self, buf: Any, pos: int, end: int, opts: Any, columns: tuple, broker: str | None,
+              flag: bool | None):
+        """Records from ``pos`` until a stop: counted in the broker's summary as ``broker``
+        ("prefix", "lost", None: not at all), yielded with ``valid_prefix = flag`` (None: not
+        yielded). Returns (stop position, stop)."""
+        s = self.summary
+        while True:
+            cols, n, pos_next, stop, (first_ts, last_ts, last_pos, crc_failures, puts, max_ts) = \
+                self._impl.scan(buf, self.file_start, pos, end, self.batch_size, opts, columns)
+            if broker is not None:
+                s.crc_failures += crc_failures
+            if broker == "prefix" and n:
+                if s.first_store_timestamp is None:
+                    s.first_store_timestamp = first_ts
+                s.last_store_timestamp, s.last_record_position = last_ts, last_pos
+                if s.max_store_timestamp is None or max_ts > s.max_store_timestamp:
+                    s.max_store_timestamp = max_ts
+                s.records += n
+                s.index_puts += puts
+            elif broker == "lost" and n:
+                s.records_after_cut += n
+                s.lost_ranges.append((pos, pos_next))
+            if n and flag is not None:
+                yield self._batch_of(cols, n, flag)
+            pos = pos_next
+            if stop is not None:
+                return pos, stop
+
+    def _next_run(self, buf: Any, pos: int, size: int, stop: tuple, opts: Any) -> int | None:
+        """Where a walk goes on after a run stopped at ``pos``: the resync position, or None."""
+        outcome = stop[0]
+        if outcome == rf.END_OF_FILE or pos >= size or self._impl.is_zero(buf, pos, size):
+            return None
+        q = self._impl.resync(buf, self.file_start, pos + 1, size, opts)
+        return q if q >= 0 else None
+
+    def _end_prefix(self, buf: Any, pos: int, size: int, stop: tuple) -> int | None:
+        """The broker's summary at the end of its valid prefix (as ``SegmentScan._walk``)."""
+        s, impl = self.summary, self._impl
+        s.first_record_valid = s.records > 0
+        s.valid_bytes = pos
+        outcome, check, declared = stop
+        if outcome == rf.END_OF_FILE:
+            s.end_reason = "eof_marker"
+            s.blank_declared_size = declared
+            s.nonzero_after_marker = not impl.is_zero(buf, min(pos + 8, size), size)
+            return None
+        s.end_declared_size = declared
+        if pos >= size:
+            s.end_reason = "file_end"
+            return None
+        if impl.is_zero(buf, pos, size):
+            s.end_reason = "zero_padding"
+            return None
+        s.end_check = rf.CHECKS[check]
+        q = impl.resync(buf, self.file_start, pos + 1, size, self._bopts)
+        if q < 0:
+            s.end_reason = "torn_tail"
+            return None
+        s.end_reason = "corrupt"
+        s.resync_position = q
+        return q
+
+    def _one_walk(self, buf: Any, size: int) -> Iterator[pa.RecordBatch]:
+        s = self.summary
+        s.file_size = size
+        _first_record_fields(buf, size, s)
+        pos, broker, flag = 0, "prefix", True
+        while True:
+            cols = self.prefix_columns if broker == "prefix" else self.columns
+            pos, stop = yield from self._step(buf, pos, size, self._bopts, cols, broker, flag)
+            # the readers' walk at this stop: only a CRC check does not stop it
+            a_next, a_flag = None, False
+            if stop[0] == rf.INVALID and stop[1] in _CRC_CHECKS:
+                got, n, a_pos, a_stop, _ = self._impl.scan(buf, self.file_start, pos, size, 1,
+                                                           self._aopts, self.columns)
+                if n:
+                    yield self._batch_of(got, n, flag)
+                    a_next, a_flag = a_pos, flag
+                if a_stop is not None:
+                    a_next, a_flag = self._next_run(buf, a_pos, size, a_stop, self._aopts), False
+            else:
+                a_next = self._next_run(buf, pos, size, stop, self._aopts)
+            b_next = self._end_prefix(buf, pos, size, stop) if broker == "prefix" \
+                else self._next_run(buf, pos, size, stop, self._bopts)
+            broker = "lost"
+            if a_next == b_next:
+                if a_next is None:
+                    return
+                pos, flag = a_next, a_flag
+                continue
+            # the walks part: each its own way to the end of the file
+            while a_next is not None:
+                a_pos, a_stop = yield from self._step(buf, a_next, size, self._aopts, self.columns,
+                                                      None, a_flag)
+                a_next, a_flag = self._next_run(buf, a_pos, size, a_stop, self._aopts), False
+            while b_next is not None:
+                b_pos, b_stop = yield from self._step(buf, b_next, size, self._bopts, (), "lost", None)
+                self.rewalked += b_pos - b_next
+                b_next = self._next_run(buf, b_pos, size, b_stop, self._bopts)
+            return
+
+
+def without_crc_checks(opts: rf.ScanOptions) -> rf.ScanOptions:
+    """What the rebuild and the audit walk with: the broker's checks but CRCs (computed, to flag
+    damage, not enforced)."""
+    from dataclasses import replace
+
+    return replace(opts, check_crc=False, compute_crc=True)
+
+
 FINGERPRINT_BYTES = 4096
 
 

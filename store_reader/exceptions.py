@@ -98,3 +98,7 @@ class CorruptEntryError(StoreReaderError):
 
 class ConfigError(StoreReaderError):
     """A broker setting or config JSON file is invalid or contradicts what the files show."""
+
+
+class CannotRead(StoreReaderError):
+    """A file is not the store format its place in the store says it has (``jobs.dump``)."""

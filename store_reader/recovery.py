@@ -10,7 +10,7 @@ Versions: ``"4.9"`` (rocketmq-all-4.9.7) and ``"5.x"`` (5.3.3 semantics).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -603,6 +603,9 @@ class Dispatched:
             self.index.add(batch)
 
 
+# A segment's valid prefix, as the broker's walk reads it: (summary, columns) -> record batches.
+RecordSource = Callable[[SegmentSummary, Sequence[str]], Iterable[pa.RecordBatch]]
+
 # Records per scanned batch on the driver's dispatch: large enough that the per-batch NumPy work
 # dominates the per-batch Python overhead, small enough to stay a few MB.
 DISPATCH_BATCH = 65536
@@ -611,7 +614,8 @@ DISPATCH_BATCH = 65536
 def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_index: int, begin: int,
                      end: int, min_stored_phy: int | None,
                      queues: dict[tuple[str, int], ConsumeQueueState], opts: rf.ScanOptions,
-                     out: Dispatched, no_delay_levels: bool = False) -> None:
+                     out: Dispatched, no_delay_levels: bool = False,
+                     records: RecordSource | None = None) -> None:
     """Feed VALID records in ``[begin, end)`` of files ``from_index..`` to the CQ builder in
     commitlog order and remember them for the index builder (R§4.4, R§6;
     ``DefaultMessageStore#doDispatch``). With ``min_stored_phy``, only records whose stored
@@ -620,7 +624,8 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
     TAGS hash as tags code, not its deliver time (E#30b).
 
     Vectorised per batch: queues are independent, so each queue gets its puts of the batch in
-    one ``ConsumeQueueState.put_many`` (in commitlog order within the queue)."""
+    one ``ConsumeQueueState.put_many`` (in commitlog order within the queue). ``records``: where
+    a segment's valid prefix is read from (default: the segment, walked again)."""
     from .commitlog import SegmentScan
 
     cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
@@ -630,7 +635,8 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
     for s in summaries[from_index:]:
         if s.file_start + s.file_size <= begin or s.file_start >= end:
             continue
-        for batch in SegmentScan(s.path, opts, columns=cols, batch_size=DISPATCH_BATCH):
+        for batch in (SegmentScan(s.path, opts, columns=cols, batch_size=DISPATCH_BATCH) if records is None
+                      else records(s, cols)):
             pos = batch["phy_offset"].to_numpy()
             keep = (pos >= begin) & (pos < end)
             if min_stored_phy is not None:
@@ -709,7 +715,8 @@ def _multi_dispatch_puts(config: BrokerConfig, broker_5x: bool, b: pa.RecordBatc
 
 
 def predict(store: Store, broker_version: str | None = None,
-            summaries: Sequence[SegmentSummary] | None = None) -> Prediction:
+            summaries: Sequence[SegmentSummary] | None = None,
+            records: RecordSource | None = None) -> Prediction:
     """The broker's recovery on ``store`` (R§1 phases 2-11) for ``broker_version``.
 
     Parameters
@@ -720,6 +727,9 @@ def predict(store: Store, broker_version: str | None = None,
         ``"4.9"`` or ``"5.x"``; None = from the store's version hints.
     summaries
         Segment summaries scanned with the broker's options (computed here when None).
+    records
+        Where the replay reads a segment's valid prefix (``dispatch_records``; default: the
+        segment itself).
     """
     version = broker_version or (V5X if store.looks_5x() else V49)
     if version not in (V49, V5X):
@@ -767,10 +777,10 @@ def predict(store: Store, broker_version: str | None = None,
     dispatched = Dispatched(index=index_dispatch)
     if abnormal:
         dispatch_records(store, summaries, start, summaries[start].file_start, end, None, queues,
-                         opts, dispatched, no_delay_levels=not broker_5x)
+                         opts, dispatched, no_delay_levels=not broker_5x, records=records)
     elif broker_5x:
         dispatch_records(store, summaries, start, summaries[start].file_start, end, cq_max, queues,
-                         opts, dispatched)
+                         opts, dispatched, records=records)
     if broker_5x and summaries:
         pred.confirm_offset = end
     # 4. consume queue entries beyond the recovered end (R§4.5, R§5.2)
@@ -787,7 +797,8 @@ def predict(store: Store, broker_version: str | None = None,
         pred.reput_from_offset = reput
         first = next(i for i, s in enumerate(summaries) if s.file_start + s.file_size > reput) \
             if reput < end else len(summaries)
-        dispatch_records(store, summaries, first, reput, end, None, queues, opts, dispatched)
+        dispatch_records(store, summaries, first, reput, end, None, queues, opts, dispatched,
+                         records=records)
     # 6. queue tables and min offsets (R§7); 5.x throws on a queue whose last file is empty
     if broker_5x:
         thrown = [str(p) for p in correct_min_offset_throws(queues)]

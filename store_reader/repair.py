@@ -203,7 +203,15 @@ def dispatch_entries(path: str, opts: rf.ScanOptions, end: int, config: BrokerCo
     from .commitlog import SegmentScan
 
     cols = DISPATCH_COLUMNS + (["properties"] if config.enableMultiDispatch else [])
-    for rb in SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH, include_lost=True):
+    yield from dispatch_batches(SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH, include_lost=True),
+                                end, config, broker_5x)
+
+
+def dispatch_batches(batches: Iterable[pa.RecordBatch], end: int, config: BrokerConfig,
+                     broker_5x: bool) -> Iterator[pa.Table]:
+    """``dispatch_entries`` of a commitlog file's records as read (``DISPATCH_COLUMNS``, and
+    ``properties`` when ``enableMultiDispatch``; intact records behind a bad one included)."""
+    for rb in batches:
         keep = (rb.column("phy_offset").to_numpy() < end) & dispatchable(rb.column("sys_flag").to_numpy())
         b = rb.filter(pa.array(keep))
         if not b.num_rows:
@@ -522,8 +530,16 @@ def segment_index_puts(path: str, opts: rf.ScanOptions, end: int) -> Iterator[tu
     ``end`` included, as for the consume queues (``dispatch_entries``)."""
     from .commitlog import SegmentScan
 
-    for rb in SegmentScan(path, opts, columns=INDEX_COLUMNS, batch_size=SCAN_BATCH, include_lost=True):
+    yield from index_puts_of(SegmentScan(path, opts, columns=INDEX_COLUMNS, batch_size=SCAN_BATCH,
+                                         include_lost=True), end)
+
+
+def index_puts_of(batches: Iterable[pa.RecordBatch], end: int) -> Iterator[tuple[IndexPuts, int]]:
+    """``segment_index_puts`` of a commitlog file's records as read (``INDEX_COLUMNS``)."""
+    for rb in batches:
         pos = rb.column("phy_offset").to_numpy()
+        if not len(pos):
+            continue
         if pos[0] >= end:
             return
         b = rb if pos[-1] < end else rb.filter(pa.array(pos < end))
@@ -535,9 +551,14 @@ def segment_index_counts(path: str, opts: rf.ScanOptions, end: int) -> tuple[int
     but a ROLLBACK one, its UNIQ_KEY (if any) and KEYS tokens, counted without building keys."""
     from .commitlog import SegmentScan
 
-    puts, last_ts = 0, 0
     cols = ["phy_offset", "sys_flag", "store_timestamp", "uniq_key", "key_list"]
-    for rb in SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH, include_lost=True):
+    return index_counts_of(SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH, include_lost=True), end)
+
+
+def index_counts_of(batches: Iterable[pa.RecordBatch], end: int) -> tuple[int, int]:
+    """``segment_index_counts`` of a commitlog file's records as read."""
+    puts, last_ts = 0, 0
+    for rb in batches:
         pos = rb.column("phy_offset").to_numpy()
         below = pos < end
         if not below.any():
@@ -703,12 +724,14 @@ def _prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
                 worker.join(0.01)
 
 
-def _range_puts(segments: Sequence[tuple[str, int, int]], opts: rf.ScanOptions, end: int
+def _range_puts(segments: Sequence[tuple[str, int, int]], opts: rf.ScanOptions, end: int,
+                read: Callable[[str], Iterable[pa.RecordBatch]] | None = None
                 ) -> Iterator[tuple[IndexPuts, int, int]]:
     """(puts of a batch, first, end) for the puts ``[lo, hi)`` of each (commitlog file, lo, hi)."""
     for seg_path, lo, hi in segments:
         seen = 0
-        for p, _ in segment_index_puts(seg_path, opts, end):
+        puts = segment_index_puts(seg_path, opts, end) if read is None else index_puts_of(read(seg_path), end)
+        for p, _ in puts:
             n = len(p.key_hash)
             a, b = max(lo - seen, 0), min(hi - seen, n)
             seen += n
@@ -719,15 +742,17 @@ def _range_puts(segments: Sequence[tuple[str, int, int]], opts: rf.ScanOptions, 
 
 
 def write_index_file_part(path: str, segments: Sequence[tuple[str, int, int]], opts: rf.ScanOptions,
-                          end: int, config: BrokerConfig, first: bool) -> WrittenIndexFile:
+                          end: int, config: BrokerConfig, first: bool,
+                          read: Callable[[str], Iterable[pa.RecordBatch]] | None = None) -> WrittenIndexFile:
     """One fresh index file from the puts ``[lo, hi)`` of each (commitlog file, lo, hi) in
     ``segments`` (``index_file_plan``), reading those files itself (scanned and hashed a little
     ahead, on a second thread): memory is a few batches plus the hash slots. Unless ``first``,
-    the first put read is the previous file's last one, which only sets the starting header."""
+    the first put read is the previous file's last one, which only sets the starting header.
+    ``read``: where a commitlog file's records are read from (default: the file itself)."""
     writer: IndexFileWriter | None = None
     skip = 0 if first else 1
     try:
-        for p, a, b in _prefetched(_range_puts(segments, opts, end)):
+        for p, a, b in _prefetched(_range_puts(segments, opts, end, read)):
             if writer is None:
                 start = IndexHeader.first()
                 if skip:

@@ -19,10 +19,9 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from .brokerconf import _FIELDS as _BROKER_FIELDS
-from .brokerconf import BrokerConfig, _convert, load_broker_config, parse_properties
+from .brokerconf import BrokerConfig, broker_config_of
 from .commitlog import SegmentScan, SegmentSummary, summaries_table, summarize_segment
-from .exceptions import (ConfigError, FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
+from .exceptions import (FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
                          UnreadableFileError, UnsupportedStoreError)
 from .fsutil import list_dir
 from .mappedfile import MappedFile, list_mapped_files
@@ -175,26 +174,6 @@ def _commitlog_dirs(root: Path | StoreLocation, config: BrokerConfig) -> list[Pa
     return [root / "commitlog"]
 
 
-def _load_broker_config(source: BrokerConfig | PathRef | None) -> BrokerConfig:
-    """A ``BrokerConfig`` from one, from a broker.conf (local path, or remote location / URI), or
-    the broker's defaults (None)."""
-    if isinstance(source, BrokerConfig):
-        return source
-    if source is None:
-        return load_broker_config(None)
-    loc = location(source)
-    if loc.filesystem is None:
-        return load_broker_config(loc.path)
-    try:
-        text = loc.read_bytes().decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise ConfigError(f"cannot read broker config: {exc.strerror}", str(loc)) from None
-    # brokerconf's own parsing and conversion; only the bytes come from elsewhere
-    values = {key: _convert(key, raw, str(loc)) for key, raw in parse_properties(text).items()
-              if key in _BROKER_FIELDS}
-    return load_broker_config(None, **values).replace(source=str(loc))
-
-
 def open_store(path: PathRef, broker_config: BrokerConfig | PathRef | None = None,
                strict: bool = False, *, filesystem: pafs.FileSystem | None = None) -> Store:
     """Discover the store at ``path`` without writing anything.
@@ -232,7 +211,7 @@ def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef 
         raise NotAStoreError("store path is not a directory", str(root))
     if broker_config is None and (root / "broker.conf").is_file():
         broker_config = root / "broker.conf"
-    config = _load_broker_config(broker_config)
+    config = broker_config_of(broker_config)
     markers = ("commitlog", "consumequeue", "index", "checkpoint", "config")
     dirs = _commitlog_dirs(root, config)
     if not any((root / m).exists() for m in markers) and not any(d.is_dir() for d in dirs):

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from jobs import findings as fnd
 from store_reader import open_store, recovery
+from store_reader.audit import queues
 from store_reader.commitlog import SegmentScan
 from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 from support import broker_conf, case_id, expected, input_store, scenarios
@@ -68,7 +69,7 @@ def test_queues_are_packed_by_weight():
 def test_aligner_dense_and_sparse_agree(a, b, far):
     """Position lookup (dense offsets) and binary search (sparse ones) align views identically."""
     views = [np.unique(np.array(x, np.int64)) for x in (a, b, a + far)]
-    keys, align = fnd._aligner(*views)
+    keys, align = queues._aligner(*views)
     assert keys.tolist() == sorted(set().union(*map(set, (v.tolist() for v in views))))
     for v in views:
         cols = (v, v * 7, v * 3, v + 1)

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.recover import (index_put_counts, rebuild_consume_queues, rebuild_index_files,
-                          scan_segments, surviving_records)
+from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files, surviving_records
+from jobs.scan import scan_segments
 from store_reader import open_store, repair
 from store_reader.commitlog import scan_segment
 from store_reader.indexfile import build_index_files

@@ -18,6 +18,7 @@ import pytest
 import support
 from jobs import deltasink
 from jobs import recover as job
+from jobs.scan import scan_segments
 from store_reader import open_store, publish, recovery, repair
 from store_reader.exceptions import StoreReaderError
 
@@ -232,7 +233,7 @@ def test_write_tables_failure_leaves_no_run_row(tmp_path):
 def _report(spark, case, out):
     store = open_store(support.input_store(*case), support.broker_conf(*case))
     version = "5.x" if case[0] == V5 else "4.9"
-    summaries = job.scan_segments(spark, store, store.scan_options(broker_5x=version == "5.x"))
+    summaries = scan_segments(spark, store, store.scan_options(broker_5x=version == "5.x"))
     pred = recovery.predict(store, version, summaries=summaries)
     return store, job.RunReport("test-run", str(store.root), str(out), version, pred, summaries)
 
@@ -350,7 +351,7 @@ def test_tasks_still_running_after_a_failed_job_leave_nothing_behind(spark, tmp_
     sync.mkdir()
     out = work / "out"
 
-    def rebuild_consume_queues(spark_, store, end, broker_5x, out_root, expected, kept=None):
+    def rebuild_consume_queues(spark_, store, end, broker_5x, out_root, expected, kept=None, records=None):
         started = str(sync / "straggler-started")
 
         def task(i):

@@ -1,0 +1,117 @@
+"""What a recovery run tells the operator and records: the printed report, the prediction as
+JSON (``--json``, the manifest, ``jobs.whatif``) and the repaired store's manifest."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jobs import findings as fnd
+from jobs.salvage import print_reappended
+from store_reader import publish, recovery
+from store_reader.fsutil import walk_files
+from store_reader.store import Store
+
+if TYPE_CHECKING:
+    from jobs.recover import RunReport
+
+
+def prediction_summary(pred: recovery.Prediction, report: RunReport | None = None) -> dict:
+    return {
+        "brokerVersion": pred.broker_version,
+        "loadResult": pred.load_result,
+        "loadProblems": pred.load_problems,
+        **({"leftOut": report.left_out,
+            "resized": [{"path": f, "length": n, "mappedFileSize": m} for f, n, m in report.resized]}
+           if report is not None and (report.left_out or report.resized) else {}),
+        "recoveryPath": pred.recovery_path,
+        "startFile": pred.start_file,
+        "maxPhyOffset": pred.max_phy_offset,
+        "minPhyOffset": pred.min_phy_offset,
+        "deletedCommitLogFiles": pred.deleted_commitlog_files,
+        "commitLogFiles": [{"name": f.name, "wrotePosition": f.wrote} for f in pred.commitlog_files],
+        "topicQueueTable": dict(sorted(pred.topic_queue_table().items())),
+        "indexFiles": [{"name": f.name, **f.header.to_dict()} for f in pred.index_files],
+    }
+
+
+def _resolved(path: str | None) -> str | None:
+    return path if path is None or publish.is_uri(path) else str(Path(path).resolve())
+
+
+def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
+    inputs = [{"path": rel, "size": size} for rel, size, _ in walk_files(store.root)]
+    # resolved: the same store and config give the same manifest however they were spelled
+    return {"runId": report.run_id, "store": _resolved(str(store.root)),
+            "brokerConfig": _resolved(store.config.source),
+            "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
+            "prediction": prediction_summary(report.prediction, report),
+            "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved},
+            **({"salvaged": report.salvaged.to_manifest()} if report.salvaged is not None else {})}
+
+
+def print_report(report: RunReport, out=None) -> None:
+    out = out or sys.stdout
+    pred = report.prediction
+    p = print
+    p(f"run {report.run_id}: store {report.store} (broker {report.broker_version})", file=out)
+    if not pred.load_result:
+        p("  the broker would REFUSE to start on this store as it is:", file=out)
+        for problem in pred.load_problems:
+            p(f"    - {problem}", file=out)
+        p("  what follows is its recovery of the store as repaired: consume queues and index files "
+          "rebuilt from the commitlog", file=out)
+        for path, length, size in report.resized:
+            how = f"zeros from byte {length} on, as never written (any records there are lost)" \
+                if length < size else f"the {length - size} bytes past it dropped (never mapped)"
+            p(f"    resized            {path}: {length} -> {size} bytes, {how}", file=out)
+        dropped = sum(s.records for s in report.summaries if s.segment in pred.deleted_commitlog_files)
+        p(f"    lost               {dropped} records in the commitlog files after the cut, "
+          f"{sum(s.records_after_cut for s in report.summaries if s.file_start + s.file_size > pred.max_phy_offset)} "
+          "intact records behind a bad one",
+          file=out)
+    for path in report.left_out:
+        p(f"  left out           {path} (the broker skips it or cannot map it)", file=out)
+    end = pred.max_phy_offset
+    # a bad record in a file the broker keeps whole (one its recovery does not re-read) loses nothing
+    lost = sum(s.records_after_cut for s in report.summaries if s.file_start + s.file_size > end)
+    p(f"  recovery path      {pred.recovery_path} (start file {pred.start_file})", file=out)
+    p(f"  truncation point   phy {end} (min {pred.min_phy_offset})", file=out)
+    p(f"  commitlog files    {len(pred.commitlog_files)} kept, "
+      f"{len(pred.deleted_commitlog_files)} deleted {pred.deleted_commitlog_files}", file=out)
+    for s in report.summaries:
+        if s.end_reason in ("corrupt", "torn_tail"):
+            kept = "kept by the broker, not re-read; " if s.file_start + s.file_size <= end else ""
+            p(f"  {s.end_reason:<18} {s.path} @ byte {s.valid_bytes} ({s.end_check}); {kept}"
+              f"{s.records_after_cut} intact records behind it", file=out)
+    p(f"  records lost       {lost} intact records behind a bad one", file=out)
+    p(f"  consume queues     {len(pred.consume_queues)} after the broker's recovery", file=out)
+    moved = [c for c in report.offset_checks if c.status not in ("FOUND", "OFFSET_OVERFLOW_ONE")]
+    p(f"  consumer offsets   {len(report.offset_checks)} committed, {len(moved)} the broker would "
+      f"move at the next pull", file=out)
+    for c in moved[:10]:
+        p(f"    {c.group}@{c.topic}/{c.queue_id}: committed {c.committed_offset} -> {c.status}, "
+          f"next {c.next_begin_offset} (queue {c.min_offset}..{c.max_offset})", file=out)
+    if report.written and report.keep_consumer_offsets:
+        p("  repaired offsets   kept as they were (--keep-consumer-offsets)", file=out)
+    elif report.written:
+        p(f"  repaired offsets   {len(report.offsets_moved)} moved where the repaired queues serve "
+          f"them (originals in MANIFEST.json)", file=out)
+    if report.findings is not None:
+        p("  audit", file=out)
+        fnd.print_summary(report.findings, out)
+    if report.audit_tables:
+        p(f"  audit tables       {os.path.dirname(report.audit_tables[0])} "
+          f"({', '.join(os.path.basename(u) for u in report.audit_tables)})", file=out)
+    for line in report.config_left_out:
+        p(f"  config left out    {line} (unreadable: the broker falls back to its .bak)", file=out)
+    if report.applied_backup:
+        p(f"  applied            repaired store now at {report.store}; input kept at "
+          f"{report.applied_backup}", file=out)
+    elif report.written:
+        p(f"  repaired store     {report.out}", file=out)
+    if report.written and report.salvaged is not None:
+        print_reappended(report.salvaged, out)
+    elif report.out:
+        p("  dry run: nothing written", file=out)

@@ -1,0 +1,70 @@
+"""Pass 2 of a recovery or an audit: one Spark task per commitlog file walks it once
+(``store_reader.scanned``), giving its summary (the broker's walk) and keeping its records for
+every later pass of the run, none of which reads a segment again."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+from store_reader import scanned
+from store_reader.commitlog import SegmentSummary, summarize_segment
+from store_reader.recordformat import ScanOptions
+from store_reader.store import Store
+
+
+def scan_segments(spark, store: Store, opts: ScanOptions, paths: list[str] | None = None
+                  ) -> list[SegmentSummary]:
+    """One Spark task per commitlog file (all, or ``paths``); the summaries in file order, no
+    records kept."""
+    paths = [f.path for f in store.commitlog_files] if paths is None else paths
+    if not paths:
+        return []
+    rdd = spark.sparkContext.parallelize(paths, len(paths))
+    return rdd.map(lambda p: summarize_segment(p, opts)).collect()
+
+
+@dataclass
+class Scan:
+    """The summaries in file order, where each segment's records were kept and how often each
+    segment's bytes were walked (1: once)."""
+
+    summaries: list[SegmentSummary]
+    records: dict[str, str]
+    scans: dict[str, float]
+
+
+def scan_once(spark, store: Store, opts: ScanOptions, records_dir: str, paths: list[str] | None = None
+              ) -> Scan:
+    """One Spark task per commitlog file (all, or ``paths``) walks it once: its summary and its
+    records, kept under ``records_dir`` (``scanned.scan_segment``)."""
+    paths = [f.path for f in store.commitlog_files] if paths is None else paths
+    if not paths:
+        return Scan([], {}, {})
+    cols, lost = scanned.columns_for(store.config, opts.broker_5x)
+    got = spark.sparkContext.parallelize(paths, len(paths)).map(
+        lambda p: scanned.scan_segment(p, opts, records_dir, cols, lost)).collect()
+    return Scan([g.summary for g in got], {g.summary.segment: g.records_path for g in got},
+                {g.summary.segment: g.scans for g in got})
+
+
+@contextmanager
+def records_dir(run_id: str, scan_dir: str | None) -> Iterator[str]:
+    """A directory of the run's own for the kept records (under ``scan_dir``, default the
+    system's temporary directory), removed with everything in it when the run ends."""
+    path = tempfile.mkdtemp(prefix=f"rocketmq-scan-{run_id}-", dir=scan_dir)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def kept_reader(records: dict[str, str] | None):
+    """A commitlog file's records as the scan kept them (by the file's path), or None (read the
+    file itself)."""
+    if records is None:
+        return None
+    return lambda path: scanned.read_records(records[os.path.basename(str(path))])

@@ -1,0 +1,39 @@
+"""The checks, Spark-free, and their one vocabulary of finding kinds (``kinds``; README: Finding
+kinds). ``jobs.dump --verify`` runs them on one machine (``verify_store``); the Spark audit
+(``jobs.findings``: ``jobs.audit`` and the audit inside ``jobs.recover``) calls the same functions
+from its tasks and its driver (``queues.compare_queue``, ``index.header_problems``,
+``index.entry_findings``, ``files.store_file_findings``).
+
+``kinds``      the vocabulary: each kind's table, severity, meaning, and dump's name for it
+``report``     what a verification collects (anomalies and notes located in files, runs of entries)
+``view``       one store as dump verifies it: every record once, the broker's recovered range
+``commitlog``  commitlog layout, bad records, end-of-file markers, file gaps; abort and lock
+``queues``     consume queues: the audit's four-view comparison; dump's per-file checks
+``index``      index files: the audit's header and entry checks; dump's per-file checks
+``files``      checkpoint and config; ``store_file_findings`` (every check that reads no record)
+"""
+from __future__ import annotations
+
+from store_reader.audit.commitlog import verify_commitlog, verify_process_state
+from store_reader.audit.files import verify_checkpoint, verify_config
+from store_reader.audit.index import verify_index
+from store_reader.audit.queues import verify_consume_queues
+from store_reader.audit.report import Findings
+from store_reader.audit.view import StoreView
+
+
+def verify_store(view: StoreView, index_only: bool = False) -> Findings:
+    """Every check of ``jobs.dump --verify`` on the whole store (``index_only``: index files)."""
+    found = Findings()
+    if not index_only:
+        verify_process_state(view, found)
+        verify_commitlog(view, found)
+        verify_consume_queues(view, found)
+    verify_index(view, found)
+    if not index_only:
+        verify_checkpoint(view.store, found)
+        verify_config(view.store, found)
+    return found
+
+
+__all__ = ["Findings", "StoreView", "verify_store"]

@@ -1,0 +1,227 @@
+"""One opened store as ``jobs.dump --verify`` checks it in one process: the commitlog scanned once
+into a table of every intact record, where the broker's recovery ends it, and what each consume
+queue should hold. Spark-free; the Spark audit gets the same facts from its own passes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from store_reader import recordformat as rf
+from store_reader import recovery
+from store_reader.checkpoint import read_checkpoint
+from store_reader.commitlog import SegmentScan, SegmentSummary
+from store_reader.dispatch import dispatchable, multi_dispatch_targets
+from store_reader.exceptions import StoreReaderError
+from store_reader.store import Store
+
+# What the verifier keeps of every intact record: enough to check CQ and index entries against it.
+VERIFY_COLUMNS = ["phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag",
+                  "uniq_key", "key_list", "valid_prefix"]
+
+TRAN_NAMES = {rf.TRANSACTION_NOT_TYPE: "NOT", rf.TRANSACTION_PREPARED_TYPE: "PREPARED",
+              rf.TRANSACTION_COMMIT_TYPE: "COMMIT", rf.TRANSACTION_ROLLBACK_TYPE: "ROLLBACK"}
+
+
+@dataclass
+class RecordTable:
+    """Every intact record of the commitlog (valid prefix and lost ones), sorted by phy offset."""
+
+    phy: np.ndarray
+    size: np.ndarray
+    topic: np.ndarray             # index into ``topics``
+    topics: list[str]
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    tran: np.ndarray              # SYSFLAG & TRANSACTION_MASK
+    keyed: np.ndarray             # has UNIQ_KEY or KEYS tokens (what the index builder puts)
+    valid_prefix: np.ndarray
+
+    @classmethod
+    def from_batches(cls, batches: list[pa.RecordBatch]) -> "RecordTable":
+        if batches:
+            t = pa.Table.from_batches(batches).combine_chunks()
+        else:
+            types = {"phy_offset": pa.int64(), "total_size": pa.int32(), "topic": pa.string(),
+                     "queue_id": pa.int32(), "queue_offset": pa.int64(), "sys_flag": pa.int32(),
+                     "keyed": pa.bool_(), "valid_prefix": pa.bool_()}
+            t = pa.table({name: pa.array([], type) for name, type in types.items()})
+        topic = pc.dictionary_encode(t["topic"]).combine_chunks()
+        order = np.argsort(t["phy_offset"].to_numpy(), kind="stable")
+
+        def col(name: str) -> np.ndarray:
+            return t[name].to_numpy(zero_copy_only=False)[order]
+
+        return cls(phy=col("phy_offset"), size=col("total_size"),
+                   topic=topic.indices.to_numpy(zero_copy_only=False)[order],
+                   topics=topic.dictionary.to_pylist(), queue_id=col("queue_id"),
+                   queue_offset=col("queue_offset"), tran=col("sys_flag") & rf.TRANSACTION_MASK,
+                   keyed=col("keyed"), valid_prefix=col("valid_prefix"))
+
+    def find(self, phy: np.ndarray) -> np.ndarray:
+        """Row of the record starting at each phy offset, -1 where none starts."""
+        phy = np.asarray(phy, dtype=np.int64)
+        pos = np.searchsorted(self.phy, phy)
+        hit = pos < len(self.phy)
+        hit[hit] = self.phy[pos[hit]] == phy[hit]
+        return np.where(hit, pos, -1)
+
+    def describe(self, row: int) -> str:
+        return (f"{self.topics[self.topic[row]]}/{self.queue_id[row]} queue offset "
+                f"{self.queue_offset[row]}, TOTALSIZE {self.size[row]}, "
+                f"{TRAN_NAMES[int(self.tran[row])]}")
+
+
+def verify_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A scanned batch reduced to what the checks need (``keyed`` instead of the key columns)."""
+    keyed = pc.or_(pc.is_valid(batch.column("uniq_key")),
+                   pc.fill_null(pc.greater(pc.list_value_length(batch.column("key_list")), 0), False))
+    keep = ["phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag"]
+    return pa.RecordBatch.from_arrays(
+        [batch.column(n) for n in keep] + [keyed, batch.column("valid_prefix")],
+        names=keep + ["keyed", "valid_prefix"])
+
+
+@dataclass
+class QueueRecords:
+    """The records one consume queue should index, by queue offset (``phy`` -1 = none)."""
+
+    queue_offset: np.ndarray
+    phy: np.ndarray
+    size: np.ndarray
+    valid_prefix: np.ndarray
+
+
+class StoreView:
+    """One opened store and everything the printers and verifiers share, computed once."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.config = store.config
+        self.broker_5x = store.looks_5x()
+        self.version = recovery.V5X if self.broker_5x else recovery.V49
+        self.opts = store.scan_options(broker_5x=self.broker_5x)
+        self._summaries: list[SegmentSummary] | None = None
+        self._records: RecordTable | None = None
+        self._recovery: tuple[int, int, int, int] | None = None
+        self._queues: dict[tuple[str, int], QueueRecords] | None = None
+        self.errors: list[StoreReaderError] = []
+        """Files the shared passes could not read (reported with the verification)."""
+
+    # 1. one pass over the commitlog: summaries and the record table
+    def scan(self, records: bool) -> None:
+        if self._summaries is not None and (self._records is not None or not records):
+            return
+        summaries, batches = [], []
+        for f in self.store.commitlog_files:
+            scan = SegmentScan(f.path, self.opts, columns=VERIFY_COLUMNS if records else [],
+                               include_lost=records)
+            for b in scan:
+                batches.append(verify_batch(b))
+            summaries.append(scan.summary)
+        self._summaries = summaries
+        if records:
+            self._records = RecordTable.from_batches(batches)
+
+    @property
+    def summaries(self) -> list[SegmentSummary]:
+        self.scan(records=False)
+        assert self._summaries is not None
+        return self._summaries
+
+    @property
+    def records(self) -> RecordTable:
+        self.scan(records=True)
+        assert self._records is not None
+        return self._records
+
+    # 2. where the broker's recovery ends the commitlog (R§2, R§4)
+    def _recover(self) -> tuple[int, int, int, int]:
+        if self._recovery is None:
+            ckpt = read_checkpoint(self.store.checkpoint_path)
+            try:
+                queues, _ = recovery.load_consume_queues(self.store, self.broker_5x)
+                for q in queues.values():
+                    q.recover()                 # (reads each queue's last files)
+            except StoreReaderError as exc:
+                # without every queue the broker's CQ max is unknown: -1 checks nothing as dispatched
+                self.errors.append(exc)
+                queues = {}
+            cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
+            start, end, files, _ = recovery.predict_commitlog(
+                self.summaries, self.version, self.config, self.store.abort_exists,
+                ckpt.min_timestamp, ckpt.min_timestamp_index, cq_max)
+            min_phy = files[0].start if files else -1
+            self._recovery = (start, min_phy, end, cq_max)
+        return self._recovery
+
+    @property
+    def start_index(self) -> int:
+        """Index of the segment the broker's recovery starts from."""
+        return self._recover()[0]
+
+    @property
+    def min_phy(self) -> int:
+        """``CommitLog#getMinOffset`` after recovery (-1 without files)."""
+        return self._recover()[1]
+
+    @property
+    def max_phy(self) -> int:
+        """The recovered end of the commitlog (R§4.2)."""
+        return self._recover()[2]
+
+    @property
+    def dispatched_until(self) -> int:
+        """Records ending at or below this phy offset had been dispatched: the consume queues'
+        max phy offset (where reput resumes, R§6), capped at the recovered end."""
+        return min(self._recover()[3], self.max_phy)
+
+    # 3. what each consume queue should hold
+    def queue_records(self) -> dict[tuple[str, int], QueueRecords]:
+        if self._queues is None:
+            r = self.records
+            keep = dispatchable(r.tran)
+            key = r.topic.astype(np.int64) << 32 | (r.queue_id.astype(np.int64) & 0xFFFFFFFF)
+            rows = np.flatnonzero(keep)
+            rows = rows[np.lexsort((r.queue_offset[rows], key[rows]))]
+            out: dict[tuple[str, int], QueueRecords] = {}
+            if rows.size:
+                cut = np.flatnonzero(np.diff(key[rows])) + 1
+                for part in np.split(rows, cut):
+                    i = part[0]
+                    out[(r.topics[r.topic[i]], int(r.queue_id[i]))] = QueueRecords(
+                        r.queue_offset[part], r.phy[part], r.size[part], r.valid_prefix[part])
+            self._add_multi_dispatch(out)
+            self._queues = out
+        return self._queues
+
+    def _add_multi_dispatch(self, out: dict[tuple[str, int], QueueRecords]) -> None:
+        """LMQ / multi-dispatch copies (R§5.3): a second scan of the properties, only when enabled."""
+        if not self.config.enableMultiDispatch:
+            return
+        extra: dict[tuple[str, int], list[tuple[int, int, int, bool]]] = {}
+        cols = ["phy_offset", "total_size", "topic", "queue_id", "sys_flag", "properties",
+                "valid_prefix"]
+        for f in self.store.commitlog_files:
+            for b in SegmentScan(f.path, self.opts, columns=cols, include_lost=True):
+                for rec in b.to_pylist():
+                    if not dispatchable(rec["sys_flag"]):
+                        continue
+                    for topic, qid, offset in multi_dispatch_targets(
+                            self.config, self.broker_5x, rec["topic"], rec["queue_id"],
+                            dict(rec["properties"] or [])):
+                        extra.setdefault((topic, qid), []).append(
+                            (offset, rec["phy_offset"], rec["total_size"], rec["valid_prefix"]))
+        for key, rows in extra.items():
+            rows.sort()
+            old = out.get(key)
+            cols_new = [np.array(c) for c in zip(*rows)]
+            if old is not None:
+                cols_new = [np.concatenate((a, b)) for a, b in zip(
+                    (old.queue_offset, old.phy, old.size, old.valid_prefix), cols_new)]
+                order = np.argsort(cols_new[0], kind="stable")
+                cols_new = [c[order] for c in cols_new]
+            out[key] = QueueRecords(*cols_new)
+

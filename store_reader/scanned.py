@@ -1,0 +1,123 @@
+"""What a recovery run's one scan of each commitlog segment keeps for the passes after the
+prediction (DESIGN "Data flow of a recovery run: one pass", step 2).
+
+A scan task walks its segment once (``commitlog.OnePassScan``) and writes the records as an Arrow
+IPC file: the columns the broker's replay, the consume queue and index rebuilds and the audit read
+for every record, and the lost messages' columns (bodies ...) for the records past the broker's
+valid prefix, the only ones that can lie past the truncation point. Every later pass reads that
+file (memory-mapped, batch by batch) instead of the segment; a record is decoded once per run.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from . import recordformat as rf
+from .brokerconf import BrokerConfig
+from .commitlog import OnePassScan, SegmentSummary
+from .storefs import PathRef
+
+# Records per batch: the broker's replay reads the valid prefix in batches of this size too.
+BATCH = 65536
+# The kept records are written once and read by four passes: LZ4 shrinks them about threefold for
+# little CPU either way (zstd is smaller still but costs more on each read).
+KEPT_COMPRESSION = "lz4"
+
+# Every record: what the replay (R§4.4), the rebuilds and the audit's comparisons read.
+RECORD_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
+                  "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list", "body_crc_ok",
+                  "record_crc_ok"]
+# Records past the broker's valid prefix: the lost messages' columns.
+LOST_COLUMNS = ["born_timestamp", "keys", "tags", "msg_id", "body_crc", "properties", "body"]
+
+
+def columns_for(config: BrokerConfig, broker_5x: bool) -> tuple[list[str], list[str]]:
+    """(every record's columns, the lost records' further columns) for a run: the properties of
+    every record when LMQ copies are dispatched; 4.9's replay reads tags and delay level (E#30b)."""
+    every, lost = list(RECORD_COLUMNS), list(LOST_COLUMNS)
+    if config.enableMultiDispatch:
+        every.append("properties")
+        lost.remove("properties")
+    if not broker_5x:
+        every += ["tags", "delay_level"]
+        lost.remove("tags")
+    return every, lost
+
+
+@dataclass
+class ScannedSegment:
+    """A segment's summary (the broker's walk) and where its records were kept."""
+
+    summary: SegmentSummary
+    records_path: str
+    rows: int
+    scans: float
+    """Walks of the segment's bytes: 1, plus the share the broker's summary walked again where its
+    walk and the readers' parted (``OnePassScan.rewalked``)."""
+
+
+def scan_segment(path: PathRef, opts: rf.ScanOptions, out_dir: str, columns: Sequence[str],
+                 lost_columns: Sequence[str]) -> ScannedSegment:
+    """One walk of the segment at ``path``; its records to ``out_dir/<segment>.arrow``."""
+    scan = OnePassScan(path, opts, columns, lost_columns, batch_size=BATCH)
+    dest = os.path.join(out_dir, f"{scan.summary.segment}.arrow")
+    rows = 0
+    with pa.OSFile(dest, "wb") as sink, \
+            pa.ipc.new_file(sink, scan.schema, options=pa.ipc.IpcWriteOptions(compression=KEPT_COMPRESSION)) as writer:
+        for batch in scan:
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    s = scan.summary
+    return ScannedSegment(s, dest, rows, 1 + scan.rewalked / s.file_size if s.file_size else 1.0)
+
+
+def read_records(records_path: str, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """The kept records of a segment, batch by batch as the scan wrote them."""
+    with pa.memory_map(records_path) as source:
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            b = reader.get_batch(i)
+            yield b if columns is None else b.select(list(columns))
+
+
+def prefix_records(records_path: str, summary: SegmentSummary, columns: Sequence[str]
+                   ) -> Iterator[pa.RecordBatch]:
+    """The records of the broker's valid prefix (what its own walk reads, in its batches)."""
+    end = summary.file_start + summary.valid_bytes
+    for b in read_records(records_path, columns if "phy_offset" in columns else [*columns, "phy_offset"]):
+        phy = b.column("phy_offset").to_numpy()
+        if not len(phy) or phy[0] >= end:
+            return
+        if phy[-1] >= end:
+            b = b.slice(0, int(np.searchsorted(phy, end)))
+        yield b.select(list(columns))
+
+
+def prefix_source(records: dict[str, str], opts: rf.ScanOptions):
+    """The broker's replay's reader (``recovery.RecordSource``): a segment's valid prefix from its
+    kept records, or walked again (``opts``) for a segment this run did not scan (--since-last)."""
+    from .commitlog import SegmentScan
+
+    def read(summary: SegmentSummary, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+        kept = records.get(summary.segment)
+        if kept is None:
+            return iter(SegmentScan(summary.path, opts, columns=columns, batch_size=BATCH))
+        return prefix_records(kept, summary, columns)
+    return read
+
+
+def lost_columns_cover(summary: SegmentSummary, end: int) -> bool:
+    """Whether the kept records carry the lost messages' columns for every record of the segment at
+    or past ``end``: those past the broker's valid prefix do; a segment whose prefix reaches past
+    ``end`` (a file the broker deletes, a cut inside a prefix) must be read again for them."""
+    return summary.valid_bytes == 0 or summary.file_start + summary.valid_bytes <= end
+
+
+def serves_rebuild(config: BrokerConfig, broker_5x: bool) -> bool:
+    """Whether the kept records are the rebuild's: it reads past a malformed DUP_INFO (a check the
+    broker's dispatch does not make), the scan's readers stop there (5.x ``duplicationEnable``)."""
+    return not (broker_5x and config.duplicationEnable)
