@@ -7,7 +7,7 @@
 Reads the store only (local or a URI ``storefs`` reads). Passes:
   1. check the output (a new local file, or ``--overwrite``), before any work;
   2. scan segments, one Spark task per commitlog file, and predict the broker's recovery
-     (``jobs.recover.scan_segments``, ``store_reader.recovery.predict``): the truncation point;
+     (``jobs.scan.scan_segments``, ``store_reader.recovery.predict``): the truncation point;
   3. one Spark task per commitlog file reaching past it: its lost records (``store_reader.salvage``,
      the rule of the audit's ``lost_messages``) into a part file of their own;
   4. the parts joined in commitlog order into a temporary file beside ``--out``, fsync'd and renamed
