@@ -210,22 +210,31 @@ def run_side(code: Path, cases: list[dict], work: Path, name: str, verbose: bool
     return json.loads(snap.read_text())
 
 
-def diff(a, b, path: str, out: list[str], limit: int = 8) -> None:
+def diff(a, b, path: str, out: list[str], limit: int = 8, added: list[str] | None = None) -> None:
+    """Differences of ``b`` from ``a`` into ``out``; with ``added``, a key or row only ``b`` has
+    goes there instead (an addition: compatible, listed apart)."""
     if a == b or len(out) >= limit:
         return
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b)):
             if k not in a:
-                out.append(f"{path}/{k}: only in new: {str(b[k])[:300]}")
+                (out if added is None else added).append(f"{path}/{k}: only in new: {str(b[k])[:300]}")
             elif k not in b:
                 out.append(f"{path}/{k}: only in base: {str(a[k])[:300]}")
             else:
-                diff(a[k], b[k], f"{path}/{k}", out, limit)
+                diff(a[k], b[k], f"{path}/{k}", out, limit, added)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and \
+            not all(isinstance(x, str) for x in a + b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            diff(x, y, f"{path}[{i}]", out, limit, added)
     elif isinstance(a, list) and isinstance(b, list) and all(isinstance(x, str) for x in a + b):
         gone, new = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+        if not gone and added is not None and new:
+            added += [f"{path}: new only:  {x[:300]}" for x in new[:3]]
+            return
         if len(gone) == len(new) == 1:     # one changed row: which columns
             try:
-                diff(json.loads(gone[0]), json.loads(new[0]), path + "[row]", out, limit)
+                diff(json.loads(gone[0]), json.loads(new[0]), path + "[row]", out, limit, added)
                 return
             except ValueError:
                 pass
@@ -252,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    f"rmq-compare-{ROOT.name}"))
     ap.add_argument("--only", help="cases whose name contains this")
     ap.add_argument("--no-synthetic", action="store_true")
+    ap.add_argument("--additions-ok", action="store_true",
+                    help="a key, column or row only the new tree has is listed as an addition, not a difference")
     ap.add_argument("--verbose", action="store_true", help="show the implementations' stderr (Spark's too)")
     args = ap.parse_args(argv)
     work = Path(args.work)
@@ -277,15 +288,19 @@ def main(argv: list[str] | None = None) -> int:
     except subprocess.CalledProcessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    differing = 0
+    differing = adding = 0
     for case in cases:
         lines: list[str] = []
-        diff(old.get(case["name"]), new.get(case["name"]), case["name"], lines)
+        added: list[str] = [] if args.additions_ok else None
+        diff(old.get(case["name"]), new.get(case["name"]), case["name"], lines, added=added)
         if lines:
             differing += 1
             print("\n".join(lines))
-    print(f"{len(cases)} cases, {len(cases) - differing} identical, {differing} different "
-          f"(base {base.name}, new {args.new})")
+        elif added:
+            adding += 1
+            print("\n".join(f"(added) {ln}" for ln in added[:8]))
+    print(f"{len(cases)} cases: {len(cases) - differing - adding} identical, {adding} only add "
+          f"(columns, keys or rows), {differing} different (base {base.name}, new {args.new})")
     return 1 if differing else 0
 
 
