@@ -58,6 +58,7 @@ from store_reader.consumequeue import (CQEntries, decode_entries, list_queue_fil
 from store_reader.indexfile import IndexFile, IndexHeader, list_index_files, read_header
 from store_reader.ranges import consecutive_runs
 from store_reader.repair import index_puts, part_bucket
+from store_reader.salvage import lost_mask
 from store_reader.store import Store
 
 
@@ -252,10 +253,7 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
 
 def _lost_rows(rb: pa.RecordBatch, segment: str, plan: AuditPlan) -> pa.Table:
     """Intact records at or past the truncation point (the broker's recovery discards them)."""
-    ok = pc.and_(pc.fill_null(rb.column("body_crc_ok"), True), pc.fill_null(rb.column("record_crc_ok"), True))
-    keep = (_column(rb, "phy_offset") >= plan.end) & (_column(rb, "stored_phy_offset") == _column(rb, "phy_offset")) \
-        & ok.to_numpy(zero_copy_only=False)
-    b = rb.filter(pa.array(keep))
+    b = rb.filter(pa.array(lost_mask(rb, plan.end)))
     n = b.num_rows
     reason = "behind_cut" if segment == plan.cut_segment else "deleted_file"
     return pa.table({

@@ -3,7 +3,8 @@
     spark-submit jobs/recover.py --store DIR --out DIR [--broker-config FILE]
                                  [--broker-version 4.9|5.x|both] [--dry-run] [--overwrite]
                                  [--apply --backup DIR] [--audit-path URI]
-                                 [--keep-consumer-offsets] [--commitlog-gone] [--link] [--json]
+                                 [--keep-consumer-offsets] [--commitlog-gone] [--link] [--salvage]
+                                 [--json]
     python -m jobs.recover ...            (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.recover --demo DIR     (a sample store with a simulated crash, made and recovered)
     python -m jobs.recover --store DIR --dry-run --broker-version both [--json]
@@ -32,6 +33,8 @@ Passes (each a function the notebooks can call):
      manifest) and, once the audit succeeded too, check it against its manifest and rename it
      into place, all under the output's lock (``store_reader.publish``);
      ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
+  7b. with ``--salvage``, before the checkpoint and the manifest: the lost records a producer would
+     send again re-appended after the truncation point and dispatched (``jobs.salvage.reappend``);
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
 A store the broker refuses to start on (a file of the wrong size, a stray entry in ``commitlog/``,
@@ -67,12 +70,14 @@ from store_reader.checkpoint import lock_status
 from store_reader.config import read_consumer_offsets
 from store_reader.commitlog import SegmentSummary
 from store_reader.exceptions import StoreReaderError
+from store_reader.salvage import Reappended
 from store_reader.store import Store
 from store_reader.storefs import StoreLocation
 from store_reader import placement, publish, repair, scanned
 from jobs import audit as audit_job
 from jobs import findings as fnd
 from jobs import deltasink
+from jobs import salvage as salvage_job
 from jobs.deltasink import store_id_for
 from jobs.recoverreport import manifest, prediction_summary, print_report
 from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
@@ -108,6 +113,9 @@ class RunReport:
     resized: list[tuple[str, int, int]] = field(default_factory=list)
     """(file, length, mappedFileSizeCommitLog) of commitlog files the repaired store holds resized."""
     config_left_out: list[str] = field(default_factory=list)
+    salvage: bool = False
+    """--salvage: the lost records a producer would send again are re-appended (jobs.salvage)."""
+    salvaged: Reappended | None = None
     records: dict[str, str] = field(default_factory=dict)
     """Where the scan kept each segment's records for the later passes (``store_reader.scanned``)."""
     scans: dict[str, float] = field(default_factory=dict)
@@ -223,11 +231,19 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             headers, index_digests = passes.result(indexing)
             queues, queue_digests = passes.result(queueing)
             commitlog_digests = passes.result(copying)
+        if report.salvage:
+            t = time.monotonic()
+            report.salvaged = salvage_job.reappend(spark, store, pred, report.summaries, str(tmp), queues)
+            report.log_pass("salvage", t, f"{report.salvaged.records.num_rows} lost records re-appended, "
+                            f"end at phy {report.salvaged.end}")
         last_ts = max((ts for _, ts in counts), default=0)
         last_cq_ts = max(queues["last_store_timestamp"].to_pylist(), default=0)
         confirm = next((s.file_start + s.last_record_position for s in reversed(report.summaries)
                         if s.last_record_position is not None and
                         s.file_start + s.last_record_position < end), 0)
+        if report.salvaged is not None:
+            last_ts, last_cq_ts, headers, confirm = report.salvaged.checkpoint_inputs(last_ts, last_cq_ts,
+                                                                                      headers, confirm)
         ckpt = repair.repaired_checkpoint(int(last_ts), int(last_cq_ts),
                                           repair.full_index_end_timestamp(headers, cfg.maxIndexNum),
                                           confirm, version_5x)
@@ -242,7 +258,8 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             report.offsets_moved = repair.correct_consumer_offsets(tmp / "config", ranges)
         passes.check()
         t = time.monotonic()
-        known = {**commitlog_digests, **index_digests, **queue_digests}
+        known = {k: v for k, v in {**commitlog_digests, **index_digests, **queue_digests}.items()
+                 if report.salvaged is None or k not in report.salvaged.touched}
         repair.write_manifest(str(tmp), manifest(store, report, repair.tree_manifest(
             str(tmp), skip={publish.TMP_MARKER}, known=known)))
         report.log_pass("write manifest", t, f"sizes and SHA-256 of every output file "
@@ -355,7 +372,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
             broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
             backup: str | None = None, audit_path: str | None = None,
             keep_consumer_offsets: bool = False, commitlog_gone: bool = False,
-            scan_dir: str | None = None, link_commitlog: bool = False) -> RunReport:
+            scan_dir: str | None = None, link_commitlog: bool = False, salvage: bool = False) -> RunReport:
     """The whole run (passes 1-7); ``dry_run`` writes no repaired store (audit rows still go to
     ``audit_path`` when given). The repaired store's committed consumer offsets are moved where
     the consumers' next pull on it would move them, unless ``keep_consumer_offsets``. A store
@@ -384,12 +401,13 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         claim_outputs(stack, store, None if dry_run else out, overwrite,
                       backup if not dry_run else None, audit_path)
         return _recover(spark, store, out, broker_version, dry_run, overwrite, backup, audit_path,
-                        keep_consumer_offsets, started, scan_dir, link_commitlog)
+                        keep_consumer_offsets, started, scan_dir, link_commitlog, salvage)
 
 
 def _recover(spark, store: Store, out: str | None, broker_version: str | None, dry_run: bool,
              overwrite: bool, backup: str | None, audit_path: str | None, keep_consumer_offsets: bool,
-             started: float, scan_dir: str | None, link_commitlog: bool = False) -> RunReport:
+             started: float, scan_dir: str | None, link_commitlog: bool = False,
+             salvage: bool = False) -> RunReport:
     t = started
     audited_at = dt.datetime.now(dt.timezone.utc)
     version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
@@ -401,13 +419,14 @@ def _recover(spark, store: Store, out: str | None, broker_version: str | None, d
     # recovery on the driver, its replay reading the records the scan kept
     with records_dir(run_id, scan_dir) as kept:
         return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
-                                audit_path, keep_consumer_offsets, started, audited_at, kept, link_commitlog)
+                                audit_path, keep_consumer_offsets, started, audited_at, kept, link_commitlog,
+                                salvage)
 
 
 def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: str, run_id: str,
                      dry_run: bool, overwrite: bool, backup: str | None, audit_path: str | None,
                      keep_consumer_offsets: bool, started: float, audited_at, kept: str,
-                     link_commitlog: bool = False) -> RunReport:
+                     link_commitlog: bool = False, salvage: bool = False) -> RunReport:
     t = time.monotonic()
     opts = store.scan_options(broker_5x=version == recovery.V5X)
     scan = scan_once(spark, store, opts, kept)
@@ -416,7 +435,8 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
     pred = recovery.predict(store, version, summaries=summaries, records=scanned.prefix_source(scan.records, opts))
     report = RunReport(run_id, str(store.root), out, version, pred, summaries,
                        keep_consumer_offsets=keep_consumer_offsets, link_commitlog=link_commitlog,
-                       records=scan.records, scans=dict(scan.scans))
+                       records=scan.records, scans=dict(scan.scans),
+                       salvage=salvage and not dry_run and out is not None)
     report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
     report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scan_done)
     t = scan_done
@@ -452,6 +472,8 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
         tables = fnd.run_tables(report.findings, row,
                                 fnd.segment_rows(summaries, pred, mtimes, {s.segment for s in summaries}, written),
                                 run_id, store_id, audited_at)
+        if report.salvaged is not None:
+            tables["salvaged_messages"] = salvage_job.audit_rows(report.salvaged, run_id, store_id, audited_at)
         report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark)
         report.log_pass("write audit tables", t, audit_path)
     return report
@@ -469,6 +491,10 @@ def count_reads(report: RunReport, store: Store, writing: bool) -> None:
         for s in report.summaries:      # the consume queue and the index rebuilds
             if s.file_start < end:
                 report.scans[s.segment] += 2
+    if writing and report.salvage:      # the re-append reads the files past the cut again
+        for s in report.summaries:
+            if s.file_start + s.file_size > end:
+                report.scans[s.segment] += 1
     walks = list(report.scans.values())
     log.info("scans per segment %.2f (max %.2f) over %d segments", sum(walks) / len(walks) if walks else 0,
              max(walks, default=0), len(walks))
@@ -515,6 +541,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "them, but anything else that does changes both stores; with --apply the "
                          "backup shares them with the store put in its place. Falls back to a copy "
                          "where a link cannot be made (another filesystem, a remote store)")
+    ap.add_argument("--salvage", action="store_true",
+                    help="append the intact records the broker's recovery discards (those jobs.salvage "
+                         "exports with replay=send) to the repaired store, at new phy and queue offsets, "
+                         "dispatched into its consume queues and index; MANIFEST.json and the "
+                         "salvaged_messages audit table say where each went")
     ap.add_argument("--json", action="store_true", help="print the prediction as JSON")
     ap.add_argument("--demo", metavar="DIR",
                     help="make a sample store with a simulated crash in DIR and recover it")
@@ -567,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                      args.dry_run, args.overwrite, args.backup if args.apply else None,
                      args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.scan_dir,
-                     args.link)
+                     args.link, args.salvage)
     if args.json:
         print(json.dumps(prediction_summary(report.prediction, report), indent=2))
     else:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobs import findings as fnd
+from jobs.salvage import print_reappended
 from store_reader import publish, recovery
 from store_reader.fsutil import walk_files
 from store_reader.store import Store
@@ -46,7 +47,8 @@ def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
             "brokerConfig": _resolved(store.config.source),
             "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
             "prediction": prediction_summary(report.prediction, report),
-            "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved}}
+            "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved},
+            **({"salvaged": report.salvaged.to_manifest()} if report.salvaged is not None else {})}
 
 
 def print_report(report: RunReport, out=None) -> None:
@@ -109,5 +111,7 @@ def print_report(report: RunReport, out=None) -> None:
           f"{report.applied_backup}", file=out)
     elif report.written:
         p(f"  repaired store     {report.out}", file=out)
+    if report.written and report.salvaged is not None:
+        print_reappended(report.salvaged, out)
     elif report.out:
         p("  dry run: nothing written", file=out)

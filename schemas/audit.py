@@ -160,6 +160,19 @@ STORE_FINDINGS = audit_table("store_findings", (
     F("detail", "string", nullable=True),
 ))
 
+SALVAGED_MESSAGES = audit_table("salvaged_messages", (
+    F("old_phy_offset", "int64", doc="where the lost record lay in the input store"),
+    F("new_phy_offset", "int64", doc="where jobs.recover --salvage re-appended it in the repaired store"),
+    F("topic", "string"),
+    F("queue_id", "int32"),
+    F("old_queue_offset", "int64"),
+    F("new_queue_offset", "int64", doc="the next queue offset of its queue in the repaired store"),
+    F("total_size", "int32", doc="TOTALSIZE as re-appended"),
+    F("uniq_key", "string", nullable=True, doc="unchanged: consumers that de-duplicate see a redelivery"),
+    F("lmq_offsets", "string", nullable=True, doc="INNER_MULTI_QUEUE_OFFSET as rewritten (LMQ copies)"),
+))
+
 TABLES = {t.name: t for t in (RUNS, SEGMENTS, QUEUE_FINDINGS, INDEX_FINDINGS,
-                              CONSUMER_OFFSET_FINDINGS, LOST_MESSAGES, FLUSH_WINDOW, STORE_FINDINGS)}
+                              CONSUMER_OFFSET_FINDINGS, LOST_MESSAGES, FLUSH_WINDOW, STORE_FINDINGS,
+                              SALVAGED_MESSAGES)}
 

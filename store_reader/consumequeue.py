@@ -463,3 +463,31 @@ def write_queue_files(directory: str | os.PathLike[str], first_slot: int, slots:
             raise OSError(exc.errno, exc.strerror, path) from None
         written.append(path)
     return written
+
+
+def write_queue_slots(directory: str | os.PathLike[str], first_slot: int, slots: np.ndarray,
+                      cq_file_size: int) -> list[str]:
+    """``slots`` (``CQ_ENTRY_DTYPE``) written in place at queue offsets ``first_slot`` on, continuing
+    the CQ files under ``directory`` (``write_queue_files`` writes whole new ones): a file that is
+    missing is created as the broker preallocates it, its other slots zeros. Returns the paths
+    written, in offset order; an ``OSError`` names the file it failed on."""
+    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    written, i = [], 0
+    while i < len(slots):
+        at = first_slot + i
+        base = at - at % per_file
+        n = min(len(slots) - i, base + per_file - at)
+        path = os.path.join(directory, file_name(base * CQ_STORE_UNIT_SIZE))
+        try:
+            with open(path, "r+b" if os.path.exists(path) else "xb") as fh:
+                fh.seek((at - base) * CQ_STORE_UNIT_SIZE)
+                fh.write(slots[i:i + n].tobytes())
+                fh.truncate(cq_file_size)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None
+        written.append(path)
+        i += n
+    return written
+

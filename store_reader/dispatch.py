@@ -84,7 +84,7 @@ def multi_dispatch_targets(config: BrokerConfig, broker_5x: bool, topic: str, qu
     offsets = properties.get(rf.PROPERTY_INNER_MULTI_QUEUE_OFFSET, "")
     if not names.strip() or not offsets.strip():
         return []
-    if broker_5x and (topic.startswith("%RETRY%") or topic.startswith("rmq_sys_")
+    if broker_5x and (topic.startswith(rf.RETRY_GROUP_TOPIC_PREFIX) or topic.startswith(rf.SYSTEM_TOPIC_PREFIX)
                       or topic == rf.SCHEDULE_TOPIC):
         return []
     queue_names, queue_offsets = java_split(names, ","), java_split(offsets, ",")

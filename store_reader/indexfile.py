@@ -663,6 +663,29 @@ def _put_all(data: np.ndarray, start: IndexHeader, kh: np.ndarray, phy: np.ndarr
     return header
 
 
+def append_puts(path: str, hash_slot_num: int, index_num: int, key_hash: np.ndarray, phy: np.ndarray,
+                store_timestamp: np.ndarray, start: IndexHeader | None = None) -> tuple[IndexHeader, int]:
+    """``putKey`` for the puts that fit (a file is full at ``index_num`` entries) into the index file
+    at ``path``, in place: an existing one continued from its header, or, with ``start``, a new one
+    created with that header (``IndexHeader.successor`` of the file before it). Returns the file's
+    header and how many puts went in."""
+    if start is not None:
+        with open(path, "xb") as fh:
+            fh.write(start.pack())
+            fh.truncate(index_file_size(hash_slot_num, index_num))
+    with open(path, "r+b") as fh, mmap.mmap(fh.fileno(), 0) as mm:
+        data = np.frombuffer(mm, np.uint8)
+        header = IndexHeader.unpack(mm[:INDEX_HEADER_SIZE], path=path)
+        header = replace(header, index_count=header.loaded_index_count)
+        n = max(0, min(header.room(index_num), len(key_hash)))
+        if n:
+            header = _put_all(data, header, np.asarray(key_hash[:n], np.int64), np.asarray(phy[:n], np.int64),
+                              np.asarray(store_timestamp[:n], np.int64), hash_slot_num)
+        del data
+        mm.flush()
+    return header, n
+
+
 def _clamp_diff(diff_ms: np.ndarray) -> np.ndarray:
     """``timeDiff = diff / 1000`` then clamp to [0, Integer.MAX_VALUE].
 

@@ -32,7 +32,8 @@ from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
-from .consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, range_status, write_queue_files
+from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, range_status, write_queue_files,
+                           write_queue_slots)
 from .dispatch import dispatchable, index_key_counts, index_put_keys, multi_dispatch_rows
 from .exceptions import OutputError, StoreReaderError, UnreadableFileError
 from .fsutil import walk_files
@@ -351,22 +352,14 @@ def extend_queue(topic: str, queue_id: int, queue_dir: str, cq_file_size: int, r
         with open(os.path.join(queue_dir, cq_file_name((last - last % per_file) * CQ_STORE_UNIT_SIZE)), "rb") as fh:
             fh.seek(last % per_file * CQ_STORE_UNIT_SIZE)
             phy = int(np.frombuffer(fh.read(CQ_STORE_UNIT_SIZE), CQ_ENTRY_DTYPE)[0]["phy_offset"])
-    offset = first
-    while offset < stop:
-        base = offset - offset % per_file
-        n = min(stop, base + per_file) - offset
-        slots = np.zeros(n, CQ_ENTRY_DTYPE)
-        slots[:] = (phy, FILLER_SIZE, 0)
-        path = os.path.join(queue_dir, cq_file_name(base * CQ_STORE_UNIT_SIZE))
-        with open(path, "r+b" if os.path.exists(path) else "xb") as fh:
-            if rebuilt is None and base <= min_offset < base + per_file:
-                head = np.zeros(min_offset - base, CQ_ENTRY_DTYPE)
-                head[:] = (0, PRE_BLANK_SIZE, 0)
-                fh.write(head.tobytes())
-            fh.seek((offset - base) * CQ_STORE_UNIT_SIZE)
-            fh.write(slots.tobytes())
-            fh.truncate(cq_file_size)
-        offset += n
+    if rebuilt is None:
+        base = min_offset - min_offset % per_file
+        head = np.zeros(min_offset - base, CQ_ENTRY_DTYPE)
+        head[:] = (0, PRE_BLANK_SIZE, 0)
+        write_queue_slots(queue_dir, base, head, cq_file_size)
+    slots = np.zeros(max(stop - first, 0), CQ_ENTRY_DTYPE)
+    slots[:] = (phy, FILLER_SIZE, 0)
+    write_queue_slots(queue_dir, first, slots, cq_file_size)
     return QueuePart(topic, queue_id, -1, False, 0, first, stop - 1, (0, 0), (0, 0), 0, 0, min_offset, stop, 0,
                      [(first, stop, phy)])
 

@@ -34,6 +34,9 @@ import numpy as np
 import pyarrow as pa
 
 from . import recordformat as rf
+from .recordformat import (encode_blank, encode_message, encode_properties, parse_host,
+                           properties_bytes, write_record)
+from .recordformat import crc32 as _crc
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import to_fastjson
@@ -58,227 +61,6 @@ __all__ = [
     "DAMAGES",
     "main",
 ]
-
-# -- record layout (F§3.1, F§3.2) ---------------------------------------------------------------
-# The fields before BODY, in spec order. A host field (code None) is the raw address (4 or 16 bytes)
-# then the i32 port (MessageExt#socketAddress2ByteBuffer); SYSFLAG bits 0x10/0x20 give the width.
-_HOST = None
-_HEAD_FIELDS = (
-    ("TOTALSIZE", "i"),
-    ("MAGICCODE", "i"),
-    ("BODYCRC", "i"),
-    ("QUEUEID", "i"),
-    ("FLAG", "i"),
-    ("QUEUEOFFSET", "q"),
-    ("PHYSICALOFFSET", "q"),
-    ("SYSFLAG", "i"),
-    ("BORNTIMESTAMP", "q"),
-    ("BORNHOST", _HOST),
-    ("STORETIMESTAMP", "q"),
-    ("STOREHOSTADDRESS", _HOST),
-    ("RECONSUMETIMES", "i"),
-    ("PREPARED TRANSACTION OFFSET", "q"),
-    ("BODYLEN", "i"),
-)
-# after BODY: TOPICLEN (i8 for V1, i16 for V2), TOPIC, PROPERTIESLEN (i16), PROPERTIES
-_I16 = struct.Struct(">h")
-_BLANK = struct.Struct(">ii")
-_MAGIC = {1: rf.MAGIC_V1, 2: rf.MAGIC_V2}
-MAX_PROPERTIES_LENGTH = 32767
-
-
-@functools.lru_cache(maxsize=None)
-def _head_struct(born_addr_len: int, store_addr_len: int) -> struct.Struct:
-    """Struct of the fields before BODY for the given host address widths (4 or 16)."""
-    codes = {"BORNHOST": f"{born_addr_len}si", "STOREHOSTADDRESS": f"{store_addr_len}si"}
-    return struct.Struct(">" + "".join(codes.get(name, code) for name, code in _HEAD_FIELDS))
-
-
-def _crc(data: bytes | bytearray | memoryview) -> int:
-    """``UtilAll#crc32``: CRC-32 & 0x7FFFFFFF (never negative)."""
-    return zlib.crc32(data) & 0x7FFFFFFF
-
-
-def _crc32_property(value: int) -> bytes:
-    """The 20 reserved bytes of ``__CRC32#`` (F§3.8): digits least significant first, '0'-padded."""
-    digits = str(value)[::-1].ljust(10, "0")
-    return (rf.PROPERTY_CRC32 + rf.NAME_VALUE_SEPARATOR + digits + rf.PROPERTY_SEPARATOR).encode("ascii")
-
-
-@functools.lru_cache(maxsize=4096)
-def parse_host(host: str | tuple[str, int]) -> tuple[bytes, int]:
-    """Raw address bytes and port of a host in the decoder's form.
-
-    Parameters
-    ----------
-    host
-        ``"a.b.c.d:port"``, ``"[v6 address]:port"`` (what ``schemas.MESSAGE`` born_host/store_host
-        hold) or an ``(address, port)`` tuple.
-
-    Returns
-    -------
-    tuple of (bytes, int)
-        4 (IPv4) or 16 (IPv6) address bytes and the port.
-    """
-    if isinstance(host, tuple):
-        address, port = host
-    else:
-        address, sep, port_s = host.rpartition(":")
-        if not sep:
-            raise ValueError(f"host {host!r} has no :port")
-        address = address[1:-1] if address.startswith("[") and address.endswith("]") else address
-        port = int(port_s)
-    return ipaddress.ip_address(address).packed, int(port)
-
-
-def encode_properties(properties: Mapping[str, str | None] | Sequence[tuple[str, str | None]] | None,
-                      trailing_separator: bool = True) -> str:
-    """``MessageDecoder#messageProperties2String`` (F§3.7).
-
-    Parameters
-    ----------
-    properties
-        Name/value pairs in the order to write them (the broker's is Java HashMap order, see
-        :func:`hashmap_order`); pairs whose value is None are skipped, as in Java.
-    trailing_separator
-        True for 5.x (every pair ends with ``\\x02``); False for 4.9.7 (the last ``\\x02`` removed).
-    """
-    if not properties:
-        return ""
-    pairs = properties.items() if isinstance(properties, Mapping) else properties
-    text = "".join(f"{name}{rf.NAME_VALUE_SEPARATOR}{value}{rf.PROPERTY_SEPARATOR}"
-                   for name, value in pairs if value is not None)
-    return text if trailing_separator or not text else text[:-1]
-
-
-def encode_blank(max_blank: int) -> bytes:
-    """The 8-byte end-of-file marker (F§3.10): i32 bytes left in the file, then BLANK_MAGIC_CODE."""
-    if max_blank < rf.END_FILE_MIN_BLANK_LENGTH:
-        raise ValueError(f"a blank marker needs 8 bytes, only {max_blank} left")
-    return _BLANK.pack(max_blank, rf.BLANK_MAGIC)
-
-
-def _write_record(buf: bytearray, pos: int, total: int, version: int, queue_id: int, flag: int,
-                  queue_offset: int, phy_offset: int, sys_flag: int, born_timestamp: int,
-                  born: tuple[bytes, int],
-                  store_timestamp: int, store: tuple[bytes, int], reconsume_times: int,
-                  prepared_transaction_offset: int, body: bytes, body_crc: int, topic: bytes,
-                  properties: bytes, append_crc32: bool) -> None:
-    """Write one ``total``-byte record (``cal_msg_length``) at ``buf[pos:]``, fields in spec order.
-
-    ``properties`` already holds the 20 reserved ``__CRC32#`` bytes when ``append_crc32`` is set;
-    they are filled last, once every other byte of the record is in place (as ``doAppend`` does).
-    """
-    head = _head_struct(len(born[0]), len(store[0]))
-    head.pack_into(buf, pos, total, _MAGIC[version], body_crc, queue_id, flag, queue_offset, phy_offset,
-                   sys_flag, born_timestamp, born[0], born[1], store_timestamp, store[0], store[1],
-                   reconsume_times, prepared_transaction_offset, len(body))
-    p = pos + head.size
-    buf[p:p + len(body)] = body
-    p += len(body)
-    if version == 1:
-        buf[p] = len(topic) & 0xFF        # (byte) topicLength: 128..255 reads back negative (F§3.3)
-        p += 1
-    else:
-        _I16.pack_into(buf, p, len(topic))
-        p += 2
-    buf[p:p + len(topic)] = topic
-    p += len(topic)
-    _I16.pack_into(buf, p, len(properties))
-    p += 2
-    buf[p:p + len(properties)] = properties
-    p += len(properties)
-    assert p - pos == total, (p - pos, total)
-    if append_crc32:
-        tail = pos + total - rf.CRC32_RESERVED_LEN
-        buf[tail:pos + total] = _crc32_property(_crc(memoryview(buf)[pos:tail]))
-
-
-def _properties_bytes(text: str, append_crc32: bool) -> bytes:
-    """UTF-8 properties, with the ``__CRC32#`` reservation appended when asked (F§3.8)."""
-    if append_crc32:
-        if text and not text.endswith(rf.PROPERTY_SEPARATOR):
-            text += rf.PROPERTY_SEPARATOR
-        text += rf.PROPERTY_CRC32 + rf.NAME_VALUE_SEPARATOR + "0" * 10 + rf.PROPERTY_SEPARATOR
-    data = text.encode("utf-8")
-    if len(data) > MAX_PROPERTIES_LENGTH:
-        raise ValueError(f"properties are {len(data)} bytes; PROPERTIESLEN is at most "
-                         f"{MAX_PROPERTIES_LENGTH}")
-    return data
-
-
-def _host_flags(sys_flag: int, born: tuple[bytes, int], store: tuple[bytes, int]) -> int:
-    """SYSFLAG with the host-width bits the broker sets from the socket address types (F§3.2)."""
-    for bit, (addr, _), what in ((rf.BORNHOST_V6_FLAG, born, "born"),
-                                 (rf.STOREHOSTADDRESS_V6_FLAG, store, "store")):
-        if len(addr) == 16:
-            sys_flag |= bit
-        elif sys_flag & bit:
-            raise ValueError(f"sys_flag has the {what}-host IPv6 bit but the {what} host is IPv4")
-    return sys_flag
-
-
-def encode_message(*, topic: str, body: bytes = b"",
-                   properties: Mapping[str, str | None] | Sequence[tuple[str, str | None]] | None = None,
-                   queue_id: int = 0, flag: int = 0, queue_offset: int = 0, phy_offset: int = 0,
-                   sys_flag: int = 0, born_timestamp: int = 0,
-                   born_host: str | tuple[str, int] = "127.0.0.1:0", store_timestamp: int = 0,
-                   store_host: str | tuple[str, int] = "127.0.0.1:10911", reconsume_times: int = 0,
-                   prepared_transaction_offset: int = 0, version: int = 1,
-                   trailing_separator: bool = True, append_crc32: bool = False) -> bytes:
-    """One commitlog record, byte for byte as the broker stores it (F§3.1-§3.8).
-
-    Parameters
-    ----------
-    topic
-        Topic name (UTF-8). V1 writes its length as ``(byte)``, so 128..255 bytes produce the
-        negative length a broker with ``autoMessageVersionOnTopicLen=false`` writes (F§3.3).
-    body
-        The stored body (already compressed when ``sys_flag`` has COMPRESSED_FLAG). BODYCRC is
-        computed over these bytes (F§3.6).
-    properties
-        Pairs in the order to store them (see :func:`encode_properties`).
-    queue_id, flag, queue_offset, phy_offset, born_timestamp, store_timestamp, reconsume_times,
-    prepared_transaction_offset
-        QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, BORNTIMESTAMP, STORETIMESTAMP, RECONSUMETIMES,
-        PREPARED TRANSACTION OFFSET.
-    sys_flag
-        SYSFLAG. The IPv6 host bits (0x10, 0x20) are set from the host address families; setting
-        one for an IPv4 host is an error.
-    born_host, store_host
-        ``"ip:port"`` / ``"[ipv6]:port"`` or ``(address, port)``.
-    version
-        1 (magic ``0xDAA320A7``, 1-byte topic length) or 2 (``0xDAA320AB``, 2-byte, 5.x).
-    trailing_separator
-        5.x properties style (True) or 4.9.7 (False), F§3.7.
-    append_crc32
-        5.x ``enabledAppendPropCRC``: any ``__CRC32#`` pair is dropped, then the 20-byte
-        ``__CRC32#`` property over the rest of the record is appended (F§3.8).
-
-    Returns
-    -------
-    bytes
-        The record; its length is TOTALSIZE.
-    """
-    if version not in _MAGIC:
-        raise ValueError(f"version must be 1 or 2, got {version}")
-    topic_bytes = topic.encode("utf-8")
-    if len(topic_bytes) > (255 if version == 1 else 32767):
-        raise ValueError(f"topic of {len(topic_bytes)} bytes does not fit a V{version} TOPICLEN")
-    if append_crc32 and properties:
-        pairs = properties.items() if isinstance(properties, Mapping) else properties
-        properties = [(k, v) for k, v in pairs if k != rf.PROPERTY_CRC32]
-    props = _properties_bytes(encode_properties(properties, trailing_separator), append_crc32)
-    born, store = parse_host(born_host), parse_host(store_host)
-    sys_flag = _host_flags(sys_flag, born, store)
-    total = rf.cal_msg_length(version, sys_flag, len(body), len(topic_bytes), len(props))
-    buf = bytearray(total)
-    _write_record(buf, 0, total, version, queue_id, flag, queue_offset, phy_offset, sys_flag,
-                  born_timestamp, born, store_timestamp, store, reconsume_times,
-                  prepared_transaction_offset, bytes(body), _crc(body) if body else 0, topic_bytes,
-                  props, append_crc32)
-    return bytes(buf)
-
 
 def hashmap_order(names: Iterable[str]) -> list[str]:
     """Iteration order of a ``java.util.HashMap`` filled with ``names`` in this order.
@@ -305,9 +87,9 @@ def hashmap_order(names: Iterable[str]) -> list[str]:
 
 MiB = 1 << 20
 SCHEDULE_TOPIC = rf.SCHEDULE_TOPIC
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+TRANS_HALF_TOPIC = rf.TRANS_HALF_TOPIC
+TRANS_OP_HALF_TOPIC = rf.TRANS_OP_HALF_TOPIC
+RETRY_GROUP_TOPIC_PREFIX = rf.RETRY_GROUP_TOPIC_PREFIX
 BROKER_STYLES = ("4.9", "5.x")
 COMPRESSION_ZLIB = 3 << 8          # 5.x clients also set the compression type bits (F§3.5)
 DELAY_LEVELS_MS = tuple(BrokerConfig().delay_levels_ms)
@@ -858,7 +640,7 @@ class _Generator:
         self.records += 1
         pairs.sort(key=lambda pair: _PROPERTY_RANK[pair[0]])
         text = "".join([f"{k}\x01{v}\x02" for k, v in pairs])
-        props = _properties_bytes(text if self.five else text[:-1], spec.append_prop_crc)
+        props = properties_bytes(text if self.five else text[:-1], spec.append_prop_crc)
         q = self._queue(topic, queue_id)
         topic_b = self.topic_bytes[topic]
         version = 2 if self.five and len(topic_b) > 127 else 1     # autoMessageVersionOnTopicLen
@@ -871,7 +653,7 @@ class _Generator:
             queue_offset = 0        # PREPARED/ROLLBACK do not advance the queue (F§3.5)
         total = rf.cal_msg_length(version, sys_flag, len(body), len(topic_b), len(props))
         buf, pos, phy = self.writer.reserve(total)
-        _write_record(buf, pos, total, version, queue_id, flag, queue_offset, phy, sys_flag,
+        write_record(buf, pos, total, version, queue_id, flag, queue_offset, phy, sys_flag,
                       born_timestamp, born, store_ts, store, reconsume_times,
                       prepared_transaction_offset, body, body_crc, topic_b, props, spec.append_prop_crc)
         if delay_level and topic == SCHEDULE_TOPIC:
@@ -1064,7 +846,7 @@ def _body_position(sys_flag: int) -> int:
     """Offset of BODY in a record with this SYSFLAG (F§3.2: 72 + born host + store host)."""
     born = 16 if sys_flag & rf.BORNHOST_V6_FLAG else 4
     store = 16 if sys_flag & rf.STOREHOSTADDRESS_V6_FLAG else 4
-    return _head_struct(born, store).size
+    return rf.head_struct(born, store).size
 
 
 @dataclass

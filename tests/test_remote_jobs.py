@@ -157,3 +157,19 @@ def test_unwritable_s3_audit_path_is_one_line_and_exit_2(stores):
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "s3://no-such-bucket/audit/" in errors[0] and "NoSuchBucket" in errors[0]
     assert "Traceback" not in p.stderr
+
+
+def test_salvage_on_s3_equals_local(s3_server, tmp_path):
+    """The export of the records a torn-middle store loses: the same bytes from S3 as locally."""
+    case = ("rocketmq-5.3.3", "torn-middle-crc")
+    local = support.input_store(*case)
+    remote = s3_server.upload(local, "stores", f"{case[0]}/{case[1]}")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, **s3_server.env)
+    outs = {}
+    for name, store in (("local", str(local)), ("s3", remote)):
+        outs[name] = tmp_path / f"lost-{name}.jsonl"
+        p = _job("jobs.salvage", ["--store", store, "--broker-config", str(support.broker_conf(*case)),
+                                  "--out", str(outs[name])], env)
+        assert p.returncode == 0, p.stderr[-3000:]
+    data = outs["s3"].read_bytes()
+    assert data == outs["local"].read_bytes() and data.count(b"\n") == 20
