@@ -207,12 +207,12 @@ def passes_of(lines: list[tuple[float, str]]) -> dict[str, tuple[float, float]]:
 
 # -- the runs ------------------------------------------------------------------------------------------
 
-def spark_run(store: Path, work: Path, code: Path = ROOT) -> dict:
+def spark_run(store: Path, work: Path, code: Path = ROOT, extra: tuple[str, ...] = ()) -> dict:
     """``python -m jobs.recover`` of the tree ``code`` on ``store`` as its own process (fresh Spark)."""
     out, audit = work / "repaired", work / "audit"
     shutil.rmtree(audit, ignore_errors=True)
     cmd = [sys.executable, "-m", "jobs.recover", "--store", str(store), "--out", str(out),
-           "--broker-config", str(store / "broker.conf"), "--audit-path", str(audit), "--overwrite"]
+           "--broker-config", str(store / "broker.conf"), "--audit-path", str(audit), "--overwrite", *extra]
     wall, lines, s, rc = watched(cmd, code)
     if rc != 0:
         tail = "\n".join(line for _, line in lines[-30:])
@@ -228,6 +228,32 @@ def spark_run(store: Path, work: Path, code: Path = ROOT) -> dict:
             "scan_cores": s.core_use(at - secs, at), "all_cores": s.core_use(0, float("inf")),
             "scan_own": s.own_cores(at - secs, at), "all_own": s.own_cores(0, float("inf")),
             "scans": (float(scans.group(1)), float(scans.group(2))) if scans else None}
+
+
+def salvage_runs(store: Path, work: Path) -> dict:
+    """Issue 20's two ways on ``store``: ``jobs.recover --salvage`` (the lost records re-appended) and
+    the ``jobs.salvage`` export to Parquet, each a fresh process."""
+    (work / "salvage").mkdir(exist_ok=True)
+    appended = spark_run(store, work / "salvage", extra=("--salvage",))
+    cmd = [sys.executable, "-m", "jobs.salvage", "--store", str(store), "--broker-config",
+           str(store / "broker.conf"), "--out", str(work / "salvaged.parquet"), "--format", "parquet",
+           "--overwrite"]
+    wall, lines, s, rc = watched(cmd, ROOT)
+    if rc != 0:
+        raise SystemExit("jobs.salvage exited %d:\n%s" % (rc, "\n".join(line for _, line in lines[-30:])))
+    return {"reappend": appended, "export": {"wall": wall, "cpu_seconds": sum(s.cpu_seconds.values()),
+                                             "peak_one": s.peak_one}}
+
+
+def print_salvage(sizes: list[dict], runs: list[dict], salvaged: list[dict]) -> None:
+    print("\nsalvage (issue 20) on the same stores: recover without and with --salvage, and the export")
+    for s, r, v in zip(sizes, runs, salvaged):
+        a, e = v["reappend"], v["export"]
+        print(f"  {s['written_end'] / GB:.2f} GB: recover {r['wall']:.2f} s / {r['cpu_seconds']:.1f} CPU-s; "
+              f"recover --salvage {a['wall']:.2f} s / {a['cpu_seconds']:.1f} CPU-s (salvage pass "
+              f"{a['passes'].get('salvage', 0.0):.2f} s, manifest {a['passes'].get('write manifest', 0.0):.2f} s); "
+              f"jobs.salvage --format parquet {e['wall']:.2f} s / {e['cpu_seconds']:.1f} CPU-s, "
+              f"peak driver Python {_mb(e['peak_one'].get('driver python'))}")
 
 
 def baseline_tree(rev: str, base: Path) -> Path:
@@ -509,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", default=BASELINE,
                     help=f"the previous code, run on the same stores side by side (a git revision; "
                          f"default {BASELINE}, the code before the one-pass redesign; 'none': skip)")
+    ap.add_argument("--salvage", action="store_true",
+                    help="also time recover --salvage and the jobs.salvage export on each store")
     ap.add_argument("--reference", nargs=2, metavar=("STORE", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.reference:
@@ -522,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"driver JVM class-data sharing: {cds}")
     base = Path(args.dir)
     before_tree = None if args.baseline == "none" else baseline_tree(args.baseline, base)
-    sizes, runs, refs, before = [], [], [], []
+    sizes, runs, refs, before, salvaged = [], [], [], [], []
     loads = [load]
     for text in args.sizes.split(","):
         size = parse_size(text)
@@ -540,6 +568,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_reference:
             loads.append(settle(store))
         refs.append(None if args.no_reference else reference_run(store, work))
+        if args.salvage:
+            loads.append(settle(store))
+            salvaged.append(salvage_runs(store, work))
     tiny = parse_size(args.fixed_size)
     store = base / f"store-{args.fixed_size}"
     fixed_store = ensure_store(store, tiny)
@@ -557,6 +588,8 @@ def main(argv: list[str] | None = None) -> int:
     report(sizes, runs, refs, session, loads, small)
     if before:
         side_by_side(sizes, runs, before, args.baseline)
+    if salvaged:
+        print_salvage(sizes, runs, salvaged)
     print(f"driver JVM class-data sharing: {cds}")
     return 0
 
