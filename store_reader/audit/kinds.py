@@ -109,16 +109,24 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("note.config_tmp", _S, "note",
          "a *.json.tmp leftover of a crash during persist (4.9.7); the broker never reads it",
          "files.verify_config"),
+    # from the segments' scan summaries and the predicted cut: the audit stores them (recover and
+    # audit pass their summaries and prediction to files.store_file_findings)
+    Kind("commitlog.bad_record", _S, "anomaly",
+         "the first record of a segment failing the broker's checkMessageAndReturnSize (a torn "
+         "tail included); the records lost behind it are lost_messages rows",
+         "commitlog.verify_commitlog, segment_findings"),
+    Kind("commitlog.no_eof_marker", _S, "anomaly",
+         "valid data ending in zero padding without an end-of-file marker while more segments "
+         "follow: the broker truncates there and deletes the later files",
+         "commitlog.verify_commitlog, segment_findings"),
+    Kind("note.after_marker", _S, "note",
+         "bytes after an end-of-file marker that are not zero (never read)",
+         "commitlog.verify_commitlog, segment_findings"),
+    Kind("note.crc_unchecked", _S, "note",
+         "records failing a CRC the broker does not check (checkCRCOnRecover=false)",
+         "commitlog.verify_commitlog, segment_findings"),
     # found by jobs.dump --verify only (they need every record of the commitlog on one machine);
     # the audit reports the same facts in other terms where it can
-    Kind("commitlog.bad_record", _D, "anomaly",
-         "the first record of a segment failing the broker's checkMessageAndReturnSize (a torn "
-         "tail included); the audit: segments.end_reason (corrupt, torn_tail) and lost_messages",
-         "commitlog.verify_commitlog"),
-    Kind("commitlog.no_eof_marker", _D, "anomaly",
-         "valid data ending in zero padding without an end-of-file marker while more segments "
-         "follow: the broker truncates there and deletes the later files; the audit: segments, "
-         "lost_messages", "commitlog.verify_commitlog"),
     Kind("index.no_record", _D, "anomaly",
          "an index entry inside the commitlog's range pointing where no record starts",
          "index.verify_index_file"),
@@ -126,12 +134,6 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "audit: runs.recovery_path)", "commitlog.verify_process_state"),
     Kind("note.lock", _D, "note", "a running broker holds the lock: the files change while read",
          "commitlog.verify_process_state"),
-    Kind("note.after_marker", _D, "note",
-         "bytes after an end-of-file marker that are not zero (never read)",
-         "commitlog.verify_commitlog"),
-    Kind("note.crc_unchecked", _D, "note",
-         "records failing a CRC the broker does not check (checkCRCOnRecover=false)",
-         "commitlog.verify_commitlog"),
 )}
 
 # jobs.dump --verify's names for kinds of the audit's queue and index tables (the same fact,
