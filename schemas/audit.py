@@ -152,7 +152,8 @@ FLUSH_WINDOW = audit_table("flush_window", (
 STORE_FINDINGS = audit_table("store_findings", (
     F("kind", "string", doc="store_reader.audit.kinds (README: Finding kinds), named as "
                             "jobs.dump --verify names them: layout.load_problem, cq.file_size, "
-                            "checkpoint.*, config.undecodable, note.commitlog_gap, note.config_tmp"),
+                            "checkpoint.*, config.undecodable, commitlog.bad_record, "
+                            "commitlog.no_eof_marker, note.*"),
     F("severity", "string", doc="anomaly (the broker acts on it) | note (it only logs it)"),
     F("file", "string"),
     F("position", "int64", nullable=True, doc="byte position in the file, when known"),
