@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
+from scripts.worktree import baseline_tree  # noqa: E402
 from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, parse_size, write_store  # noqa: E402
 
 GB = 1e9
@@ -254,22 +255,6 @@ def print_salvage(sizes: list[dict], runs: list[dict], salvaged: list[dict]) -> 
               f"{a['passes'].get('salvage', 0.0):.2f} s, manifest {a['passes'].get('write manifest', 0.0):.2f} s); "
               f"jobs.salvage --format parquet {e['wall']:.2f} s / {e['cpu_seconds']:.1f} CPU-s, "
               f"peak driver Python {_mb(e['peak_one'].get('driver python'))}")
-
-
-def baseline_tree(rev: str, base: Path) -> Path:
-    """A detached git worktree of ``rev`` with its native scanner built (made once under ``base``)."""
-    full = subprocess.run(["git", "-C", str(ROOT), "rev-parse", rev], check=True, capture_output=True,
-                          text=True).stdout.strip()
-    tree = base / f"baseline-{full[:12]}"
-    if not (tree / ".built").exists():
-        shutil.rmtree(tree, ignore_errors=True)
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=True)
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), full], check=True,
-                       stdout=subprocess.DEVNULL)
-        subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tree, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        (tree / ".built").touch()
-    return tree
 
 
 def session_start() -> dict:

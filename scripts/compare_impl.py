@@ -34,6 +34,8 @@ import tarfile
 import time
 from pathlib import Path
 
+from worktree import baseline_tree  # scripts/ is on the path: this script's own directory
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(os.environ.get("ROCKETMQ_SHARED", ROOT.parent / "shared")) / "fixtures"
 DEFAULT_BASE = "d140b73"
@@ -181,21 +183,6 @@ def snapshot(cases: list[dict], scratch: Path) -> dict:
 
 # -- the two sides and the diff -------------------------------------------------------------------------
 
-def base_tree(base: str, work: Path) -> Path:
-    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", base], check=True, capture_output=True,
-                         text=True).stdout.strip()
-    tree = work / f"base-{rev[:12]}"
-    if not (tree / ".built").exists():
-        shutil.rmtree(tree, ignore_errors=True)
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=True)
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True,
-                       stdout=subprocess.DEVNULL)
-        subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tree, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        (tree / ".built").touch()
-    return tree
-
-
 def run_side(code: Path, cases: list[dict], work: Path, name: str, verbose: bool) -> dict:
     # one scratch directory for both sides: output paths end up in manifests and audit rows
     snap, scratch = work / f"snapshot-{name}.json", work / "scratch"
@@ -276,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no case matches", file=sys.stderr)
         return 2
     try:
-        base = base_tree(args.base, work)
+        base = baseline_tree(args.base, work, "base")
         key = hashlib.sha256(json.dumps(cases).encode()).hexdigest()[:12]
         cached = work / f"snapshot-base-{base.name}-{key}.json"
         if cached.exists():

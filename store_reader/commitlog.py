@@ -124,6 +124,25 @@ class SegmentSummary:
     max_store_timestamp: int | None = None
     """The valid prefix's largest store timestamp (not a table column)."""
 
+    def count_run(self, in_prefix: bool, n: int, pos: int, pos_next: int, stats: tuple) -> None:
+        """Count a scanner run of ``n`` records over ``[pos, pos_next)`` (``stats``: the scanner's
+        timestamps, last position and index puts): into the valid prefix's figures, or as intact
+        records after the cut."""
+        if not n:
+            return
+        first_ts, last_ts, last_pos, _, puts, max_ts = stats
+        if not in_prefix:
+            self.records_after_cut += n
+            self.lost_ranges.append((pos, pos_next))
+            return
+        if self.first_store_timestamp is None:
+            self.first_store_timestamp = first_ts
+        self.last_store_timestamp, self.last_record_position = last_ts, last_pos
+        if self.max_store_timestamp is None or max_ts > self.max_store_timestamp:
+            self.max_store_timestamp = max_ts
+        self.records += n
+        self.index_puts += puts
+
     @property
     def trailing_bytes(self) -> int:
         return self.file_size - self.valid_bytes
@@ -209,20 +228,10 @@ class SegmentScan:
         """Scan VALID records from ``pos``; yields batches, then the final (pos, stop) tuple."""
         s = self.summary
         while True:
-            cols, n, pos_next, stop, (first_ts, last_ts, last_pos, crc_failures, puts, max_ts) = impl.scan(
+            cols, n, pos_next, stop, stats = impl.scan(
                 buf, self.file_start, pos, end, self.batch_size, opts, self.columns)
-            s.crc_failures += crc_failures
-            if in_prefix and n:
-                if s.first_store_timestamp is None:
-                    s.first_store_timestamp = first_ts
-                s.last_store_timestamp, s.last_record_position = last_ts, last_pos
-                if s.max_store_timestamp is None or max_ts > s.max_store_timestamp:
-                    s.max_store_timestamp = max_ts
-                s.records += n
-                s.index_puts += puts
-            elif n:
-                s.records_after_cut += n
-                s.lost_ranges.append((pos, pos_next))
+            s.crc_failures += stats[3]
+            s.count_run(in_prefix, n, pos, pos_next, stats)
             if n and len(self.schema) and (in_prefix or self.include_lost):
                 yield _batch(self.schema, cols, n, in_prefix)
             pos = pos_next
@@ -335,21 +344,11 @@ class OnePassScan(SegmentScan):
         yielded). Returns (stop position, stop)."""
         s = self.summary
         while True:
-            cols, n, pos_next, stop, (first_ts, last_ts, last_pos, crc_failures, puts, max_ts) = \
+            cols, n, pos_next, stop, stats = \
                 self._impl.scan(buf, self.file_start, pos, end, self.batch_size, opts, columns)
             if broker is not None:
-                s.crc_failures += crc_failures
-            if broker == "prefix" and n:
-                if s.first_store_timestamp is None:
-                    s.first_store_timestamp = first_ts
-                s.last_store_timestamp, s.last_record_position = last_ts, last_pos
-                if s.max_store_timestamp is None or max_ts > s.max_store_timestamp:
-                    s.max_store_timestamp = max_ts
-                s.records += n
-                s.index_puts += puts
-            elif broker == "lost" and n:
-                s.records_after_cut += n
-                s.lost_ranges.append((pos, pos_next))
+                s.crc_failures += stats[3]
+                s.count_run(broker == "prefix", n, pos, pos_next, stats)
             if n and flag is not None:
                 yield self._batch_of(cols, n, flag)
             pos = pos_next
