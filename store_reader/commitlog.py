@@ -143,6 +143,34 @@ class SegmentSummary:
         self.records += n
         self.index_puts += puts
 
+    def end_prefix(self, impl: Any, buf: Any, pos: int, size: int, stop: tuple, opts: Any) -> int | None:
+        """Where and why the valid prefix, stopped at ``pos`` by ``stop``, ended: an end-of-file
+        marker, the file's end, clean zero padding, a torn tail or corruption. Returns the
+        position of the first intact record behind a corrupt one, else None."""
+        self.first_record_valid = self.records > 0
+        self.valid_bytes = pos
+        outcome, check, declared = stop
+        if outcome == rf.END_OF_FILE:
+            self.end_reason = "eof_marker"
+            self.blank_declared_size = declared
+            self.nonzero_after_marker = not impl.is_zero(buf, min(pos + 8, size), size)
+            return None
+        self.end_declared_size = declared
+        if pos >= size:
+            self.end_reason = "file_end"
+            return None
+        if impl.is_zero(buf, pos, size):
+            self.end_reason = "zero_padding"
+            return None
+        self.end_check = rf.CHECKS[check]
+        q = impl.resync(buf, self.file_start, pos + 1, size, opts)
+        if q < 0:
+            self.end_reason = "torn_tail"
+            return None
+        self.end_reason = "corrupt"
+        self.resync_position = q
+        return q
+
     @property
     def trailing_bytes(self) -> int:
         return self.file_size - self.valid_bytes
@@ -250,31 +278,10 @@ class SegmentScan:
                 pos, stop = item
             else:
                 yield item
-        s.first_record_valid = s.records > 0
-        s.valid_bytes = pos
-        outcome, check, declared = stop
         # 2. classify how it ended: marker, clean zero padding, torn tail or corruption
-        if outcome == rf.END_OF_FILE:
-            s.end_reason = "eof_marker"
-            s.blank_declared_size = declared
-            s.nonzero_after_marker = not impl.is_zero(buf, min(pos + 8, size), size)
-            return
-        s.end_declared_size = declared
-        if pos >= size:
-            s.end_reason = "file_end"
-            return
-        if impl.is_zero(buf, pos, size):
-            s.end_reason = "zero_padding"
-            return
-        s.end_check = rf.CHECKS[check]
-        q = impl.resync(buf, self.file_start, pos + 1, size, opts)
-        if q < 0:
-            s.end_reason = "torn_tail"
-            return
-        s.end_reason = "corrupt"
-        s.resync_position = q
+        q = s.end_prefix(impl, buf, pos, size, stop, opts)
         # 3. intact records behind the bad one (lost by the broker's recovery)
-        while q >= 0:
+        while q is not None and q >= 0:
             for item in self._run(impl, opts, buf, q, size, False):
                 if isinstance(item, tuple):
                     pos, (outcome, _, _) = item
@@ -365,30 +372,7 @@ class OnePassScan(SegmentScan):
 
     def _end_prefix(self, buf: Any, pos: int, size: int, stop: tuple) -> int | None:
         """The broker's summary at the end of its valid prefix (as ``SegmentScan._walk``)."""
-        s, impl = self.summary, self._impl
-        s.first_record_valid = s.records > 0
-        s.valid_bytes = pos
-        outcome, check, declared = stop
-        if outcome == rf.END_OF_FILE:
-            s.end_reason = "eof_marker"
-            s.blank_declared_size = declared
-            s.nonzero_after_marker = not impl.is_zero(buf, min(pos + 8, size), size)
-            return None
-        s.end_declared_size = declared
-        if pos >= size:
-            s.end_reason = "file_end"
-            return None
-        if impl.is_zero(buf, pos, size):
-            s.end_reason = "zero_padding"
-            return None
-        s.end_check = rf.CHECKS[check]
-        q = impl.resync(buf, self.file_start, pos + 1, size, self._bopts)
-        if q < 0:
-            s.end_reason = "torn_tail"
-            return None
-        s.end_reason = "corrupt"
-        s.resync_position = q
-        return q
+        return self.summary.end_prefix(self._impl, buf, pos, size, stop, self._bopts)
 
     def _one_walk(self, buf: Any, size: int) -> Iterator[pa.RecordBatch]:
         s = self.summary
