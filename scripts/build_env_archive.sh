@@ -104,7 +104,8 @@ wheel=dist/$(basename "${wheels[0]}")
 import fnmatch, sys, zipfile
 
 names = zipfile.ZipFile(sys.argv[1]).namelist()
-missing = [p for p in ("store_reader/_native*.so", "schemas/__init__.py", "jobs/__init__.py",
+missing = [p for p in ("store_reader/_native*.so", "store_reader/audit/__init__.py", "schemas/__init__.py",
+                       "jobs/__init__.py",
                        "jobs/recover.py") if not fnmatch.filter(names, p)]
 if missing:
     sys.exit(f"error: {sys.argv[1]} lacks {missing}")
