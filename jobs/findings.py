@@ -888,8 +888,10 @@ def run_tables(f: Findings, run: dict, segments: list[dict], run_id: str, store_
 
     out = {"runs": audit_rows(A.RUNS, [run], run_id, store_id, audited_at),
            "segments": audit_rows(A.SEGMENTS, segments, run_id, store_id, audited_at)}
+    # every table each run, empty ones included: a re-run's rows replace its earlier rows in all of
+    # them (salvaged_messages has rows only from recover --salvage, which fills it in afterwards)
     for name in ("queue_findings", "index_findings", "consumer_offset_findings", "lost_messages",
-                 "flush_window", "store_findings"):
+                 "flush_window", "store_findings", "salvaged_messages"):
         t = f.tables.get(name)
         rows = t if t is not None and t.num_rows else []
         out[name] = audit_rows(A.TABLES[name], rows, run_id, store_id, audited_at)
