@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from store_reader import open_store, recovery
+from store_reader import publish
 from store_reader import salvage as sv
 from store_reader.exceptions import StoreReaderError
 from jobs.sparkutil import reports_store_errors
@@ -74,7 +75,7 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
 
     started = time.monotonic()
     out = os.path.abspath(out)
-    sv.check_output_file(out, overwrite)
+    publish.check_output_file(out, overwrite, "salvage file")
     store = open_store(store_path, broker_config)
     version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
     broker_5x = version == recovery.V5X
@@ -88,7 +89,7 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
         parts = export_parts(spark, segments, end, audit_scan_options(store, broker_5x), work, fmt)
         tmp = os.path.join(work, "assembled")
         sv.assemble([p for p, _ in parts], tmp, fmt)
-        sv.publish_file(tmp, out, overwrite)
+        publish.publish_file(tmp, out, overwrite)
     except OSError as exc:       # on the driver (a task's comes back through store_error)
         raise StoreReaderError(f"{exc.strerror or exc} while writing the salvage file",
                                exc.filename or out) from None
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_logging()
     args = parse_args(argv)
-    sv.check_output_file(args.out, args.overwrite)     # before Spark starts
+    publish.check_output_file(args.out, args.overwrite, "salvage file")     # before Spark starts
     spark = get_spark("rocketmq-salvage", session=False)
     report = salvage(spark, args.store, args.out, args.broker_config, args.broker_version,
                      args.format, args.overwrite)

@@ -279,6 +279,35 @@ def _replace(tmp: Path, out: Path) -> None:
     shutil.rmtree(tmp)                        # the earlier store, now under the temporary name
 
 
+def check_output_file(out: str, overwrite: bool, what: str) -> None:
+    """Before any work: ``out`` (a single output file, ``what``) is a local path, new unless
+    ``overwrite``, in a directory that exists and can be written."""
+    if is_uri(out):
+        raise StoreReaderError(f"the {what} is written to a local path, not a URI", out)
+    if os.path.isdir(out):
+        raise StoreReaderError("output is a directory, not a file", out)
+    if os.path.lexists(out) and not overwrite:
+        raise StoreReaderError("output file exists (use --overwrite)", out)
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise StoreReaderError("the output's directory does not exist", parent)
+    check_writable(parent, "the output's directory")
+
+
+def publish_file(tmp: str, out: str, overwrite: bool) -> None:
+    """Put the complete file ``tmp`` at ``out`` atomically: replacing an earlier file only with
+    ``overwrite``, never one that appeared meanwhile otherwise (a hard link fails if it exists)."""
+    if overwrite:
+        os.replace(tmp, out)
+    else:
+        try:
+            os.link(tmp, out)
+        except FileExistsError:
+            raise StoreReaderError("output file exists (use --overwrite)", out) from None
+        os.unlink(tmp)
+    repair.sync_path(os.path.dirname(os.path.abspath(out)))
+
+
 def apply_repaired(store_root: Path, repaired: Path, backup: Path) -> None:
     """Swap the repaired store into the input's place, keeping the input complete at ``backup``
     (the caller holds the store's ``OutputLock``).

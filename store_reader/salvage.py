@@ -31,7 +31,6 @@ from schemas.salvage import SALVAGED
 
 from . import recordformat as rf
 from .commitlog import SegmentScan, SegmentSummary
-from .exceptions import StoreReaderError
 
 # What the scan materialises for a lost record.
 SCAN_COLUMNS = ("phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
@@ -312,9 +311,8 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
     BODYCRC, UNIQ_KEY and properties kept, ``__CRC32#`` recomputed); its consume queue entries and
     index puts (``repair.index_puts``) written after the repaired ones. ``sources``: commitlog file
     start -> path of the input files the records are read from."""
-    from .consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE
+    from .consumequeue import CQ_ENTRY_DTYPE, write_queue_slots
     from .indexfile import IndexHeader, append_puts, index_file_name, list_index_files, read_header
-    from .consumequeue import write_queue_slots
     from .repair import index_puts
     from .storefs import FileReader, location
 
@@ -492,37 +490,3 @@ def assemble(parts: Sequence[str], dest: str, fmt: str) -> None:
                         writer.write_table(f.read_row_group(g))
         out.flush()
         os.fsync(out.fileno())
-
-
-def publish_file(tmp: str, out: str, overwrite: bool) -> None:
-    """Put the complete ``tmp`` at ``out`` atomically: replacing an earlier file only with
-    ``overwrite``, never one that appeared meanwhile otherwise (a hard link fails if it exists)."""
-    if overwrite:
-        os.replace(tmp, out)
-    else:
-        try:
-            os.link(tmp, out)
-        except FileExistsError:
-            raise StoreReaderError("output file exists (use --overwrite)", out) from None
-        os.unlink(tmp)
-    fd = os.open(os.path.dirname(os.path.abspath(out)), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def check_output_file(out: str, overwrite: bool) -> None:
-    """Before any work: the output is a local file path, new unless ``overwrite``, its directory
-    there."""
-    if "://" in out:
-        raise StoreReaderError("the salvage file is written to a local path, not a URI", out)
-    if os.path.isdir(out):
-        raise StoreReaderError("output is a directory, not a file", out)
-    if os.path.lexists(out) and not overwrite:
-        raise StoreReaderError("output file exists (use --overwrite)", out)
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise StoreReaderError("the output's directory does not exist", parent)
-    if not os.access(parent, os.W_OK):
-        raise StoreReaderError("the output's directory is not writable", parent)

@@ -16,7 +16,6 @@ entry is :func:`main` (``python -m store_reader.synthetic --help``).
 from __future__ import annotations
 
 import argparse
-import functools
 import heapq
 import ipaddress
 import json
@@ -28,7 +27,7 @@ import zlib
 from array import array
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
