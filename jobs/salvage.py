@@ -70,7 +70,7 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
             broker_version: str | None = None, fmt: str = "jsonl", overwrite: bool = False
             ) -> SalvageReport:
     """Passes 1-4 (module docstring)."""
-    from jobs.findings import audit_scan_options
+    from store_reader.audit.plan import audit_scan_options
     from jobs.scan import scan_segments
 
     started = time.monotonic()
@@ -105,7 +105,7 @@ def reappend(spark, store, pred: recovery.Prediction, summaries, out_root: str, 
     repaired store being built at ``out_root`` (``queues``: its rebuilt queues, ``repair.queue_table``),
     after everything else is written (``store_reader.salvage.reappend``). One Spark task per file
     past the cut finds them (no bodies); the driver writes them in commitlog order."""
-    from jobs.findings import audit_scan_options
+    from store_reader.audit.plan import audit_scan_options
 
     end, cfg = pred.max_phy_offset, store.config
     if any(f.start + f.wrote > end for f in pred.commitlog_files):

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from jobs import findings as fnd
 from store_reader import open_store, recovery
-from store_reader.audit import queues
+from store_reader.audit import compare, plan, queues
+from store_reader.audit.records import INDEX_PUTS
 from store_reader.commitlog import SegmentScan
 from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 from support import broker_conf, case_id, expected, input_store, scenarios
@@ -46,8 +47,8 @@ def test_findings_do_not_depend_on_how_they_are_cut(spark, case, monkeypatch):
     """Many small buckets (a queue or two each) and index files read a few entries at a time give
     the same tables as the default packing."""
     default = _audit(spark, case)
-    monkeypatch.setattr(fnd, "ENTRIES_PER_AUDIT_TASK", 40)
-    monkeypatch.setattr(fnd, "INDEX_ENTRIES_PER_PART", 7)
+    monkeypatch.setattr(plan, "ENTRIES_PER_AUDIT_TASK", 40)
+    monkeypatch.setattr(plan, "INDEX_ENTRIES_PER_PART", 7)
     split = _audit(spark, case)
     assert default.tables.keys() == split.tables.keys()
     assert default.tables["queue_findings"].num_rows or default.tables["index_findings"].num_rows
@@ -58,7 +59,7 @@ def test_findings_do_not_depend_on_how_they_are_cut(spark, case, monkeypatch):
 def test_queues_are_packed_by_weight():
     """Largest queue first into the lightest bucket: no bucket gets two big queues while one is empty."""
     weights = {("T", 0): 900, ("T", 1): 800, ("T", 2): 100, ("T", 3): 100, ("T", 4): 100}
-    buckets = fnd.pack_queues(weights, 2)
+    buckets = plan.pack_queues(weights, 2)
     load = [sum(w for k, w in weights.items() if buckets[k] == b) for b in range(2)]
     assert buckets[("T", 0)] != buckets[("T", 1)]
     assert sorted(load) == [1000, 1000]
@@ -79,7 +80,7 @@ def test_aligner_dense_and_sparse_agree(a, b, far):
 
 
 def _ranges_of(puts: pa.Table, lenses, cuts):
-    """``_unfindable_runs`` of each phy range between ``cuts``, as the job's stage 2 makes them."""
+    """``compare.unfindable_runs`` of each phy range between ``cuts``, as the job's stage 2 makes them."""
     phy = puts["phy_offset"].to_numpy()
     parts = []
     for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])):
@@ -87,8 +88,8 @@ def _ranges_of(puts: pa.Table, lenses, cuts):
         if not sel.any():
             continue
         lens_sel = {k: (kh[(p >= lo) & (p < hi)], p[(p >= lo) & (p < hi)]) for k, (kh, p) in lenses.items()}
-        parts.append((i, fnd._unfindable_runs([(["A", "B"], puts.filter(pa.array(sel)))], lens_sel)))
-    return fnd._unfindable_rows(parts)
+        parts.append((i, compare.unfindable_runs([(["A", "B"], puts.filter(pa.array(sel)))], lens_sel)))
+    return compare.unfindable_rows(parts)
 
 
 @given(st.lists(st.tuples(st.sampled_from([0, 1]), st.integers(1, 3), st.booleans()), min_size=1, max_size=60),
@@ -106,7 +107,7 @@ def test_unfindable_runs_join_across_ranges(records, cut_at):
                 held_kh.append(1000 * i + k)
                 held_phy.append(100 * i)
     puts = pa.table([pa.array(topic, pa.int32()), pa.array(kh, pa.int32()), pa.array(phy, pa.int64())],
-                    schema=fnd.INDEX_PUTS)
+                    schema=INDEX_PUTS)
     lenses = {"on_disk": (np.array(held_kh, np.int32), np.array(held_phy, np.int64)),
               "recovered": (np.zeros(0, np.int32), np.zeros(0, np.int64))}
     whole = _ranges_of(puts, lenses, [0, 10**9])

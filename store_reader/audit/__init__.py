@@ -11,6 +11,9 @@ from its tasks and its driver (``queues.compare_queue``, ``index.header_problems
 ``queues``     consume queues: the audit's four-view comparison; dump's per-file checks
 ``index``      index files: the audit's header and entry checks; dump's per-file checks
 ``files``      checkpoint and config; ``store_file_findings`` (every check that reads no record)
+``plan``       the Spark audit's plan (what each task of its one job needs), flush windows at risk
+``records``    the Spark audit's stage 1: records, index entries and the driver's rows keyed for the shuffle
+``compare``    the Spark audit's stage 2 (queues compared, index ranges checked) and the merge into tables
 """
 from __future__ import annotations
 

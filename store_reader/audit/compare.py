@@ -1,0 +1,314 @@
+"""Stage 2 of the Spark audit (``audit.plan``) and the driver's merge of its results: each bucket
+of queues compared (``queues.compare_queue``), each commitlog file's phy range of index puts and
+entries checked, and the per-task rows joined into the audit's tables."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.findings import INDEX_FINDING_ROW, QUEUE_FINDING_ROW
+from store_reader import dispatch, recovery
+from store_reader.audit.index import entry_findings, header_problems
+from store_reader.audit.plan import AuditPlan
+from store_reader.audit.queues import BROKER, DISK, REBUILT, compare_queue
+from store_reader.audit.records import entry_rows, timestamps
+from store_reader.config import read_consumer_offsets
+from store_reader.consumequeue import CQEntries, decode_entries, read_queue_head
+from store_reader.ranges import consecutive_runs
+from store_reader.store import Store
+
+QUEUE_FINDING_ROWS, INDEX_FINDING_ROWS = QUEUE_FINDING_ROW.arrow(), INDEX_FINDING_ROW.arrow()
+
+
+def audit_partition(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) -> Iterator[tuple]:
+    """Stage 2 for one shuffle key: a bucket of queues, one commitlog file's phy range, or the
+    driver's rows."""
+    if key < plan.buckets:
+        yield from _compare_bucket(key, items, plan)
+    elif key < plan.driver_key:
+        yield from _index_range(key, items, plan)
+    else:
+        for _, item in items:
+            yield item
+
+
+
+def _queue_file_rows(key: tuple[str, int], plan: AuditPlan) -> list[pa.Table]:
+    """A queue's rows from its CQ files: every non-zero slot (the disk view) and the broker's
+    entries its recovery leaves as they are on disk; each file's head read and decoded once."""
+    heads: dict[str, CQEntries] = {}
+
+    def head(path) -> CQEntries:
+        if str(path) not in heads:
+            heads[str(path)] = decode_entries(read_queue_head(path)[0])
+        return heads[str(path)]
+
+    out = []
+    for path, start in plan.disk_queues.get(key, ()):
+        e = head(path)
+        keep = np.flatnonzero((e.phy_offset != 0) | (e.size != 0) | (e.tags_code != 0))
+        out.append(entry_rows(start // 20 + keep, CQEntries(*(c[keep] for c in e)), DISK))
+    for r in plan.broker_on_disk.get(key, ()):
+        e = head(r.path)
+        zeros = max(0, r.hi - max(r.lo, len(e.size)))    # slots past the head are all zero
+        out.append(entry_rows(r.first, CQEntries(*(np.concatenate([c[r.lo:r.hi], np.zeros(zeros, c.dtype)])
+                                                    for c in e)), BROKER))
+    return out
+
+
+def _range(t: pa.Table, view: int) -> tuple[int, int] | None:
+    """[min, max + 1) of the queue offsets of ``view``'s entries with a positive size."""
+    src, size = t["src"].to_numpy(), t["size"].to_numpy()
+    off = t["queue_offset"].to_numpy()[((src & view) != 0) & (size > 0)]
+    return (int(off.min()), int(off.max()) + 1) if len(off) else None
+
+
+def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) -> Iterator[tuple]:
+    queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
+    for _, (_, key, table) in items:
+        queues[key].append(table)
+    # a queue's CQ files are read when it is compared: a task holds one queue's files at a time
+    on_disk = [k for k in (*plan.disk_queues, *plan.broker_on_disk) if plan.queue_key(*k) == bucket]
+    for key in on_disk:
+        queues.setdefault(key, [])
+    rows, ranges = [], []
+    for key in sorted(queues):
+        parts = queues.pop(key) + _queue_file_rows(key, plan)
+        if not parts:
+            continue
+        t = pa.concat_tables(parts)
+        if not t.num_rows:
+            continue
+        rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key), key in plan.disk_queues,
+                              plan.scope)
+        ranges.append((key, _range(t, DISK), _range(t, REBUILT)))
+    yield "queue_findings", pa.Table.from_pylist(rows, schema=QUEUE_FINDING_ROWS)
+    yield "ranges", ranges
+
+
+def _index_range(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) -> Iterator[tuple]:
+    """The index entries pointing into one commitlog file's phy range, per lens: dangling and
+    repeated entries (a (key hash, phy) pair lives in one range), and which index puts of the
+    range's records no entry holds (unfindable keys, as runs numbered within the range)."""
+    entries, puts = [], []
+    for _, (kind, meta, table) in items:
+        (entries if kind == "entries" else puts).append((meta, table))
+    source = np.concatenate([np.full(t.num_rows, i, np.int64) for (i, _), t in entries] or [np.zeros(0, np.int64)])
+    # a part holds at most its chunk's entries, in entry order: numbers that order the entries of a file
+    entry_number = np.concatenate([lo + np.arange(t.num_rows) for (_, lo), t in entries]
+                                  or [np.zeros(0, np.int64)])
+    kh = np.concatenate([t["key_hash"].to_numpy() for _, t in entries] or [np.zeros(0, np.int32)])
+    phy = np.concatenate([t["phy_offset"].to_numpy() for _, t in entries] or [np.zeros(0, np.int64)])
+    rows, lenses = [], {}
+    for lens in ("on_disk", "recovered"):
+        order = np.array([getattr(s, lens) for s in plan.index_sources] or [-1], np.int64)
+        names = {getattr(s, lens): s.name for s in plan.index_sources}
+        file_order = order[source]
+        sel = file_order >= 0
+        rows += entry_findings(kh[sel], phy[sel], entry_number[sel], file_order[sel], names, lens,
+                                plan.min_phy, plan.end)
+        lenses[lens] = (kh[sel], phy[sel])
+    yield "index_rows", rows
+    if puts:
+        yield "unfindable", (key, unfindable_runs(puts, lenses))
+
+
+# -- index findings ------------------------------------------------------------------------------------
+
+
+def bad_header_rows(plan: AuditPlan, parts: Sequence[tuple]) -> list[dict]:
+    by_source: dict[int, list[tuple]] = defaultdict(list)
+    for p in parts:
+        by_source[p[0]].append(p)
+    rows = []
+    for i, src in enumerate(plan.index_sources):
+        if src.on_disk >= 0:
+            rows += [{"kind": "bad_header", "index": "on_disk", "file": src.name, "count": 1, "detail": d}
+                     for d in header_problems(src.header, plan.config.maxIndexNum, by_source[i])]
+    return rows
+
+
+
+
+def unfindable_runs(puts: list[tuple[list[str], pa.Table]], lenses: dict[str, tuple[np.ndarray, np.ndarray]]
+                     ) -> dict:
+    """For one phy range: per topic, how many indexed records it has (distinct phy offsets) and,
+    per lens, the runs of consecutive ones (numbered from 0 in phy order) with a key no entry holds."""
+    kh = np.concatenate([t["key_hash"].to_numpy() for _, t in puts]).astype(np.int64)
+    phy = np.concatenate([t["phy_offset"].to_numpy() for _, t in puts])
+    topic_no: dict[str, int] = {}
+    code = np.concatenate([np.array([topic_no.setdefault(n, len(topic_no)) for n in names] or [0], np.int64)
+                           [t["topic"].to_numpy()] for names, t in puts])
+    missing = {lens: ~_held(lk, lp, kh, phy) for lens, (lk, lp) in lenses.items()}
+    records, runs = {}, []
+    for topic, c in topic_no.items():
+        sel = np.flatnonzero(code == c)
+        uphy, inv = np.unique(phy[sel], return_inverse=True)
+        records[topic] = len(uphy)
+        for lens, miss_put in missing.items():
+            miss = np.bincount(inv, weights=miss_put[sel], minlength=len(uphy))
+            hit = np.flatnonzero(miss > 0)         # records (in phy order) missing a key
+            for a, b in consecutive_runs(hit):
+                run = hit[a:b]
+                runs.append((lens, topic, int(run[0]), int(run[-1]) + 1, int(uphy[run[0]]),
+                             int(uphy[run[-1]]) + 1, int(miss[run].sum())))
+    return {"records": records, "runs": runs}
+
+
+def unfindable_rows(parts: list[tuple[int, dict]]) -> list[dict]:
+    """The per-range runs joined up in phy order: a run that ends at a range's last record of a
+    topic continues into the next range's run that starts at that topic's first record."""
+    base: dict[str, int] = defaultdict(int)
+    merged: dict[tuple[str, str], list[list]] = defaultdict(list)
+    for _, part in sorted(parts, key=lambda p: p[0]):
+        for lens, topic, lo, hi, phy_from, phy_to, count in part["runs"]:
+            lo, hi = lo + base[topic], hi + base[topic]
+            runs = merged[(lens, topic)]
+            if runs and runs[-1][1] == lo:
+                runs[-1][1], runs[-1][3] = hi, phy_to
+                runs[-1][4] += count
+            else:
+                runs.append([lo, hi, phy_from, phy_to, count])
+        for topic, n in part["records"].items():
+            base[topic] += n
+    return [{"kind": "unfindable_key", "index": lens, "file": None, "topic": topic, "phy_from": r[2],
+             "phy_to": r[3], "count": r[4], "detail": f"{r[1] - r[0]} records"}
+            for (lens, topic), runs in sorted(merged.items(), key=lambda x: (x[0][1], x[0][0]))
+            for r in runs]
+
+
+def merge_entry_findings(rows: list[dict]) -> list[dict]:
+    """Per-range dangling/duplicate rows summed per (kind, lens, index file)."""
+    total: dict[tuple, dict] = {}
+    for r in rows:
+        k = (r["index"], r["kind"], r["file_order"])
+        if k not in total:
+            total[k] = dict(r)
+        else:
+            t = total[k]
+            t["phy_from"], t["phy_to"] = min(t["phy_from"], r["phy_from"]), max(t["phy_to"], r["phy_to"])
+            t["count"] += r["count"]
+    lens_order = {"on_disk": 0, "recovered": 1}
+    kind_order = {"dangling_below_min": 0, "dangling_beyond_end": 1, "duplicate_entry": 2}
+    out = sorted(total.values(), key=lambda r: (lens_order[r["index"]], kind_order[r["kind"]], r["file_order"]))
+    for r in out:
+        del r["file_order"]
+    return out
+
+
+def _held(lens_kh: np.ndarray, lens_phy: np.ndarray, key_hash: np.ndarray, phy: np.ndarray) -> np.ndarray:
+    """Whether each (key hash, phy offset) pair is among a lens's entries. Per 4 GiB window of phy
+    offsets, (phy - window start) << 31 | key hash packs a pair into one int64 (key hashes are
+    non-negative int32; an entry with a negative one matches nothing), so the lookup is a sort and
+    a binary search; puts and entries come in commitlog order, which the stable sort by window
+    leaves nearly as it is."""
+    out = np.zeros(len(key_hash), bool)
+    lk, lp = lens_kh.astype(np.int64), lens_phy.astype(np.int64)
+    keep = lk >= 0
+    lk, lp = lk[keep], lp[keep]
+    if not len(lk) or not len(key_hash):
+        return out
+    lw, ww = lp >> 32, phy >> 32
+    lorder, worder = np.argsort(lw, kind="stable"), np.argsort(ww, kind="stable")
+    lw_sorted, ww_sorted = lw[lorder], ww[worder]
+    for w in np.unique(ww_sorted[np.r_[0, np.flatnonzero(np.diff(ww_sorted)) + 1]]):
+        li = lorder[np.searchsorted(lw_sorted, w):np.searchsorted(lw_sorted, w, "right")]
+        wi = worder[np.searchsorted(ww_sorted, w):np.searchsorted(ww_sorted, w, "right")]
+        if not len(li):
+            continue
+        base = int(w) << 32
+        packed = np.sort(((lp[li] - base) << 31) | lk[li])
+        want = ((phy[wi] - base) << 31) | key_hash[wi]
+        at = np.minimum(np.searchsorted(packed, want), len(packed) - 1)
+        out[wi] = packed[at] == want
+    return out
+
+
+LOST_ORDER = ["phy_offset", "segment", "reason", "topic", "queue_id", "queue_offset", "total_size", "sys_flag",
+              "store_time", "born_time", "keys", "tags", "uniq_key", "msg_id", "body_crc", "properties", "body"]
+
+
+def flush_window(partials: list[pa.Table], windows: tuple[tuple[str, int], ...]) -> pa.Table:
+    """The per-batch flush partials summed per (window, queue)."""
+    if not partials:
+        return pa.table({})
+    g = pa.concat_tables(partials).group_by(["window", "topic", "queue_id"]).aggregate([
+        ("queue_offset_count", "sum"), ("queue_offset_min", "min"), ("queue_offset_max", "max"),
+        ("phy_from_min", "min"), ("phy_to_max", "max"), ("ts_min", "min"), ("ts_max", "max")])
+    stamps = dict(windows)
+    stamp = [stamps[w] for w in g["window"].to_pylist()]
+    out = pa.table({
+        "window": g["window"],
+        "checkpoint_time": timestamps(pa.array([s if s > 0 else None for s in stamp], pa.int64())),
+        "topic": g["topic"], "queue_id": g["queue_id"], "records": g["queue_offset_count_sum"],
+        "from_offset": g["queue_offset_min_min"], "to_offset": pc.add(g["queue_offset_max_max"], 1),
+        "phy_from": g["phy_from_min_min"], "phy_to": g["phy_to_max_max"],
+        "first_store_time": timestamps(g["ts_min_min"]), "last_store_time": timestamps(g["ts_max_max"])})
+    return out.sort_by([("window", "ascending"), ("topic", "ascending"), ("queue_id", "ascending")])
+
+
+def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_ranges: dict, rebuilt_ranges: dict,
+                             lost: pa.Table) -> pa.Table:
+    """Every committed offset of ``consumerOffset.json`` and its ``.bak``: the queue before and after
+    recovery, the broker's pull status and corrected offset, and what the group loses or gets again."""
+    lost_by_queue: dict[tuple[str, int], np.ndarray] = {}
+    if lost.num_rows:
+        keep = dispatch.dispatchable(lost["sys_flag"].to_numpy())
+        for t, q, o in zip(np.asarray(lost["topic"].to_pylist(), dtype=object)[keep],
+                           lost["queue_id"].to_numpy()[keep], lost["queue_offset"].to_numpy()[keep]):
+            lost_by_queue.setdefault((t, int(q)), []).append(int(o))
+    rows = []
+    for source in ("consumerOffset.json", "consumerOffset.json.bak"):
+        path = store.config_dir / source
+        if not path.is_file():
+            continue
+        offsets = read_consumer_offsets(path).value
+        for c in recovery.consumer_offset_checks(pred, store.config, offsets):
+            key = (c.topic, c.queue_id)
+            before = disk_ranges.get(key, (0, 0))
+            repaired = rebuilt_ranges.get(key, (0, 0))
+            redelivered = c.committed_offset - c.next_begin_offset \
+                if c.status == "OFFSET_OVERFLOW_BADLY" else 0
+            skipped = c.next_begin_offset - c.committed_offset if c.status == "OFFSET_TOO_SMALL" else 0
+            skipped += sum(1 for o in lost_by_queue.get(key, ()) if o >= c.committed_offset)
+            rows.append({"source": source, "group": c.group, "topic": c.topic, "queue_id": c.queue_id,
+                         "committed_offset": c.committed_offset, "min_before": before[0],
+                         "max_before": before[1], "min_after": c.min_offset, "max_after": c.max_offset,
+                         "status": c.status, "next_begin_offset": c.next_begin_offset,
+                         "repaired_min": repaired[0], "repaired_max": repaired[1],
+                         "redelivered": max(redelivered, 0), "skipped": skipped,
+                         "at_risk": redelivered > 0 or skipped > 0})
+    return pa.Table.from_pylist(rows) if rows else pa.table({})
+
+
+
+
+def audit_tables(store: Store, pred: recovery.Prediction, plan: AuditPlan, results: Iterable[tuple]
+                 ) -> dict[str, pa.Table]:
+    """The audit's tables from stage 2's results (``audit_partition``, in key order)."""
+    by_kind: dict[str, list] = defaultdict(list)
+    for kind, value in results:
+        by_kind[kind].append(value)
+    out = {}
+    queue = pa.concat_tables(by_kind["queue_findings"]) if by_kind["queue_findings"] \
+        else QUEUE_FINDING_ROWS.empty_table()
+    out["queue_findings"] = queue.sort_by([("topic", "ascending"), ("queue_id", "ascending"),
+                                           ("kind", "ascending"), ("from_offset", "ascending")])
+    rows = [r for part in by_kind["index_rows"] for r in part]
+    index_rows = bad_header_rows(plan, by_kind["index_part"]) + merge_entry_findings(rows) \
+        + unfindable_rows(by_kind["unfindable"])
+    out["index_findings"] = pa.Table.from_pylist(index_rows, schema=INDEX_FINDING_ROWS) \
+        if index_rows else INDEX_FINDING_ROWS.empty_table()
+    lost = [t for t in by_kind["lost"] if t.num_rows]
+    out["lost_messages"] = pa.concat_tables(lost).select(LOST_ORDER).sort_by("phy_offset") if lost \
+        else pa.table({})
+    out["flush_window"] = flush_window(by_kind["flush"], plan.windows)
+    disk_ranges = {k: d for part in by_kind["ranges"] for k, d, _ in part if d is not None}
+    rebuilt_ranges = {k: r for part in by_kind["ranges"] for k, _, r in part if r is not None}
+    out["consumer_offset_findings"] = consumer_offset_findings(store, pred, disk_ranges, rebuilt_ranges,
+                                                               out["lost_messages"])
+    return out

@@ -1,0 +1,211 @@
+"""The Spark audit's plan: what every task of its one job needs (``AuditPlan``, pickled once
+with the job), built on the driver from the store and the broker's predicted recovery.
+
+The audit compares four views of every consume queue entry per (topic, queue id)
+(``queues.compare_queue``):
+
+``disk``
+    the entry in the CQ files as they are (all-zero slots are absent);
+``broker``
+    the entry after the broker's own recovery (``store_reader.recovery.predict``);
+``rebuilt``
+    the entry the commitlog's records below the truncation point give (what the repaired store
+    holds): every dispatchable record at its QUEUEOFFSET, LMQ copies included, records behind
+    bytes that are not a record in a file the broker keeps included (``repair.place_entries``);
+    an offset between two of them that no record holds is a filler there;
+``rec``
+    every record the scan finds, intact ones behind a bad record included, with its damage flag.
+
+Stage 1 (``audit.records``): one task per commitlog file cuts its records into compact Arrow
+tables keyed for the shuffle; one task per index file on disk does the same with its entries.
+Stage 2 (``audit.compare``): one task per key compares a bucket of queues, or the index puts and
+entries of one commitlog file's phy range, or passes the rows for the driver through. Memory per
+task is bounded by a bucket or a segment; the driver holds the prediction and the findings, nothing
+per record. Every finding is range-encoded: one row per run of consecutive queue (or phy) offsets.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+
+from store_reader import recordformat as rf
+from store_reader import recovery
+from store_reader.brokerconf import BrokerConfig
+from store_reader.checkpoint import read_checkpoint
+from store_reader.commitlog import SegmentSummary
+from store_reader.consumequeue import list_queue_files, list_queues
+from store_reader.indexfile import IndexHeader, list_index_files, read_header
+from store_reader.repair import part_bucket
+from store_reader.store import Store
+
+# rows (records and the views' entries) per compare task: bounds a task's memory (~50 bytes a row)
+ENTRIES_PER_AUDIT_TASK = 4_000_000
+# Index file entries per stage-1 task (20 bytes each in the file, 12 shuffled): a task holds its
+# part, not a whole index file (~420 MB at the default maxIndexNum; PySpark buffers a map task's
+# output before the shuffle)
+INDEX_ENTRIES_PER_PART = 2 << 20
+
+
+@dataclass(frozen=True)
+class FlushRisk:
+    """What a power loss could still take from the page cache, judged from the broker's
+    ``flushDiskType`` and its shutdown state (the ``abort`` file the broker creates at start and
+    deletes at a clean shutdown).
+
+    ``reason``: ``async_flush_unclean`` (ASYNC_FLUSH and not shut down cleanly: what was stored
+    after each checkpoint flush time may exist only in the page cache), ``sync_flush`` (every put is
+    flushed before it is acknowledged, and the consume queues and index files past their flush times
+    are rebuilt from the flushed commitlog by the abnormal recovery) or ``clean_shutdown`` (the broker
+    flushed everything before it removed ``abort``). ``windows``: (window, checkpoint timestamp) of
+    the windows at risk, empty unless ``async_flush_unclean``."""
+
+    reason: str
+    windows: tuple[tuple[str, int], ...]
+
+    TEXT = {
+        "async_flush_unclean": "ASYNC_FLUSH and no clean shutdown (abort file): at risk if the OS "
+                               "or the machine went down with it",
+        "sync_flush": "nothing at risk: SYNC_FLUSH flushes every put before acknowledging it",
+        "clean_shutdown": "nothing at risk: the broker shut down cleanly (no abort file) and "
+                          "flushed everything",
+    }
+
+    @property
+    def text(self) -> str:
+        return self.TEXT[self.reason]
+
+
+def flush_risk(store: Store) -> FlushRisk:
+    """The flush windows at risk for ``store`` now (``FlushRisk``)."""
+    if not store.abort_exists:
+        return FlushRisk("clean_shutdown", ())
+    if store.config.flushDiskType.strip().upper() == "SYNC_FLUSH":
+        return FlushRisk("sync_flush", ())
+    ckpt = read_checkpoint(store.checkpoint_path)
+    return FlushRisk("async_flush_unclean", (
+        ("commitlog", ckpt.physic_msg_timestamp), ("consume_queue", ckpt.logics_msg_timestamp),
+        ("index", ckpt.index_msg_timestamp)))
+
+
+def audit_scan_options(store: Store, broker_5x: bool) -> rf.ScanOptions:
+    """Header checks only (as the broker's dispatch reads records), CRCs computed to flag damage."""
+    return replace(store.scan_options(broker_5x=broker_5x), check_crc=False, compute_crc=True)
+
+
+@dataclass(frozen=True)
+class IndexSource:
+    """One index file whose entries the audit reads: its place in each lens (-1: not in it) and
+    where its bytes are (``path`` on disk; None: built by the predicted re-dispatch, read on the
+    driver)."""
+
+    name: str | None
+    on_disk: int
+    recovered: int
+    path: str | None
+    header: IndexHeader | None = None     # read by the driver for a file on disk
+
+    def parts(self, per_part: int, index_num: int) -> list[tuple[int, int]]:
+        """[first, end) entry numbers of the stage-1 tasks reading this file on disk (one at least:
+        it checks the hash slots)."""
+        end = min(self.header.entries_in_use, index_num - 1) + 1 if self.header else 1
+        return [(lo, min(lo + per_part, end)) for lo in range(1, end, per_part)] or [(1, 1)]
+
+
+@dataclass(frozen=True)
+class AuditPlan:
+    """What every task of the audit job needs (pickled once with the job).
+
+    Shuffle keys: ``[0, buckets)`` buckets of queues; then one key per commitlog file number from
+    ``first_segment - 1`` to ``first_segment + segments`` (phy offsets below and past the files
+    clamp to the ends); the last key, ``driver_key``, carries rows to the driver as they are."""
+
+    end: int
+    min_phy: int
+    broker_5x: bool
+    config: BrokerConfig
+    opts: rf.ScanOptions
+    buckets: int
+    file_size: int
+    first_segment: int
+    segments: int
+    scope: tuple[int, int] | None
+    broker_min: dict[tuple[str, int], int]
+    queue_buckets: dict[tuple[str, int], int]
+    disk_queues: dict[tuple[str, int], list[tuple[str, int]]]
+    broker_on_disk: dict[tuple[str, int], tuple[recovery.EntryRun, ...]]
+    """The broker's entries its recovery left in the CQ files as they are: read by the tasks."""
+    cut_segment: str | None
+    windows: tuple[tuple[str, int], ...]
+    index_sources: tuple[IndexSource, ...]
+    index_part_entries: int
+
+    @property
+    def driver_key(self) -> int:
+        return self.buckets + self.segments + 2
+
+    @property
+    def partitions(self) -> int:
+        return self.driver_key + 1
+
+    def queue_key(self, topic: str, queue_id: int) -> int:
+        key = self.queue_buckets.get((topic, queue_id))
+        return part_bucket(topic, queue_id, 0, self.buckets) if key is None else key
+
+    def phy_keys(self, phy: np.ndarray) -> np.ndarray:
+        seg = phy // self.file_size - self.first_segment + 1
+        return self.buckets + np.clip(seg, 0, self.segments + 1)
+
+
+def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
+               scan: Sequence[SegmentSummary], scope: tuple[int, int] | None) -> AuditPlan:
+    broker_5x = pred.broker_version == recovery.V5X
+    cfg = store.config
+    disk_queues = {(ref.topic, ref.queue_id): [(f.path, f.start) for f in
+                                               list_queue_files(ref.path, cfg.cq_file_size, rocketmq5=broker_5x)]
+                   for ref in list_queues(store.root)}
+    # a queue's rows: its broker entries, about as many records and rebuilt entries, its CQ files'
+    # slots; queues are packed by that weight, largest first, into the lightest bucket
+    per_file = cfg.cq_file_size // 20
+    weight: dict[tuple[str, int], int] = defaultdict(int)
+    for key, q in pred.consume_queues.items():
+        weight[key] += 3 * max(0, q.max_offset - q.min_offset)
+    for key, files in disk_queues.items():
+        weight[key] += per_file * len(files)
+    entries = max(sum(weight.values()), 2 * sum(s.records for s in scan))
+    buckets = max(parallelism, -(-entries // ENTRIES_PER_AUDIT_TASK))
+    queue_buckets = pack_queues(weight, buckets)
+    file_size = summaries[0].file_size if summaries else cfg.mappedFileSizeCommitLog
+    first = summaries[0].file_start // file_size if summaries else 0
+    last = (summaries[-1].file_start // file_size) if summaries else -1
+    sources: list[IndexSource] = []
+    recovered = {f.path: i for i, f in enumerate(pred.index_files) if f.data is None and f.path}
+    for i, ref in enumerate(list_index_files(store.index_dir, cfg.index_file_size, strict=False)):
+        sources.append(IndexSource(ref.name, i, recovered.get(ref.path, -1), ref.path, read_header(ref.path)))
+    sources += [IndexSource(f.name, -1, i, None) for i, f in enumerate(pred.index_files) if f.data is not None]
+    return AuditPlan(
+        end=pred.max_phy_offset, min_phy=pred.min_phy_offset, broker_5x=broker_5x, config=cfg,
+        opts=audit_scan_options(store, broker_5x), buckets=buckets, file_size=file_size,
+        first_segment=first, segments=last - first + 1, scope=scope,
+        broker_min={k: q.min_offset for k, q in pred.consume_queues.items()}, queue_buckets=queue_buckets,
+        disk_queues=disk_queues,
+        broker_on_disk={k: runs for k, q in pred.consume_queues.items()
+                        if (runs := tuple(r for r in q.entry_runs() if r.slots is None))},
+        cut_segment=next((f.name for f in pred.commitlog_files if f.wrote < f.size), None),
+        windows=flush_risk(store).windows,
+        index_sources=tuple(sources), index_part_entries=INDEX_ENTRIES_PER_PART)
+
+
+def pack_queues(weight: dict[tuple[str, int], int], buckets: int) -> dict[tuple[str, int], int]:
+    """Each queue's bucket: largest queue first, into the bucket with the least weight so far."""
+    load = [(0, b) for b in range(buckets)]
+    out = {}
+    for key in sorted(weight, key=lambda k: (-weight[k], k)):
+        w, b = heapq.heappop(load)
+        out[key] = b
+        heapq.heappush(load, (w + weight[key], b))
+    return out
+

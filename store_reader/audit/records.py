@@ -1,0 +1,240 @@
+"""Stage 1 of the Spark audit (``audit.plan``): a commitlog file's records, an index file's
+entries and the driver's own rows cut into compact Arrow tables keyed for the shuffle."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.findings import INDEX_FILE_ENTRY, INDEX_PUT, QUEUE_ROW
+from store_reader import dispatch, recovery
+from store_reader.audit.plan import AuditPlan
+from store_reader.audit.queues import BEHIND_BAD, BROKER, CRC_BAD, REBUILT, REC
+from store_reader.commitlog import SegmentScan
+from store_reader.consumequeue import CQEntries, decode_entries
+from store_reader.indexfile import IndexFile
+from store_reader.repair import index_puts
+from store_reader.salvage import lost_mask
+from store_reader.scanned import read_records
+
+# What the scan reads: headers and keys always; bodies and properties only in files reaching past
+# the truncation point (lost messages), properties also when LMQ copies are dispatched.
+_SCAN_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
+                 "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list", "body_crc_ok",
+                 "record_crc_ok", "valid_prefix"]
+_LOST_COLUMNS = ["born_timestamp", "keys", "tags", "msg_id", "body_crc", "properties", "body"]
+
+QUEUE_ROWS, INDEX_ENTRIES, INDEX_PUTS = QUEUE_ROW.arrow(), INDEX_FILE_ENTRY.arrow(), INDEX_PUT.arrow()
+_TS = pa.timestamp("us", tz="UTC")
+
+
+def _keyed(keys: np.ndarray, table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
+    """``table``'s rows grouped by ``keys`` (one int per row), each group in row order."""
+    if not table.num_rows:
+        return
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    cut = np.flatnonzero(np.diff(k)) + 1
+    for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(k)]):
+        yield int(k[lo]), table.take(pa.array(order[lo:hi]))
+
+
+# -- stage 1: one commitlog file ----------------------------------------------------------------------
+
+def _column(rb: pa.RecordBatch, name: str) -> np.ndarray:
+    return rb.column(name).to_numpy(zero_copy_only=False)
+
+
+def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
+                out: dict[tuple[str, int], list[pa.Table]]) -> None:
+    """The batch's records as ``QUEUE_ROWS`` per queue: every record (``REC``, with its damage
+    flag) and the rebuilt entry of each dispatchable one below the cut (at its stored phy offset;
+    the same row when that is where it lies), LMQ copies in their own queues."""
+    phy, stored = _column(rb, "phy_offset"), _column(rb, "stored_phy_offset")
+    size, tags = _column(rb, "total_size").astype(np.int32), _column(rb, "tags_code")
+    qoff, qid = _column(rb, "queue_offset"), _column(rb, "queue_id")
+    ok = pc.fill_null(pc.and_(pc.fill_null(rb.column("body_crc_ok"), True),
+                              pc.fill_null(rb.column("record_crc_ok"), True)), True)
+    flag = np.where(ok.to_numpy(zero_copy_only=False), 0, CRC_BAD) \
+        + np.where(_column(rb, "valid_prefix"), 0, BEHIND_BAD)
+    rebuilt = below & dispatch.dispatchable(_column(rb, "sys_flag"))
+    same = rebuilt & (stored == phy)
+    extra = np.flatnonzero(rebuilt & ~same)
+    topics = rb.column("topic").dictionary_encode()
+    code = topics.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    names = topics.dictionary.to_pylist()
+    cols = [np.concatenate([qoff, qoff[extra]]), np.concatenate([phy, stored[extra]]),
+            np.concatenate([size, size[extra]]), np.concatenate([tags, tags[extra]]),
+            np.concatenate([np.where(same, REC | REBUILT, REC), np.full(len(extra), REBUILT)]),
+            np.concatenate([flag, np.zeros(len(extra), np.int64)])]
+    code, qids = np.concatenate([code, code[extra]]), np.concatenate([qid, qid[extra]])
+    if plan.config.enableMultiDispatch and rebuilt.any():
+        rows = np.flatnonzero(rebuilt)
+        copies = dispatch.multi_dispatch_rows(plan.config, plan.broker_5x, rb.take(pa.array(rows)))
+        if copies:
+            at = rows[np.array([c[0] for c in copies], dtype=np.int64)]
+            for name in {c[1] for c in copies} - set(names):
+                names.append(name)
+            index = {n: i for i, n in enumerate(names)}
+            cols = [np.concatenate([cols[0], np.array([c[3] for c in copies], np.int64)]),
+                    np.concatenate([cols[1], stored[at]]), np.concatenate([cols[2], size[at]]),
+                    np.concatenate([cols[3], tags[at]]), np.concatenate([cols[4], np.full(len(at), REBUILT)]),
+                    np.concatenate([cols[5], np.zeros(len(at), np.int64)])]
+            code = np.concatenate([code, np.array([index[c[1]] for c in copies], np.int64)])
+            qids = np.concatenate([qids, np.array([c[2] for c in copies], np.int64)])
+    table = pa.table([pa.array(c.astype(f.type.to_pandas_dtype())) for c, f in zip(cols, QUEUE_ROWS)],
+                     schema=QUEUE_ROWS)
+    for key, part in _keyed((code << 32) | (qids.astype(np.int64) & 0xFFFFFFFF), table):
+        qid32 = np.int64(key & 0xFFFFFFFF).astype(np.uint32).astype(np.int32)
+        out[(names[key >> 32], int(qid32))].append(part)
+
+
+def _lost_rows(rb: pa.RecordBatch, segment: str, plan: AuditPlan) -> pa.Table:
+    """Intact records at or past the truncation point (the broker's recovery discards them)."""
+    b = rb.filter(pa.array(lost_mask(rb, plan.end)))
+    n = b.num_rows
+    reason = "behind_cut" if segment == plan.cut_segment else "deleted_file"
+    return pa.table({
+        "phy_offset": b.column("phy_offset"), "segment": pa.array([segment] * n, pa.string()),
+        "reason": pa.array([reason] * n, pa.string()), "topic": b.column("topic"),
+        "queue_id": b.column("queue_id"), "queue_offset": b.column("queue_offset"),
+        "total_size": b.column("total_size"), "sys_flag": b.column("sys_flag"),
+        "store_time": timestamps(b.column("store_timestamp")),
+        "born_time": timestamps(b.column("born_timestamp")),
+        **{c: b.column(c) for c in ("keys", "tags", "uniq_key", "msg_id", "body_crc", "properties", "body")}})
+
+
+def timestamps(ms) -> pa.Array:
+    return pc.cast(pc.cast(ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC")), _TS)
+
+
+def _flush_partials(rb: pa.RecordBatch, plan: AuditPlan) -> list[pa.Table]:
+    """Per (flush window, queue): how many of the batch's records (below the cut, in the valid
+    prefix) were stored after the checkpoint's timestamp of that window, their offsets and times."""
+    sys_flag = _column(rb, "sys_flag")
+    ts = _column(rb, "store_timestamp")
+    conds = {"commitlog": np.ones(len(ts), bool), "consume_queue": dispatch.dispatchable(sys_flag),
+             "index": dispatch.indexable(sys_flag)}
+    phy, size = _column(rb, "phy_offset"), _column(rb, "total_size").astype(np.int64)
+    out = []
+    for window, stamp in plan.windows:
+        keep = conds[window] & (ts > stamp)
+        if not keep.any():
+            continue
+        t = pa.table({"topic": rb.column("topic").filter(pa.array(keep)),
+                      "queue_id": rb.column("queue_id").filter(pa.array(keep)),
+                      "queue_offset": rb.column("queue_offset").filter(pa.array(keep)),
+                      "phy_from": pa.array(phy[keep]), "phy_to": pa.array(phy[keep] + size[keep]),
+                      "ts": pa.array(ts[keep])})
+        g = t.group_by(["topic", "queue_id"]).aggregate([
+            ("queue_offset", "count"), ("queue_offset", "min"), ("queue_offset", "max"), ("phy_from", "min"),
+            ("phy_to", "max"), ("ts", "min"), ("ts", "max")])
+        out.append(g.append_column("window", pa.array([window] * g.num_rows, pa.string())))
+    return out
+
+
+def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records: str | None = None
+                 ) -> Iterator[tuple[int, tuple]]:
+    """Stage 1 for one commitlog file: its records once, cut into shuffle items (``AuditPlan``).
+    ``lost``: the file reaches past the truncation point (bodies are read for the lost messages).
+    ``records``: the run's scan kept them there (``store_reader.scanned``): not read again."""
+    cols = _SCAN_COLUMNS + (_LOST_COLUMNS if lost else ["properties"] if plan.config.enableMultiDispatch else [])
+    queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
+    puts, lost_rows, flush = [], [], []
+    topic_no: dict[str, int] = {}
+    batches = SegmentScan(path, plan.opts, columns=cols, include_lost=True, batch_size=65536) if records is None \
+        else read_records(records)
+    for rb in batches:
+        # records below the cut: the broker keeps their bytes, behind a bad record too (a file it
+        # does not re-read); the flush window counts the valid prefix (what was written in order)
+        kept = _column(rb, "phy_offset") < plan.end
+        below = kept & _column(rb, "valid_prefix")
+        _queue_rows(rb, plan, kept, queues)
+        if lost:
+            lost_rows.append(_lost_rows(rb, segment, plan))
+        if below.any():
+            flush += _flush_partials(rb.filter(pa.array(below)), plan)
+        if kept.any():
+            p = index_puts(rb.filter(pa.array(kept)), ordered=True)
+            topics = p.topic.dictionary_encode()
+            code = np.array([topic_no.setdefault(t, len(topic_no)) for t in topics.dictionary.to_pylist()]
+                            or [0], np.int32)[topics.indices.to_numpy(zero_copy_only=False)]
+            puts.append(pa.table([pa.array(code), pa.array(p.key_hash.astype(np.int32)), pa.array(p.phy)],
+                                 schema=INDEX_PUTS))
+    for (topic, qid), parts in queues.items():
+        yield plan.queue_key(topic, qid), ("queue", (topic, qid), pa.concat_tables(parts))
+    if puts:
+        t = pa.concat_tables(puts)
+        names = list(topic_no)
+        for key, part in _keyed(plan.phy_keys(t["phy_offset"].to_numpy()), t):
+            yield key, ("puts", names, part)
+    if lost_rows:
+        yield plan.driver_key, ("lost", pa.concat_tables(lost_rows))
+    if flush:
+        yield plan.driver_key, ("flush", pa.concat_tables(flush))
+
+
+def index_source_items(source: int, plan: AuditPlan, idx: IndexFile | None = None, first: int = 1,
+                       end: int | None = None) -> Iterator[tuple[int, tuple]]:
+    """Stage 1 for an index file's entries ``[first, end)`` (default all): keyed by the commitlog
+    file they point into, each part with the number of its chunk's first entry (entry order across
+    tasks). For a file on disk, what its header is checked against goes to the driver: the part's
+    phy range and negative timeDiffs, and (from the part starting at entry 1) the hash slots
+    pointing outside ``[0, indexCount]``."""
+    src = plan.index_sources[source]
+    own = idx is None
+    if own:
+        idx = IndexFile(src.path, plan.config.maxHashSlotNum, plan.config.maxIndexNum)
+    try:
+        lows, highs, negative = [], [], False
+        for lo, e in idx.entry_chunks(plan.index_part_entries, first, end):
+            phy = e["phy_offset"].astype(np.int64)
+            if len(phy):
+                lows.append(int(phy.min()))
+                highs.append(int(phy.max()))
+                negative = negative or bool((e["time_diff"] < 0).any())
+            t = pa.table([pa.array(e["key_hash"].astype(np.int32)), pa.array(phy)], schema=INDEX_ENTRIES)
+            for key, part in _keyed(plan.phy_keys(phy), t):      # entry order kept
+                yield key, ("entries", (source, lo), part)
+        if src.on_disk >= 0:
+            over = 0
+            if first == 1:
+                slots, count = np.asarray(idx.slots), max(idx.header.index_count, 0)
+                over = int(((slots < 0) | (slots > count)).sum())
+            yield plan.driver_key, ("index_part", (source, min(lows, default=None), max(highs, default=None),
+                                                   negative, over))
+    finally:
+        if own:
+            idx.close()
+
+
+
+
+def entry_rows(first_offset: int | np.ndarray, e: CQEntries, src: int) -> pa.Table:
+    """``QUEUE_ROWS`` of entries ``e`` at queue offsets ``first_offset + i`` (or the given offsets)
+    seen by view ``src``."""
+    n = len(e.phy_offset)
+    off = first_offset + np.arange(n, dtype=np.int64) if np.isscalar(first_offset) else first_offset
+    return pa.table([pa.array(np.asarray(off, dtype=np.int64)), pa.array(np.asarray(e.phy_offset, np.int64)),
+                     pa.array(np.asarray(e.size, np.int32)), pa.array(np.asarray(e.tags_code, np.int64)),
+                     pa.array(np.full(n, src, np.int8)), pa.array(np.zeros(n, np.int8))], schema=QUEUE_ROWS)
+
+
+def driver_items(plan: AuditPlan, pred: recovery.Prediction) -> list[tuple[int, tuple]]:
+    """The shuffle items only the driver has: the entries the broker's predicted recovery wrote
+    into its queues (the rest are read from the CQ files, ``AuditPlan.broker_on_disk``) and the
+    index files its re-dispatch builds (in memory)."""
+    items = []
+    for key, q in pred.consume_queues.items():
+        wrote = [entry_rows(r.first, decode_entries(r.slots), BROKER)
+                 for r in q.entry_runs() if r.slots is not None]
+        if wrote:
+            items.append((plan.queue_key(*key), ("queue", key, pa.concat_tables(wrote))))
+    for i, src in enumerate(plan.index_sources):
+        if src.path is None:
+            with pred.index_files[src.recovered].view(plan.config) as idx:
+                items += index_source_items(i, plan, idx)
+    return items
