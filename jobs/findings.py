@@ -14,6 +14,7 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.exchange import exchange
 from store_reader import recovery
 from store_reader.audit.compare import audit_partition, audit_tables
 from store_reader.audit.files import store_file_findings
@@ -24,50 +25,28 @@ from store_reader.commitlog import SegmentSummary
 from store_reader.scanned import lost_columns_cover
 from store_reader.store import Store
 
-# The driver's own stage-1 rows go out in slices of about this size: a worker holds one slice.
-DRIVER_SLICE_BYTES = 32 << 20
-
-
-def _pack(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _unpack(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(data).read_all()
-
-
 def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver_items: list,
                   records: dict[str, str] | None = None) -> list:
-    """The audit's one Spark job: stage 1 (segments, index files, the driver's items) shuffled by
-    key into stage 2 (``audit_partition``); returns stage 2's results in key order. A segment
-    whose kept ``records`` lack lost messages' columns it needs is read again."""
+    """The audit's two stages: stage 1 (a task per segment and per index file part, then the
+    driver's items) exchanged by key into stage 2 (``audit_partition``, a task per key); returns
+    stage 2's results in key order. A segment whose kept ``records`` lack lost messages' columns
+    it needs is read again."""
     sc = spark.sparkContext
     kept = records or {}
     files = [(s.path, s.segment, s.file_start + s.file_size > plan.end,
               kept.get(s.segment) if lost_columns_cover(s, plan.end) else None) for s in scan]
-    rdds = []
-    if files:
-        rdds.append(sc.parallelize(files, len(files)).flatMap(lambda f: segment_items(*f[:3], plan, f[3])))
     disk_parts = [(i, lo, hi) for i, s in enumerate(plan.index_sources) if s.path is not None
                   for lo, hi in s.parts(plan.index_part_entries, plan.config.maxIndexNum)]
-    if disk_parts:
-        rdds.append(sc.parallelize(disk_parts, len(disk_parts))
-                    .flatMap(lambda p: index_source_items(p[0], plan, None, p[1], p[2])))
-    if driver_items:
-        # slices of about DRIVER_SLICE_BYTES: a worker holds one slice, not the store's share. The
-        # JVM keeps what the driver parallelizes until the job ends, so the tables go compressed
-        # (zstd; decompressed as a task reads them)
-        size = sum(item[-1].nbytes for _, item in driver_items)
-        slices = min(len(driver_items), max(sc.defaultParallelism, -(-size // DRIVER_SLICE_BYTES)))
-        packed = [(key, item[:-1], _pack(item[-1])) for key, item in driver_items]
-        rdds.append(sc.parallelize(packed, slices).map(lambda p: (p[0], (*p[1], _unpack(p[2])))))
-    if not rdds:
-        return []
-    return (sc.union(rdds).partitionBy(plan.partitions, lambda k: k)
-            .mapPartitionsWithIndex(lambda k, items: audit_partition(k, items, plan)).collect())
+    # one task per segment, then one per index file part
+    tasks = [("segment", f) for f in files] + [("index", p) for p in disk_parts]
+
+    def stage1(task):
+        kind, args = task
+        return segment_items(*args[:3], plan, args[3]) if kind == "segment" \
+            else index_source_items(args[0], plan, None, args[1], args[2])
+    rdd = sc.parallelize(tasks, max(1, len(tasks))).flatMap(stage1)
+    return exchange(spark, plan.work_dir, rdd, driver_items, plan.partitions,
+                    lambda key, items: audit_partition(key, items, plan), to_driver=plan.driver_key)
 
 
 
@@ -119,10 +98,13 @@ class Findings:
 
 
 def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
-          scan: Sequence[SegmentSummary] | None = None, records: dict[str, str] | None = None) -> Findings:
+          scan: Sequence[SegmentSummary] | None = None, records: dict[str, str] | None = None,
+          work_dir: str | None = None) -> Findings:
     """Every finding for ``store`` given the broker's predicted recovery. ``scan``: the segments
     whose records are read (default all; --since-last passes only the new ones). ``records``: where
-    the run's scan kept each segment's records (``store_reader.scanned``; the others are read)."""
+    the run's scan kept each segment's records (``store_reader.scanned``; the others are read).
+    ``work_dir``: the run's scan directory, where the stages exchange their tables
+    (``jobs.exchange``; default: a temporary directory, which only local executors see)."""
     scan = list(summaries if scan is None else scan)
     out = Findings()
     if len(scan) < len(summaries):       # --since-last: records read only in the new segments
@@ -132,7 +114,7 @@ def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[Se
     out.flush = flush_risk(store)
     if not pred.load_result:
         return out
-    plan = audit_plan(spark.sparkContext.defaultParallelism, store, pred, summaries, scan, out.scope)
+    plan = audit_plan(spark.sparkContext.defaultParallelism, store, pred, summaries, scan, out.scope, work_dir)
     out.tables.update(audit_tables(store, pred, plan, run_audit_job(spark, plan, scan, driver_items(plan, pred),
                                                                     records)))
     return out

@@ -25,16 +25,12 @@ QUEUE_FINDING_ROWS, INDEX_FINDING_ROWS = QUEUE_FINDING_ROW.arrow(), INDEX_FINDIN
 
 
 def audit_partition(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) -> Iterator[tuple]:
-    """Stage 2 for one shuffle key: a bucket of queues, one commitlog file's phy range, or the
-    driver's rows."""
+    """Stage 2 for one key below ``plan.driver_key``: a bucket of queues or one commitlog file's
+    phy range (the driver's rows go to it as they are)."""
     if key < plan.buckets:
         yield from _compare_bucket(key, items, plan)
-    elif key < plan.driver_key:
-        yield from _index_range(key, items, plan)
     else:
-        for _, item in items:
-            yield item
-
+        yield from _index_range(key, items, plan)
 
 
 def _queue_file_rows(key: tuple[str, int], plan: AuditPlan) -> list[pa.Table]:

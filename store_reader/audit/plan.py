@@ -142,6 +142,9 @@ class AuditPlan:
     windows: tuple[tuple[str, int], ...]
     index_sources: tuple[IndexSource, ...]
     index_part_entries: int
+    work_dir: str | None
+    """The run's scan directory, which the driver and every executor see: the stages exchange
+    their tables there (``jobs.exchange``)."""
 
     @property
     def driver_key(self) -> int:
@@ -161,7 +164,7 @@ class AuditPlan:
 
 
 def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
-               scan: Sequence[SegmentSummary], scope: tuple[int, int] | None) -> AuditPlan:
+               scan: Sequence[SegmentSummary], scope: tuple[int, int] | None, work_dir: str | None) -> AuditPlan:
     broker_5x = pred.broker_version == recovery.V5X
     cfg = store.config
     disk_queues = {(ref.topic, ref.queue_id): [(f.path, f.start) for f in
@@ -196,7 +199,7 @@ def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summar
                         if (runs := tuple(r for r in q.entry_runs() if r.slots is None))},
         cut_segment=next((f.name for f in pred.commitlog_files if f.wrote < f.size), None),
         windows=flush_risk(store).windows,
-        index_sources=tuple(sources), index_part_entries=INDEX_ENTRIES_PER_PART)
+        index_sources=tuple(sources), index_part_entries=INDEX_ENTRIES_PER_PART, work_dir=work_dir)
 
 
 def pack_queues(weight: dict[tuple[str, int], int], buckets: int) -> dict[tuple[str, int], int]:
