@@ -11,6 +11,7 @@ from typing import Sequence
 
 import pyarrow as pa
 
+from jobs.exchange import exchange
 from jobs.scan import kept_reader
 from store_reader import repair
 from store_reader.commitlog import SegmentSummary
@@ -78,7 +79,7 @@ class QueueRebuild:
 def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_root: str,
                            expected_entries: int,
                            kept_queues: dict[tuple[str, int], tuple[int, int]] | None = None,
-                           records: dict[str, str] | None = None) -> QueueRebuild:
+                           records: dict[str, str] | None = None, work_dir: str | None = None) -> QueueRebuild:
     """Write every queue's CQ files under ``out_root/consumequeue`` (LMQ copies included when
     ``enableMultiDispatch``) from the records below ``end``, each entry at its record's own
     queue offset (``repair.place_entries``). ``kept_queues``: (min, max) offset of each queue the
@@ -86,7 +87,8 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
     offsets up to it get filler units (``repair.extend_queue``).
 
     One task per bucket of parts, ``expected_entries / ENTRIES_PER_REBUILD_TASK`` buckets (at least
-    one per core): a huge queue is split by CQ file, its files spread over the buckets, and many
+    one per core), the parts exchanged through ``work_dir`` (the run's scan directory,
+    ``jobs.exchange``): a huge queue is split by CQ file, its files spread over the buckets, and many
     small queues are packed into few tasks. A queue whose files do not join up into the broker's
     sequential put (a gap, a repeat or a reordering across a file boundary,
     ``repair.irregular_queues``) is rebuilt again in one piece, so the bytes never depend on the
@@ -95,7 +97,7 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
     buckets = max(spark.sparkContext.defaultParallelism, -(-expected_entries // ENTRIES_PER_REBUILD_TASK))
     queue_dirs = store.consume_queue_dir
 
-    def build(items):
+    def build(bucket: int, items):
         parts: dict[tuple[str, int, int], list[pa.Table]] = {}
         for _, (key, table) in items:
             parts.setdefault(key, []).append(table)
@@ -108,7 +110,7 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
 
     def run(only: set[tuple[str, int]] | None) -> list[repair.QueuePart]:
         rdd = surviving_records(spark, store, end, broker_5x, buckets, only, records)
-        return rdd.partitionBy(buckets, lambda bucket: bucket).mapPartitions(build).collect()
+        return exchange(spark, work_dir, rdd, [], buckets, build)
 
     parts = run(None)
     irregular = repair.irregular_queues(parts)
