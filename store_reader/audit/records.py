@@ -16,7 +16,7 @@ from store_reader.audit.queues import BEHIND_BAD, BROKER, CRC_BAD, REBUILT, REC
 from store_reader.commitlog import SegmentScan
 from store_reader.consumequeue import CQEntries, decode_entries
 from store_reader.indexfile import IndexFile
-from store_reader.repair import index_puts
+from store_reader.repair import INDEX_COLUMNS, index_puts
 from store_reader.salvage import lost_mask
 from store_reader.scanned import read_records
 
@@ -26,6 +26,7 @@ _SCAN_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queu
                  "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list", "body_crc_ok",
                  "record_crc_ok", "valid_prefix"]
 _LOST_COLUMNS = ["born_timestamp", "keys", "tags", "msg_id", "body_crc", "properties", "body"]
+FLUSH_COLUMNS = ["phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp"]
 
 QUEUE_ROWS, INDEX_ENTRIES, INDEX_PUTS = QUEUE_ROW.arrow(), INDEX_FILE_ENTRY.arrow(), INDEX_PUT.arrow()
 _TS = pa.timestamp("us", tz="UTC")
@@ -38,14 +39,21 @@ def _keyed(keys: np.ndarray, table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
     order = np.argsort(keys, kind="stable")
     k = keys[order]
     cut = np.flatnonzero(np.diff(k)) + 1
+    grouped = table.take(pa.array(order))      # one take, then zero-copy slices
     for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(k)]):
-        yield int(k[lo]), table.take(pa.array(order[lo:hi]))
+        yield int(k[lo]), grouped.slice(int(lo), int(hi - lo))
 
 
 # -- stage 1: one commitlog file ----------------------------------------------------------------------
 
 def _column(rb: pa.RecordBatch, name: str) -> np.ndarray:
     return rb.column(name).to_numpy(zero_copy_only=False)
+
+
+def _rows(rb: pa.RecordBatch, columns: list[str], mask: np.ndarray) -> pa.RecordBatch:
+    """``columns`` of the batch's rows where ``mask``: the bodies and properties are not copied."""
+    rb = rb.select(columns)
+    return rb if mask.all() else rb.filter(pa.array(mask))
 
 
 def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
@@ -156,9 +164,9 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
         if lost:
             lost_rows.append(_lost_rows(rb, segment, plan))
         if below.any():
-            flush += _flush_partials(rb.filter(pa.array(below)), plan)
+            flush += _flush_partials(_rows(rb, FLUSH_COLUMNS, below), plan)
         if kept.any():
-            p = index_puts(rb.filter(pa.array(kept)), ordered=True)
+            p = index_puts(_rows(rb, INDEX_COLUMNS, kept), ordered=True)
             topics = p.topic.dictionary_encode()
             code = np.array([topic_no.setdefault(t, len(topic_no)) for t in topics.dictionary.to_pylist()]
                             or [0], np.int32)[topics.indices.to_numpy(zero_copy_only=False)]
