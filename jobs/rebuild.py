@@ -47,7 +47,7 @@ def surviving_records(spark, store: Store, end: int, broker_5x: bool, buckets: i
     files = [f.path for f in store.commitlog_files if f.start < end]
     opts, cfg = _rebuild_scan_options(store, broker_5x), store.config
     per_file = cfg.cq_file_size // CQ_STORE_UNIT_SIZE
-    kept = kept_reader(records)
+    kept = kept_reader(records, repair.DISPATCH_COLUMNS + (["properties"] if cfg.enableMultiDispatch else []))
 
     def scan(path: str):
         tables = list(repair.dispatch_entries(path, opts, end, cfg, broker_5x) if kept is None
@@ -139,7 +139,7 @@ def index_put_counts(spark, store: Store, summaries: Sequence[SegmentSummary], e
     a file the rebuild reads past its valid prefix is counted again, a task each."""
     files = [f.path for f in store.commitlog_files if f.start < end]
     opts = _rebuild_scan_options(store, broker_5x)
-    kept = kept_reader(records)
+    kept = kept_reader(records, repair.INDEX_COLUMNS)
 
     def count(path: str) -> tuple[int, int]:
         return repair.segment_index_counts(path, opts, end) if kept is None \
@@ -168,7 +168,7 @@ def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_di
     tasks = [(k, [(files[i], lo, hi) for i, lo, hi in ranges]) for k, ranges in enumerate(plan)]
     if not tasks:
         return []
-    kept = kept_reader(records)
+    kept = kept_reader(records, repair.INDEX_COLUMNS)
     written = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: repair.write_index_file_part(
         os.path.join(index_dir, f".building-{t[0]:06d}"), t[1], opts, end, cfg, t[0] == 0, kept)).collect()
     for w, name in zip(written, repair.name_index_files(written)):

@@ -62,9 +62,9 @@ def records_dir(run_id: str, scan_dir: str | None) -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def kept_reader(records: dict[str, str] | None):
-    """A commitlog file's records as the scan kept them (by the file's path), or None (read the
-    file itself)."""
+def kept_reader(records: dict[str, str] | None, columns: list[str] | None = None):
+    """A commitlog file's records as the scan kept them (by the file's path; ``columns`` of
+    them, default all), or None (read the file itself)."""
     if records is None:
         return None
-    return lambda path: scanned.read_records(records[os.path.basename(str(path))])
+    return lambda path: scanned.read_records(records[os.path.basename(str(path))], columns)

@@ -126,9 +126,9 @@ def dispatch_batches(batches: Iterable[pa.RecordBatch], end: int, config: Broker
     ``properties`` when ``enableMultiDispatch``; intact records behind a bad one included)."""
     for rb in batches:
         keep = (rb.column("phy_offset").to_numpy() < end) & dispatchable(rb.column("sys_flag").to_numpy())
-        b = rb.filter(pa.array(keep))
-        if not b.num_rows:
+        if not keep.any():
             continue
+        b = rb if keep.all() else rb.filter(pa.array(keep))
         own = pa.table([b.column(c) if c != "copy" else pa.array(np.zeros(b.num_rows, np.int32))
                         for c in ENTRY_SCHEMA.names], schema=ENTRY_SCHEMA)
         copies = multi_dispatch_rows(config, broker_5x, b) if config.enableMultiDispatch else []
@@ -164,10 +164,10 @@ def queue_parts(entries: pa.Table, per_file: int | None) -> Iterator[tuple[tuple
     order = np.lexsort((file_no, qid, code))
     key = np.stack([code[order], qid[order].astype(np.int64), file_no[order]])
     cut = np.flatnonzero((np.diff(key, axis=1) != 0).any(axis=0)) + 1
-    rows = pa.array(order)
+    grouped = entries.take(pa.array(order))     # one take, then zero-copy slices
     for lo, hi in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [len(order)]]).tolist()):
         i = order[lo]
-        yield (names[code[i]], int(qid[i]), int(file_no[i])), entries.take(rows[lo:hi])
+        yield (names[code[i]], int(qid[i]), int(file_no[i])), grouped.slice(lo, hi - lo)
 
 
 def part_bucket(topic: str, queue_id: int, file_no: int, buckets: int) -> int:
