@@ -13,7 +13,7 @@
 Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``) or one without commitlog
      files (unless ``--commitlog-gone``); check every output target and lock the output
-     (``claim_outputs``), before any work;
+     (``publish.claim_outputs``), before any work;
   2. scan segments in parallel, one Spark task per commitlog file, each walked once
      (``store_reader.scanned``): its summary, and its records kept (Arrow, under ``--scan-dir``)
      for every later pass, none of which reads a segment again;
@@ -59,7 +59,6 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -72,7 +71,6 @@ from store_reader.commitlog import SegmentSummary
 from store_reader.exceptions import StoreReaderError
 from store_reader.salvage import Reappended
 from store_reader.store import Store
-from store_reader.storefs import StoreLocation
 from store_reader import placement, publish, repair, scanned
 from jobs import audit as audit_job
 from jobs import findings as fnd
@@ -125,14 +123,6 @@ class RunReport:
         secs = (time.monotonic() if ended is None else ended) - started
         self.passes.append((name, secs, detail))
         log.info("pass %-22s %7.2fs  %s", name, secs, detail)
-
-
-def _check_paths(store_root: Path | StoreLocation, out: Path) -> None:
-    if not isinstance(store_root, Path):      # a remote store is never a local directory
-        return
-    s, o = store_root.resolve(), out.resolve()
-    if o == s or s in o.parents or o in s.parents:
-        raise StoreReaderError(f"output {o} must not be the store, inside it or contain it", store_root)
 
 
 def _digests(root: Path, sub: str) -> dict[str, str]:
@@ -340,34 +330,6 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
     report.written = True
 
 
-def claim_outputs(stack: ExitStack, store: Store, out: str | None, overwrite: bool,
-                  backup: str | None, audit_path: str | None) -> None:
-    """Pass 1's checks of every output target, before any work: the audit path writable, the
-    output local, not the store, locked for this run (``publish.OutputLock``, which also proves its
-    directory writable), leftovers of killed runs cleaned up, an existing output replaceable; with
-    ``backup`` (``--apply``) the backup new and the store locked as well. ``out``: None for a dry
-    run."""
-    if audit_path:
-        publish.check_writable(audit_path, "audit path")
-    if out is None:
-        return
-    if publish.is_uri(out):
-        raise StoreReaderError("the repaired store is written to a local directory, not a URI", out)
-    _check_paths(store.root, Path(out))
-    stack.enter_context(publish.OutputLock(Path(out)))
-    for done in publish.recover_leftovers(Path(out)):
-        log.info("output: %s", done)
-    publish.check_output(Path(out), overwrite)
-    if backup is not None:
-        _check_paths(store.root, Path(backup))
-        if os.path.lexists(backup):
-            raise StoreReaderError("backup directory exists; choose a new one", backup)
-        if not Path(backup).parent.is_dir():
-            raise StoreReaderError("the backup's directory does not exist", Path(backup).parent)
-        publish.check_writable(str(Path(backup).parent), "backup's directory")
-        stack.enter_context(publish.OutputLock(Path(store.root), "store"))
-
-
 def recover(spark, store_path: str, out: str | None, broker_config: str | None = None,
             broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
             backup: str | None = None, audit_path: str | None = None,
@@ -397,9 +359,9 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
                                "and consume queue entry (a wrong --store or an unmounted volume?); "
                                "pass --commitlog-gone if the commitlog is really gone",
                                store.commitlog_dirs[0])
-    with ExitStack() as stack:
-        claim_outputs(stack, store, None if dry_run else out, overwrite,
-                      backup if not dry_run else None, audit_path)
+    with publish.claim_outputs(store.root, None if dry_run else out, overwrite,
+                               backup if not dry_run else None, audit_path,
+                               lambda done: log.info("output: %s", done)):
         return _recover(spark, store, out, broker_version, dry_run, overwrite, backup, audit_path,
                         keep_consumer_offsets, started, scan_dir, link_commitlog, salvage)
 
