@@ -59,7 +59,6 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -67,9 +66,7 @@ from typing import Callable, Sequence
 from store_reader import open_store, recovery
 from store_reader.checkpoint import lock_status
 from store_reader.config import read_consumer_offsets
-from store_reader.commitlog import SegmentSummary
 from store_reader.exceptions import StoreReaderError
-from store_reader.salvage import Reappended
 from store_reader.store import Store
 from store_reader import placement, publish, repair, scanned
 from jobs import audit as audit_job
@@ -77,52 +74,12 @@ from jobs import findings as fnd
 from jobs import deltasink
 from jobs import salvage as salvage_job
 from jobs.deltasink import store_id_for
-from jobs.recoverreport import manifest, prediction_summary, print_report
+from jobs.recoverreport import RunReport, manifest, prediction_summary, print_report
 from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
 from jobs.scan import records_dir, scan_once
 from jobs.sparkutil import Passes, await_tasks, cancel_job_group, join_job_group, reports_store_errors
 
 log = logging.getLogger("jobs.recover")
-
-
-# -- the run ------------------------------------------------------------------------------------------
-
-@dataclass
-class RunReport:
-    run_id: str
-    store: str
-    out: str | None
-    broker_version: str
-    prediction: recovery.Prediction
-    summaries: list[SegmentSummary]
-    offset_checks: list[recovery.OffsetCheck] = field(default_factory=list)
-    passes: list[tuple[str, float, str]] = field(default_factory=list)
-    written: bool = False
-    applied_backup: str | None = None
-    findings: fnd.Findings | None = None
-    audit_tables: list[str] = field(default_factory=list)
-    keep_consumer_offsets: bool = False
-    link_commitlog: bool = False
-    """Whole commitlog files below the cut hard-linked to the input's (``placement.linkable``)."""
-    offsets_moved: list[dict] = field(default_factory=list)
-    """Committed offsets the repaired store carries moved, originals included (repair.correct_consumer_offsets)."""
-    left_out: list[str] = field(default_factory=list)
-    """Entries of the commitlog directories the broker skips or cannot map: not in the repaired store."""
-    resized: list[tuple[str, int, int]] = field(default_factory=list)
-    """(file, length, mappedFileSizeCommitLog) of commitlog files the repaired store holds resized."""
-    config_left_out: list[str] = field(default_factory=list)
-    salvage: bool = False
-    """--salvage: the lost records a producer would send again are re-appended (jobs.salvage)."""
-    salvaged: Reappended | None = None
-    records: dict[str, str] = field(default_factory=dict)
-    """Where the scan kept each segment's records for the later passes (``store_reader.scanned``)."""
-    scans: dict[str, float] = field(default_factory=dict)
-    """Per segment: how often the run walked its bytes (1: once)."""
-
-    def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
-        secs = (time.monotonic() if ended is None else ended) - started
-        self.passes.append((name, secs, detail))
-        log.info("pass %-22s %7.2fs  %s", name, secs, detail)
 
 
 def _digests(root: Path, sub: str) -> dict[str, str]:
@@ -410,7 +367,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
     writing = not dry_run and out is not None
     if writing:
         repair.check_repairable(store, pred, summaries)
-    count_reads(report, store, writing)
+    report.count_reads(store.config, writing)
     warming: threading.Thread | None = None
     if audit_path:      # delta-rs starts up while the audit runs, not at the commit
         warming = threading.Thread(target=deltasink.warm_up, args=(spark,), name="delta-warm-up", daemon=True)
@@ -439,27 +396,6 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
         report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark)
         report.log_pass("write audit tables", t, audit_path)
     return report
-
-
-def count_reads(report: RunReport, store: Store, writing: bool) -> None:
-    """Add to ``report.scans`` the segments a later pass reads again (the kept records do not
-    serve it) and log the run's walks per segment."""
-    pred, end = report.prediction, report.prediction.max_phy_offset
-    if pred.load_result:            # the audit: lost messages' columns the scan did not keep
-        for s in report.summaries:
-            if not scanned.lost_columns_cover(s, end):
-                report.scans[s.segment] += 1
-    if writing and not scanned.serves_rebuild(store.config, pred.broker_version == recovery.V5X):
-        for s in report.summaries:      # the consume queue and the index rebuilds
-            if s.file_start < end:
-                report.scans[s.segment] += 2
-    if writing and report.salvage:      # the re-append reads the files past the cut again
-        for s in report.summaries:
-            if s.file_start + s.file_size > end:
-                report.scans[s.segment] += 1
-    walks = list(report.scans.values())
-    log.info("scans per segment %.2f (max %.2f) over %d segments", sum(walks) / len(walks) if walks else 0,
-             max(walks, default=0), len(walks))
 
 
 def recover_both(spark, store_path: str, broker_config: str | None = None,

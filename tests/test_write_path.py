@@ -18,6 +18,7 @@ import pytest
 import support
 from jobs import deltasink
 from jobs import recover as job
+from jobs.recoverreport import RunReport
 from jobs.scan import scan_segments
 from store_reader import open_store, placement, publish, recovery, repair
 from store_reader.exceptions import OutputError, StoreReaderError
@@ -210,7 +211,7 @@ def _report(spark, case, out):
     version = "5.x" if case[0] == V5 else "4.9"
     summaries = scan_segments(spark, store, store.scan_options(broker_5x=version == "5.x"))
     pred = recovery.predict(store, version, summaries=summaries)
-    return store, job.RunReport("test-run", str(store.root), str(out), version, pred, summaries)
+    return store, RunReport("test-run", str(store.root), str(out), version, pred, summaries)
 
 
 @pytest.mark.spark
