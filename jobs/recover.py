@@ -19,22 +19,13 @@ Passes (each a function the notebooks can call):
      for every later pass, none of which reads a segment again;
   3. decide on the driver what the broker would do (``store_reader.recovery.predict``; its replay
      reads the kept records);
-  4. rebuild consume queues from every record below the cut: CQ files as parts packed into a bounded
-     number of tasks (a huge queue is split by file, small queues share a task; a queue whose files
-     do not join up into one sequential put is rebuilt whole);
-  5. rebuild index files from the same records, one task per index file;
-  6. audit: what is inconsistent and what the broker's own restart would lose or rewind
-     (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports), side by side with 4-5
-     and 7 (both only read the input store and the prediction);
-  7. write the repaired store into a temporary directory of this run's own (the commitlog placed
-     by a task per file, ``store_reader.placement``: cloned, copied or with ``--link`` hard-linked,
-     the cut file rewritten, each hashed for the manifest; each committed consumer offset moved
-     where the consumer's next pull on the rebuilt queues would move it, the originals in the
-     manifest) and, once the audit succeeded too, check it against its manifest and rename it
-     into place, all under the output's lock (``store_reader.publish``);
-     ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
-  7b. with ``--salvage``, before the checkpoint and the manifest: the lost records a producer would
-     send again re-appended after the truncation point and dispatched (``jobs.salvage.reappend``);
+  4-7. the repaired store (``jobs.repairwrite``): consume queues (4) and index files (5) rebuilt
+     from every record below the cut, the commitlog placed, with ``--salvage`` the lost records
+     re-appended, the checkpoint, config and manifest (7), into a temporary directory of the run's
+     own; side by side, the audit (6: what is inconsistent and what the broker's own restart would
+     lose or rewind, the findings ``jobs/audit.py`` reports); once both succeeded, the repaired
+     store renamed into place under the output's lock; ``--apply`` then moves the input store to
+     ``--backup`` and the repaired store into its place;
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
 A store the broker refuses to start on (a file of the wrong size, a stray entry in ``commitlog/``,
@@ -57,9 +48,7 @@ import time
 from pathlib import Path
 
 from store_reader import open_store, publish, recovery, repair, scanned
-from store_reader.checkpoint import lock_status
 from store_reader.config import read_consumer_offsets
-from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
 from jobs import audit as audit_job
 from jobs import findings as fnd
@@ -91,42 +80,22 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     # absolute: Spark tasks write under it, whatever their working directory
     out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
     store = open_store(store_path, broker_config)
-    lock = lock_status(store.root)
-    if lock.locked:
-        raise StoreReaderError(f"a running broker holds the store's lock (pid {lock.pid}); "
-                               "stop it or recover a copy", lock.path)
-    if backup is not None and not isinstance(store.root, Path):
-        raise StoreReaderError("--apply swaps directories by renaming them: a remote store cannot "
-                               "be replaced (write --out and copy it back)", str(store.root))
-    if not store.commitlog_files and not commitlog_gone:
-        raise StoreReaderError(f"{store.missing_commitlog()}: recovering would drop every message "
-                               "and consume queue entry (a wrong --store or an unmounted volume?); "
-                               "pass --commitlog-gone if the commitlog is really gone",
-                               store.commitlog_dirs[0])
+    repair.check_recoverable(store, commitlog_gone, replacing=backup is not None)
     with publish.claim_outputs(store.root, None if dry_run else out, overwrite,
                                backup if not dry_run else None, audit_path,
                                lambda done: log.info("output: %s", done)):
-        return _recover(spark, store, out, broker_version, dry_run, overwrite, backup, audit_path,
-                        keep_consumer_offsets, started, scan_dir, link_commitlog, salvage)
-
-
-def _recover(spark, store: Store, out: str | None, broker_version: str | None, dry_run: bool,
-             overwrite: bool, backup: str | None, audit_path: str | None, keep_consumer_offsets: bool,
-             started: float, scan_dir: str | None, link_commitlog: bool = False,
-             salvage: bool = False) -> RunReport:
-    t = started
-    audited_at = dt.datetime.now(dt.timezone.utc)
-    version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
-    mode = "dry_run" if dry_run or out is None else "apply" if backup is not None else "write"
-    run_id = audit_job.run_id_for("recover", store, version, mode)
-    log.info("pass %-22s %7.2fs  %d commitlog files, version %s, abort=%s", "discover",
-             time.monotonic() - t, len(store.commitlog_files), version, store.abort_exists)
-    # pass 2 on Spark (a task per commitlog file, each walked once), pass 3 the broker's predicted
-    # recovery on the driver, its replay reading the records the scan kept
-    with records_dir(run_id, scan_dir) as kept:
-        return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
-                                audit_path, keep_consumer_offsets, started, audited_at, kept, link_commitlog,
-                                salvage)
+        audited_at = dt.datetime.now(dt.timezone.utc)
+        version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
+        mode = "dry_run" if dry_run or out is None else "apply" if backup is not None else "write"
+        run_id = audit_job.run_id_for("recover", store, version, mode)
+        log.info("pass %-22s %7.2fs  %d commitlog files, version %s, abort=%s", "discover",
+                 time.monotonic() - started, len(store.commitlog_files), version, store.abort_exists)
+        # pass 2 on Spark (a task per commitlog file, each walked once), pass 3 the broker's predicted
+        # recovery on the driver, its replay reading the records the scan kept
+        with records_dir(run_id, scan_dir) as kept:
+            return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
+                                    audit_path, keep_consumer_offsets, started, audited_at, kept,
+                                    link_commitlog, salvage)
 
 
 def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: str, run_id: str,

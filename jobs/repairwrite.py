@@ -1,13 +1,21 @@
-"""Passes 4-7 of a recovery, the repaired store's write, side by side with pass 6, the audit: both
-only read the input store and the prediction, on Spark job groups of their own so that either
-failing cancels the other.
+"""Passes 4-7 of a recovery (``jobs.recover``): the repaired store (4, 5, 7) written side by side
+with the audit (6). Both only read the input store and the prediction; each runs on a Spark job
+group of its own, so that either failing cancels the other and nothing is left behind.
 
-The write builds into the run's own temporary directory (``store_reader.publish``): the consume
-queues and the index files rebuilt from the scan's kept records (``jobs.rebuild``), the commitlog
-placed by a task per kept file (``store_reader.placement``), with ``--salvage`` the lost records
-re-appended (``jobs.salvage.reappend``), then the checkpoint, ``config/`` with the consumer offsets
-moved where the rebuilt queues serve them, and ``MANIFEST.json``; once the audit succeeded too,
-the directory is checked against its manifest and renamed into place.
+  4. rebuild consume queues from every record below the cut: CQ files as parts packed into a bounded
+     number of tasks (a huge queue is split by file, small queues share a task; a queue whose files
+     do not join up into one sequential put is rebuilt whole);
+  5. rebuild index files from the same records, one task per index file;
+  6. audit: what is inconsistent and what the broker's own restart would lose or rewind
+     (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports);
+  7. write the repaired store into a temporary directory of this run's own (the commitlog placed
+     by a task per file, ``store_reader.placement``: cloned, copied or with ``--link`` hard-linked,
+     the cut file rewritten, each hashed for the manifest; each committed consumer offset moved
+     where the consumer's next pull on the rebuilt queues would move it, the originals in the
+     manifest) and, once the audit succeeded too, check it against its manifest and rename it
+     into place, all under the output's lock (``store_reader.publish``);
+  7b. with ``--salvage``, before the checkpoint and the manifest: the lost records a producer would
+     send again re-appended after the truncation point and dispatched (``jobs.salvage.reappend``).
 """
 from __future__ import annotations
 
