@@ -2,7 +2,7 @@
 index files rebuilt from every surviving record, a consistent checkpoint, no ``abort``, committed
 consumer offsets the rebuilt queues serve.
 
-Spark-free building blocks; ``jobs/recover.py`` runs them in parallel (consume queues: one task
+Spark-free building blocks; ``jobs/repairwrite.py`` runs them in parallel (consume queues: one task
 per bucket of CQ files or queues; index: one task per index file) and places the result atomically.
 Everything here writes only below the directory it is given, and holds at most one segment's
 records, one bucket's queue entries or one index file's hash slots in memory, whatever the store's
