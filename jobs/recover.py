@@ -12,8 +12,8 @@
 
 Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``) or one without commitlog
-     files (unless ``--commitlog-gone``); check every output target and lock the output
-     (``publish.claim_outputs``), before any work;
+     files (unless ``--commitlog-gone``: ``repair.check_recoverable``); check every output target
+     and lock the output (``publish.claim_outputs``), before any work;
   2. scan segments in parallel, one Spark task per commitlog file, each walked once
      (``store_reader.scanned``): its summary, and its records kept (Arrow, under ``--scan-dir``)
      for every later pass, none of which reads a segment again;
