@@ -12,29 +12,20 @@
 
 Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``) or one without commitlog
-     files (unless ``--commitlog-gone``); check every output target and lock the output
-     (``claim_outputs``), before any work;
+     files (unless ``--commitlog-gone``: ``repair.check_recoverable``); check every output target
+     and lock the output (``publish.claim_outputs``), before any work;
   2. scan segments in parallel, one Spark task per commitlog file, each walked once
      (``store_reader.scanned``): its summary, and its records kept (Arrow, under ``--scan-dir``)
      for every later pass, none of which reads a segment again;
   3. decide on the driver what the broker would do (``store_reader.recovery.predict``; its replay
      reads the kept records);
-  4. rebuild consume queues from every record below the cut: CQ files as parts packed into a bounded
-     number of tasks (a huge queue is split by file, small queues share a task; a queue whose files
-     do not join up into one sequential put is rebuilt whole);
-  5. rebuild index files from the same records, one task per index file;
-  6. audit: what is inconsistent and what the broker's own restart would lose or rewind
-     (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports), side by side with 4-5
-     and 7 (both only read the input store and the prediction);
-  7. write the repaired store into a temporary directory of this run's own (the commitlog placed
-     by a task per file, ``store_reader.placement``: cloned, copied or with ``--link`` hard-linked,
-     the cut file rewritten, each hashed for the manifest; each committed consumer offset moved
-     where the consumer's next pull on the rebuilt queues would move it, the originals in the
-     manifest) and, once the audit succeeded too, check it against its manifest and rename it
-     into place, all under the output's lock (``store_reader.publish``);
-     ``--apply`` then moves the input store to ``--backup`` and the repaired store into its place;
-  7b. with ``--salvage``, before the checkpoint and the manifest: the lost records a producer would
-     send again re-appended after the truncation point and dispatched (``jobs.salvage.reappend``);
+  4-7. the repaired store (``jobs.repairwrite``): consume queues (4) and index files (5) rebuilt
+     from every record below the cut, the commitlog placed, with ``--salvage`` the lost records
+     re-appended, the checkpoint, config and manifest (7), into a temporary directory of the run's
+     own; side by side, the audit (6: what is inconsistent and what the broker's own restart would
+     lose or rewind, the findings ``jobs/audit.py`` reports); once both succeeded, the repaired
+     store renamed into place under the output's lock; ``--apply`` then moves the input store to
+     ``--backup`` and the repaired store into its place;
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
 A store the broker refuses to start on (a file of the wrong size, a stray entry in ``commitlog/``,
@@ -48,324 +39,28 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import errno
 import json
 import logging
 import os
-import shutil
 import sys
 import threading
 import time
-import uuid
-from collections import Counter
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
-
-from store_reader import open_store, recovery
-from store_reader.checkpoint import lock_status
+from store_reader import open_store, publish, recovery, repair, scanned
 from store_reader.config import read_consumer_offsets
-from store_reader.commitlog import SegmentSummary
-from store_reader.exceptions import StoreReaderError
-from store_reader.salvage import Reappended
 from store_reader.store import Store
-from store_reader.storefs import StoreLocation
-from store_reader import placement, publish, repair, scanned
 from jobs import audit as audit_job
 from jobs import findings as fnd
 from jobs import deltasink
 from jobs import salvage as salvage_job
 from jobs.deltasink import store_id_for
-from jobs.recoverreport import manifest, prediction_summary, print_report
-from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
+from jobs.recoverreport import RunReport, prediction_summary, print_report
+from jobs.repairwrite import audit_and_write
 from jobs.scan import records_dir, scan_once
-from jobs.sparkutil import Passes, await_tasks, cancel_job_group, join_job_group, reports_store_errors
+from jobs.sparkutil import reports_store_errors
 
 log = logging.getLogger("jobs.recover")
-
-
-# -- the run ------------------------------------------------------------------------------------------
-
-@dataclass
-class RunReport:
-    run_id: str
-    store: str
-    out: str | None
-    broker_version: str
-    prediction: recovery.Prediction
-    summaries: list[SegmentSummary]
-    offset_checks: list[recovery.OffsetCheck] = field(default_factory=list)
-    passes: list[tuple[str, float, str]] = field(default_factory=list)
-    written: bool = False
-    applied_backup: str | None = None
-    findings: fnd.Findings | None = None
-    audit_tables: list[str] = field(default_factory=list)
-    keep_consumer_offsets: bool = False
-    link_commitlog: bool = False
-    """Whole commitlog files below the cut hard-linked to the input's (``placement.linkable``)."""
-    offsets_moved: list[dict] = field(default_factory=list)
-    """Committed offsets the repaired store carries moved, originals included (repair.correct_consumer_offsets)."""
-    left_out: list[str] = field(default_factory=list)
-    """Entries of the commitlog directories the broker skips or cannot map: not in the repaired store."""
-    resized: list[tuple[str, int, int]] = field(default_factory=list)
-    """(file, length, mappedFileSizeCommitLog) of commitlog files the repaired store holds resized."""
-    config_left_out: list[str] = field(default_factory=list)
-    salvage: bool = False
-    """--salvage: the lost records a producer would send again are re-appended (jobs.salvage)."""
-    salvaged: Reappended | None = None
-    records: dict[str, str] = field(default_factory=dict)
-    """Where the scan kept each segment's records for the later passes (``store_reader.scanned``)."""
-    scans: dict[str, float] = field(default_factory=dict)
-    """Per segment: how often the run walked its bytes (1: once)."""
-
-    def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
-        secs = (time.monotonic() if ended is None else ended) - started
-        self.passes.append((name, secs, detail))
-        log.info("pass %-22s %7.2fs  %s", name, secs, detail)
-
-
-def _check_paths(store_root: Path | StoreLocation, out: Path) -> None:
-    if not isinstance(store_root, Path):      # a remote store is never a local directory
-        return
-    s, o = store_root.resolve(), out.resolve()
-    if o == s or s in o.parents or o in s.parents:
-        raise StoreReaderError(f"output {o} must not be the store, inside it or contain it", store_root)
-
-
-def _digests(root: Path, sub: str) -> dict[str, str]:
-    """SHA-256 of every file under ``root/sub`` by path relative to ``root`` (for the manifest)."""
-    files = repair.tree_files(str(root / sub))
-    got = repair.sha256_files(p for _, p in files)
-    return {os.path.join(sub, rel): got[p] for rel, p in files}
-
-
-def place_commitlog(spark, store: Store, kept: Sequence[recovery.CommitLogFileState], dest_dir: str,
-                    link: bool) -> list[placement.PlacedSegment]:
-    """The repaired store's commitlog files under ``dest_dir``, one task per kept file
-    (``placement.place_segment``: cloned, copied or linked, the cut file rewritten), so no
-    segment's bytes pass through the driver; returns each file's digest and how it was placed."""
-    srcs = {c.name: c.path for c in store.commitlog_files}
-    tasks = [(srcs[p.name], os.path.join(dest_dir, p.name), p.keep, p.file_size, p.link)
-             for p in placement.plan(kept, link)]
-    if not tasks:
-        return []
-    return spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: placement.place_segment(*t)).collect()
-
-
-def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
-                         cancel: threading.Event | None = None, group: str | None = None,
-                         queued: threading.Event | None = None) -> Path:
-    """Passes 4-7 into this invocation's own ``<out>.tmp-<run id>-<nonce>``, MANIFEST.json
-    included; returns that directory, still marked incomplete (``publish.TMP_MARKER``) until
-    ``place_repaired_store`` renames it into place.
-    On any failure nothing is left behind. ``cancel``: set when another pass of the run failed (no
-    further Spark job starts); ``group``: the Spark job group of this
-    build's jobs, which run on threads of their own; ``queued``: set once the rebuild jobs are
-    being submitted."""
-    pred = report.prediction
-    version_5x = pred.broker_version == recovery.V5X
-    cfg = store.config
-    end = pred.max_phy_offset
-    cancel = cancel or threading.Event()
-    group = group or f"{report.run_id}-write-{uuid.uuid4().hex[:8]}"
-    tmp = publish.new_temporary(out, report.run_id)
-    try:
-        # passes 4-5 and the commitlog placement write disjoint parts of tmp and run side by side:
-        # once the index puts are counted, the index files' job first (FIFO: its long tasks start
-        # at once), the consume queue job and the placement (a task per kept file) next to it;
-        # each hashes its own files for the manifest as soon as it is done
-        (tmp / "consumequeue").mkdir()
-        (tmp / "index").mkdir()
-        (tmp / "commitlog").mkdir()
-        expected = sum(s.records for s in report.summaries if s.file_start < end)
-        records = report.records if report.records and scanned.serves_rebuild(cfg, version_5x) else None
-        index_submitted = threading.Event()
-        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="recover-write") as pool:
-            passes = Passes(spark, pool, group, cancel)
-
-            def commitlog() -> dict[str, str]:
-                while not index_submitted.wait(0.05):   # queued behind the index files' long tasks
-                    passes.check()
-                passes.check()
-                t = time.monotonic()
-                placed = place_commitlog(spark, store, pred.commitlog_files, str(tmp / "commitlog"),
-                                         report.link_commitlog)
-                hows = Counter(p.how for p in placed)
-                report.log_pass("write commitlog", t, f"{len(pred.commitlog_files)} files kept ("
-                                f"{', '.join(f'{n} {how}' for how, n in sorted(hows.items()))}), end at "
-                                f"phy {end}, {len(pred.deleted_commitlog_files)} dropped")
-                return {f"commitlog/{f.name}": p.sha256 for f, p in zip(pred.commitlog_files, placed)}
-
-            def index_files(counts: list[tuple[int, int]], t: float):
-                index_submitted.set()  # the queue job builds its RDD first: this job is queued ahead
-                passes.check()
-                headers = rebuild_index_files(spark, store, end, version_5x, str(tmp / "index"), counts, records)
-                report.log_pass("rebuild index", t, f"{len(headers)} files, "
-                                f"{sum(h.index_count - 1 for h in headers)} entries")
-                return headers, _digests(tmp, "index")
-
-            def consume_queues():
-                while not index_submitted.wait(0.05):
-                    passes.check()
-                passes.check()
-                if queued is not None:
-                    queued.set()
-                t = time.monotonic()
-                kept = {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()}
-                rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected, kept, records)
-                report.log_pass("rebuild consume queues", t, f"{rebuilt.queues.num_rows} queues, "
-                                f"{sum(rebuilt.queues['entries'].to_pylist())} entries, {rebuilt.parts} "
-                                f"parts in {rebuilt.tasks} tasks, {len(rebuilt.rebuilt_whole)} rebuilt whole, "
-                                f"{sum(hi - lo for _, _, lo, hi, _ in rebuilt.fillers)} filler units")
-                return rebuilt.queues, _digests(tmp, "consumequeue")
-
-            copying = passes.submit(commitlog)
-            t = time.monotonic()
-            counts = passes.result(passes.submit(index_put_counts, spark, store, report.summaries, end,
-                                                 version_5x, records))
-            indexing = passes.submit(index_files, counts, t)
-            queueing = passes.submit(consume_queues)
-            headers, index_digests = passes.result(indexing)
-            queues, queue_digests = passes.result(queueing)
-            commitlog_digests = passes.result(copying)
-        if report.salvage:
-            t = time.monotonic()
-            report.salvaged = salvage_job.reappend(spark, store, pred, report.summaries, str(tmp), queues)
-            report.log_pass("salvage", t, f"{report.salvaged.records.num_rows} lost records re-appended, "
-                            f"end at phy {report.salvaged.end}")
-        last_ts = max((ts for _, ts in counts), default=0)
-        last_cq_ts = max(queues["last_store_timestamp"].to_pylist(), default=0)
-        confirm = next((s.file_start + s.last_record_position for s in reversed(report.summaries)
-                        if s.last_record_position is not None and
-                        s.file_start + s.last_record_position < end), 0)
-        if report.salvaged is not None:
-            last_ts, last_cq_ts, headers, confirm = report.salvaged.checkpoint_inputs(last_ts, last_cq_ts,
-                                                                                      headers, confirm)
-        ckpt = repair.repaired_checkpoint(int(last_ts), int(last_cq_ts),
-                                          repair.full_index_end_timestamp(headers, cfg.maxIndexNum),
-                                          confirm, version_5x)
-        repair.write_checkpoint_file(tmp, ckpt, version_5x)
-        report.config_left_out = repair.copy_config(store.root, tmp)
-        for line in report.config_left_out:
-            log.warning("config file left out of the repaired store (the broker reads its .bak "
-                        "instead): %s", line)
-        if not report.keep_consumer_offsets:
-            ranges = {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"]) for r in
-                      queues.select(["topic", "queue_id", "min_offset", "max_offset"]).to_pylist()}
-            report.offsets_moved = repair.correct_consumer_offsets(tmp / "config", ranges)
-        passes.check()
-        t = time.monotonic()
-        known = {k: v for k, v in {**commitlog_digests, **index_digests, **queue_digests}.items()
-                 if report.salvaged is None or k not in report.salvaged.touched}
-        repair.write_manifest(str(tmp), manifest(store, report, repair.tree_manifest(
-            str(tmp), skip={publish.TMP_MARKER}, known=known)))
-        report.log_pass("write manifest", t, f"sizes and SHA-256 of every output file "
-                        f"({len(known)} hashed as they were written)")
-        return tmp
-    except BaseException as exc:
-        # a failed or cancelled job returns before its running tasks end: they may still write
-        await_tasks(spark, group)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            raise StoreReaderError("disk full while writing the repaired store; nothing was left "
-                                   "behind", tmp) from None
-        raise
-
-
-def place_repaired_store(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Pass 7's end: the complete ``tmp`` (``build_repaired_store``) synced, checked against its
-    manifest and renamed to ``out`` (``publish.publish``); on failure ``tmp`` is removed."""
-    publish.publish(tmp, out, overwrite)
-
-
-def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, overwrite: bool) -> None:
-    """Pass 6 (the audit) and, with ``out``, passes 4-7 side by side: both only read the input
-    store and the prediction. Their Spark jobs share the cores, the write's queued first (Spark
-    schedules FIFO across threads). The repaired store is placed only once both succeeded; when
-    either fails the other is cancelled (its Spark job group), nothing is left behind and the
-    first failure is raised."""
-    pred = report.prediction
-
-    def audit(group: str | None, after: Callable[[], object] | None = None) -> None:
-        join_job_group(spark, group)
-        if after is not None:
-            after()
-        t = time.monotonic()
-        report.findings = fnd.audit(spark, store, pred, report.summaries, records=report.records or None)
-        report.log_pass("audit", t, ", ".join(f"{v} {k}" for k, v in
-                                              fnd.alerting_counts(report.findings).items()))
-
-    if out is None:
-        audit(None)
-        return
-    tag = uuid.uuid4().hex[:8]
-    groups = {"audit": f"{report.run_id}-audit-{tag}", "write": f"{report.run_id}-write-{tag}"}
-    cancel, queued = threading.Event(), threading.Event()
-
-    def write_queued() -> None:
-        while not queued.wait(0.05) and not building.done():
-            pass
-
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="recover") as pool:
-        # the write's jobs first (Spark runs jobs FIFO): its single long task per index file
-        # starts at once, and the write never trails the audit; the audit's tasks fill the rest
-        building = pool.submit(build_repaired_store, spark, store, report, out, cancel, groups["write"],
-                               queued)
-        auditing = pool.submit(audit, groups["audit"], write_queued)
-        futures = {building: "write", auditing: "audit"}
-        first: BaseException | None = None
-        try:
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            first = next((f.exception() for f in done if f.exception() is not None), None)
-        except BaseException as exc:       # interrupted while waiting
-            first = exc
-        if first is not None:
-            cancel.set()
-            for f, name in futures.items():
-                if not f.done():
-                    cancel_job_group(spark, groups[name])
-        wait(futures)
-    if first is None:
-        first = next((f.exception() for f in futures if f.exception() is not None), None)
-    if first is not None:
-        if building.exception() is None:   # complete, but the run failed: it goes too
-            shutil.rmtree(building.result(), ignore_errors=True)
-        raise first
-    t = time.monotonic()
-    place_repaired_store(building.result(), out, overwrite)
-    report.log_pass("place repaired store", t, f"fsync'd, renamed to {out}")
-    report.written = True
-
-
-def claim_outputs(stack: ExitStack, store: Store, out: str | None, overwrite: bool,
-                  backup: str | None, audit_path: str | None) -> None:
-    """Pass 1's checks of every output target, before any work: the audit path writable, the
-    output local, not the store, locked for this run (``publish.OutputLock``, which also proves its
-    directory writable), leftovers of killed runs cleaned up, an existing output replaceable; with
-    ``backup`` (``--apply``) the backup new and the store locked as well. ``out``: None for a dry
-    run."""
-    if audit_path:
-        publish.check_writable(audit_path, "audit path")
-    if out is None:
-        return
-    if publish.is_uri(out):
-        raise StoreReaderError("the repaired store is written to a local directory, not a URI", out)
-    _check_paths(store.root, Path(out))
-    stack.enter_context(publish.OutputLock(Path(out)))
-    for done in publish.recover_leftovers(Path(out)):
-        log.info("output: %s", done)
-    publish.check_output(Path(out), overwrite)
-    if backup is not None:
-        _check_paths(store.root, Path(backup))
-        if os.path.lexists(backup):
-            raise StoreReaderError("backup directory exists; choose a new one", backup)
-        if not Path(backup).parent.is_dir():
-            raise StoreReaderError("the backup's directory does not exist", Path(backup).parent)
-        publish.check_writable(str(Path(backup).parent), "backup's directory")
-        stack.enter_context(publish.OutputLock(Path(store.root), "store"))
 
 
 def recover(spark, store_path: str, out: str | None, broker_config: str | None = None,
@@ -385,42 +80,22 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     # absolute: Spark tasks write under it, whatever their working directory
     out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
     store = open_store(store_path, broker_config)
-    lock = lock_status(store.root)
-    if lock.locked:
-        raise StoreReaderError(f"a running broker holds the store's lock (pid {lock.pid}); "
-                               "stop it or recover a copy", lock.path)
-    if backup is not None and not isinstance(store.root, Path):
-        raise StoreReaderError("--apply swaps directories by renaming them: a remote store cannot "
-                               "be replaced (write --out and copy it back)", str(store.root))
-    if not store.commitlog_files and not commitlog_gone:
-        raise StoreReaderError(f"{store.missing_commitlog()}: recovering would drop every message "
-                               "and consume queue entry (a wrong --store or an unmounted volume?); "
-                               "pass --commitlog-gone if the commitlog is really gone",
-                               store.commitlog_dirs[0])
-    with ExitStack() as stack:
-        claim_outputs(stack, store, None if dry_run else out, overwrite,
-                      backup if not dry_run else None, audit_path)
-        return _recover(spark, store, out, broker_version, dry_run, overwrite, backup, audit_path,
-                        keep_consumer_offsets, started, scan_dir, link_commitlog, salvage)
-
-
-def _recover(spark, store: Store, out: str | None, broker_version: str | None, dry_run: bool,
-             overwrite: bool, backup: str | None, audit_path: str | None, keep_consumer_offsets: bool,
-             started: float, scan_dir: str | None, link_commitlog: bool = False,
-             salvage: bool = False) -> RunReport:
-    t = started
-    audited_at = dt.datetime.now(dt.timezone.utc)
-    version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
-    mode = "dry_run" if dry_run or out is None else "apply" if backup is not None else "write"
-    run_id = audit_job.run_id_for("recover", store, version, mode)
-    log.info("pass %-22s %7.2fs  %d commitlog files, version %s, abort=%s", "discover",
-             time.monotonic() - t, len(store.commitlog_files), version, store.abort_exists)
-    # pass 2 on Spark (a task per commitlog file, each walked once), pass 3 the broker's predicted
-    # recovery on the driver, its replay reading the records the scan kept
-    with records_dir(run_id, scan_dir) as kept:
-        return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
-                                audit_path, keep_consumer_offsets, started, audited_at, kept, link_commitlog,
-                                salvage)
+    repair.check_recoverable(store, commitlog_gone, replacing=backup is not None)
+    with publish.claim_outputs(store.root, None if dry_run else out, overwrite,
+                               backup if not dry_run else None, audit_path,
+                               lambda done: log.info("output: %s", done)):
+        audited_at = dt.datetime.now(dt.timezone.utc)
+        version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
+        mode = "dry_run" if dry_run or out is None else "apply" if backup is not None else "write"
+        run_id = audit_job.run_id_for("recover", store, version, mode)
+        log.info("pass %-22s %7.2fs  %d commitlog files, version %s, abort=%s", "discover",
+                 time.monotonic() - started, len(store.commitlog_files), version, store.abort_exists)
+        # pass 2 on Spark (a task per commitlog file, each walked once), pass 3 the broker's predicted
+        # recovery on the driver, its replay reading the records the scan kept
+        with records_dir(run_id, scan_dir) as kept:
+            return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
+                                    audit_path, keep_consumer_offsets, started, audited_at, kept,
+                                    link_commitlog, salvage)
 
 
 def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: str, run_id: str,
@@ -448,7 +123,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
     writing = not dry_run and out is not None
     if writing:
         repair.check_repairable(store, pred, summaries)
-    count_reads(report, store, writing)
+    report.count_reads(store.config, writing)
     warming: threading.Thread | None = None
     if audit_path:      # delta-rs starts up while the audit runs, not at the commit
         warming = threading.Thread(target=deltasink.warm_up, args=(spark,), name="delta-warm-up", daemon=True)
@@ -477,27 +152,6 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
         report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark)
         report.log_pass("write audit tables", t, audit_path)
     return report
-
-
-def count_reads(report: RunReport, store: Store, writing: bool) -> None:
-    """Add to ``report.scans`` the segments a later pass reads again (the kept records do not
-    serve it) and log the run's walks per segment."""
-    pred, end = report.prediction, report.prediction.max_phy_offset
-    if pred.load_result:            # the audit: lost messages' columns the scan did not keep
-        for s in report.summaries:
-            if not scanned.lost_columns_cover(s, end):
-                report.scans[s.segment] += 1
-    if writing and not scanned.serves_rebuild(store.config, pred.broker_version == recovery.V5X):
-        for s in report.summaries:      # the consume queue and the index rebuilds
-            if s.file_start < end:
-                report.scans[s.segment] += 2
-    if writing and report.salvage:      # the re-append reads the files past the cut again
-        for s in report.summaries:
-            if s.file_start + s.file_size > end:
-                report.scans[s.segment] += 1
-    walks = list(report.scans.values())
-    log.info("scans per segment %.2f (max %.2f) over %d segments", sum(walks) / len(walks) if walks else 0,
-             max(walks, default=0), len(walks))
 
 
 def recover_both(spark, store_path: str, broker_config: str | None = None,

@@ -1,20 +1,84 @@
-"""What a recovery run tells the operator and records: the printed report, the prediction as
-JSON (``--json``, the manifest, ``jobs.whatif``) and the repaired store's manifest."""
+"""What a recovery run tells the operator and records: the run's report (``RunReport``: its passes
+and what it found and wrote), the printed report, the prediction as JSON (``--json``, the
+manifest, ``jobs.whatif``) and the repaired store's manifest."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from jobs import findings as fnd
 from jobs.salvage import print_reappended
-from store_reader import publish, recovery
+from store_reader import publish, recovery, scanned
+from store_reader.brokerconf import BrokerConfig
+from store_reader.commitlog import SegmentSummary
 from store_reader.fsutil import walk_files
+from store_reader.salvage import Reappended
 from store_reader.store import Store
 
-if TYPE_CHECKING:
-    from jobs.recover import RunReport
+# the recovery run's pass lines, under the job's name like the rebuilds' (``jobs.rebuild``)
+log = logging.getLogger("jobs.recover")
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    store: str
+    out: str | None
+    broker_version: str
+    prediction: recovery.Prediction
+    summaries: list[SegmentSummary]
+    offset_checks: list[recovery.OffsetCheck] = field(default_factory=list)
+    passes: list[tuple[str, float, str]] = field(default_factory=list)
+    written: bool = False
+    applied_backup: str | None = None
+    findings: fnd.Findings | None = None
+    audit_tables: list[str] = field(default_factory=list)
+    keep_consumer_offsets: bool = False
+    link_commitlog: bool = False
+    """Whole commitlog files below the cut hard-linked to the input's (``placement.linkable``)."""
+    offsets_moved: list[dict] = field(default_factory=list)
+    """Committed offsets the repaired store carries moved, originals included (repair.correct_consumer_offsets)."""
+    left_out: list[str] = field(default_factory=list)
+    """Entries of the commitlog directories the broker skips or cannot map: not in the repaired store."""
+    resized: list[tuple[str, int, int]] = field(default_factory=list)
+    """(file, length, mappedFileSizeCommitLog) of commitlog files the repaired store holds resized."""
+    config_left_out: list[str] = field(default_factory=list)
+    salvage: bool = False
+    """--salvage: the lost records a producer would send again are re-appended (jobs.salvage)."""
+    salvaged: Reappended | None = None
+    records: dict[str, str] = field(default_factory=dict)
+    """Where the scan kept each segment's records for the later passes (``store_reader.scanned``)."""
+    scans: dict[str, float] = field(default_factory=dict)
+    """Per segment: how often the run walked its bytes (1: once)."""
+
+    def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
+        secs = (time.monotonic() if ended is None else ended) - started
+        self.passes.append((name, secs, detail))
+        log.info("pass %-22s %7.2fs  %s", name, secs, detail)
+
+    def count_reads(self, config: BrokerConfig, writing: bool) -> None:
+        """Add to ``scans`` the segments a later pass reads again (the kept records do not serve
+        it) and log the run's walks per segment."""
+        pred, end = self.prediction, self.prediction.max_phy_offset
+        if pred.load_result:            # the audit: lost messages' columns the scan did not keep
+            for s in self.summaries:
+                if not scanned.lost_columns_cover(s, end):
+                    self.scans[s.segment] += 1
+        if writing and not scanned.serves_rebuild(config, pred.broker_version == recovery.V5X):
+            for s in self.summaries:      # the consume queue and the index rebuilds
+                if s.file_start < end:
+                    self.scans[s.segment] += 2
+        if writing and self.salvage:      # the re-append reads the files past the cut again
+            for s in self.summaries:
+                if s.file_start + s.file_size > end:
+                    self.scans[s.segment] += 1
+        walks = list(self.scans.values())
+        log.info("scans per segment %.2f (max %.2f) over %d segments", sum(walks) / len(walks) if walks else 0,
+                 max(walks, default=0), len(walks))
 
 
 def prediction_summary(pred: recovery.Prediction, report: RunReport | None = None) -> dict:

@@ -2,6 +2,8 @@
 
 The protocol, like git writing its index:
 
+0. ``claim_outputs``, before any work: every output target checked (writable, not the store),
+   then steps 1 and 2 under the locks it holds for the run.
 1. ``OutputLock``: an exclusive ``flock`` on ``<out>.lock`` beside the output (``<store>.lock``
    beside the store for ``--apply``), held for the whole run; a second run on the same output
    stops at once, naming the holder's pid. Creating the lock file is also the check that the
@@ -31,11 +33,14 @@ import shutil
 import sys
 import time
 import uuid
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 from . import repair
 from .checkpoint import lock_status
 from .exceptions import StoreReaderError
+from .storefs import StoreLocation
 
 TMP_MARKER = ".recover-incomplete"
 MANIFEST = "MANIFEST.json"
@@ -52,6 +57,47 @@ def _pause_point(name: str) -> None:
 
 def is_uri(target: str) -> bool:
     return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", target) is not None
+
+
+# -- 0. every output target, before any work --------------------------------------------------------
+
+@contextmanager
+def claim_outputs(store_root: Path | StoreLocation, out: str | None, overwrite: bool, backup: str | None,
+                  audit_path: str | None, log_done: Callable[[str], object]) -> Iterator[None]:
+    """Held for the run: every output target checked before any work. The audit path writable,
+    the output local, not the store, locked (``OutputLock``, which also proves its directory
+    writable), leftovers of killed runs cleaned up (``log_done`` gets a line for each), an
+    existing output replaceable; with ``backup`` (``--apply``) the backup new and the store locked
+    as well. ``out``: None for a dry run."""
+    if audit_path:
+        check_writable(audit_path, "audit path")
+    with ExitStack() as stack:
+        if out is not None:
+            if is_uri(out):
+                raise StoreReaderError("the repaired store is written to a local directory, not a URI", out)
+            _check_outside_store(store_root, Path(out))
+            stack.enter_context(OutputLock(Path(out)))
+            for done in recover_leftovers(Path(out)):
+                log_done(done)
+            check_output(Path(out), overwrite)
+            if backup is not None:
+                _check_outside_store(store_root, Path(backup))
+                if os.path.lexists(backup):
+                    raise StoreReaderError("backup directory exists; choose a new one", backup)
+                if not Path(backup).parent.is_dir():
+                    raise StoreReaderError("the backup's directory does not exist", Path(backup).parent)
+                check_writable(str(Path(backup).parent), "backup's directory")
+                stack.enter_context(OutputLock(Path(store_root), "store"))
+        yield
+
+
+def _check_outside_store(store_root: Path | StoreLocation, target: Path) -> None:
+    """Refuse a ``target`` that is the store, lies inside it or contains it."""
+    if not isinstance(store_root, Path):      # a remote store is never a local directory
+        return
+    s, o = store_root.resolve(), target.resolve()
+    if o == s or s in o.parents or o in s.parents:
+        raise StoreReaderError(f"output {o} must not be the store, inside it or contain it", store_root)
 
 
 # -- 1. the lock ------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 index files rebuilt from every surviving record, a consistent checkpoint, no ``abort``, committed
 consumer offsets the rebuilt queues serve.
 
-Spark-free building blocks; ``jobs/recover.py`` runs them in parallel (consume queues: one task
+Spark-free building blocks; ``jobs/repairwrite.py`` runs them in parallel (consume queues: one task
 per bucket of CQ files or queues; index: one task per index file) and places the result atomically.
 Everything here writes only below the directory it is given, and holds at most one segment's
 records, one bucket's queue entries or one index file's hash slots in memory, whatever the store's
@@ -30,7 +30,7 @@ from schemas.repair import DISPATCH_ENTRY, REPAIRED_QUEUE
 
 from . import recordformat as rf
 from .brokerconf import BrokerConfig
-from .checkpoint import Checkpoint, write_checkpoint
+from .checkpoint import Checkpoint, lock_status, write_checkpoint
 from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
 from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, range_status, write_queue_files,
                            write_queue_slots)
@@ -70,6 +70,25 @@ def resized_commitlog_files(store: Store) -> list[tuple[str, int, int]]:
     a long file as its first mappedFileSizeCommitLog bytes, all the broker ever maps)."""
     size = store.config.mappedFileSizeCommitLog
     return [(str(f.path), f.size, size) for f in store.commitlog_files if f.size != size]
+
+
+def check_recoverable(store: Store, commitlog_gone: bool, replacing: bool) -> None:
+    """Refuse, before any work, a store a running broker holds (its ``lock``), a remote one to be
+    replaced by the repaired store (``replacing``: ``--apply``), and one without commitlog files
+    unless ``commitlog_gone``: to the broker every message is deleted, far more often a wrong path
+    or an unmounted volume."""
+    lock = lock_status(store.root)
+    if lock.locked:
+        raise StoreReaderError(f"a running broker holds the store's lock (pid {lock.pid}); "
+                               "stop it or recover a copy", lock.path)
+    if replacing and not isinstance(store.root, Path):
+        raise StoreReaderError("--apply swaps directories by renaming them: a remote store cannot "
+                               "be replaced (write --out and copy it back)", str(store.root))
+    if not store.commitlog_files and not commitlog_gone:
+        raise StoreReaderError(f"{store.missing_commitlog()}: recovering would drop every message "
+                               "and consume queue entry (a wrong --store or an unmounted volume?); "
+                               "pass --commitlog-gone if the commitlog is really gone",
+                               store.commitlog_dirs[0])
 
 
 def check_repairable(store: Store, pred: Prediction, summaries: Sequence[SegmentSummary]) -> None:

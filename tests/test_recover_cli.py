@@ -16,6 +16,7 @@ import pytest
 
 import support
 from jobs import recover as job
+from jobs import repairwrite
 from store_reader import publish, repair
 from store_reader.exceptions import StoreReaderError
 
@@ -64,7 +65,7 @@ def test_disk_full_cleans_up(spark, tmp_path, monkeypatch):
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(job, "place_commitlog", full)
+    monkeypatch.setattr(repairwrite, "place_commitlog", full)
     with pytest.raises(StoreReaderError, match="disk full"):
         job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "4.9")
     assert list(tmp_path.iterdir()) == []

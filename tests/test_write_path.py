@@ -17,7 +17,10 @@ import pytest
 
 import support
 from jobs import deltasink
+from jobs import findings as fnd
 from jobs import recover as job
+from jobs import repairwrite
+from jobs.recoverreport import RunReport
 from jobs.scan import scan_segments
 from store_reader import open_store, placement, publish, recovery, repair
 from store_reader.exceptions import OutputError, StoreReaderError
@@ -210,7 +213,7 @@ def _report(spark, case, out):
     version = "5.x" if case[0] == V5 else "4.9"
     summaries = scan_segments(spark, store, store.scan_options(broker_5x=version == "5.x"))
     pred = recovery.predict(store, version, summaries=summaries)
-    return store, job.RunReport("test-run", str(store.root), str(out), version, pred, summaries)
+    return store, RunReport("test-run", str(store.root), str(out), version, pred, summaries)
 
 
 @pytest.mark.spark
@@ -221,16 +224,16 @@ def test_built_store_stays_marked_incomplete_until_placed(spark, tmp_path):
     case = (V5, "torn-middle-crc")
     out = tmp_path / "out"
     store, report = _report(spark, case, out)
-    killed = job.build_repaired_store(spark, store, report, out)
+    killed = repairwrite.build_repaired_store(spark, store, report, out)
     assert (killed / publish.TMP_MARKER).read_text() == "test-run" and not out.exists()
-    tmp = job.build_repaired_store(spark, store, report, out)       # the next run: its own directory
+    tmp = repairwrite.build_repaired_store(spark, store, report, out)   # the next run: its own directory
     assert tmp != killed and tmp.name.startswith("out.tmp-test-run-")
     with publish.OutputLock(out):
         done = publish.recover_leftovers(out)
     assert sorted(done) == sorted(f"removed {p.name} (left by a run that did not finish)" for p in (killed, tmp))
     assert not killed.exists() and not tmp.exists()
-    tmp = job.build_repaired_store(spark, store, report, out)
-    job.place_repaired_store(tmp, out, overwrite=False)
+    tmp = repairwrite.build_repaired_store(spark, store, report, out)
+    publish.publish(tmp, out, overwrite=False)
     assert not tmp.exists() and not (out / publish.TMP_MARKER).exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     outputs = json.loads((out / "MANIFEST.json").read_text())["outputs"]
@@ -248,11 +251,11 @@ def test_placed_store_is_synced_to_disk_before_the_rename_publishes_it(spark, tm
     case = (V5, "torn-middle-crc")
     out = tmp_path / "out"
     store, report = _report(spark, case, out)
-    tmp = job.build_repaired_store(spark, store, report, out)
+    tmp = repairwrite.build_repaired_store(spark, store, report, out)
     synced = []
     real = repair.sync_path
     monkeypatch.setattr(repair, "sync_path", lambda p: (synced.append((p, out.exists())), real(p)))
-    job.place_repaired_store(tmp, out, overwrite=False)
+    publish.publish(tmp, out, overwrite=False)
     before = {os.path.relpath(p, tmp) for p, placed in synced if not placed}
     files = {os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs}
     dirs = {os.path.relpath(d, out) for d, _, _ in os.walk(out)}
@@ -265,7 +268,7 @@ def test_audit_failure_removes_the_finished_write(spark, tmp_path, monkeypatch):
     case = (V4, "crash-tail")
     out = tmp_path / "out"
     built = threading.Event()
-    real = job.build_repaired_store
+    real = repairwrite.build_repaired_store
 
     def build(*a, **k):
         tmp = real(*a, **k)
@@ -276,8 +279,8 @@ def test_audit_failure_removes_the_finished_write(spark, tmp_path, monkeypatch):
         assert built.wait(120)                  # fails only once the repaired store is complete
         raise StoreReaderError("audit could not read something", "somewhere")
 
-    monkeypatch.setattr(job, "build_repaired_store", build)
-    monkeypatch.setattr(job.fnd, "audit", audit)
+    monkeypatch.setattr(repairwrite, "build_repaired_store", build)
+    monkeypatch.setattr(fnd, "audit", audit)
     with pytest.raises(StoreReaderError, match="audit could not read"):
         job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "4.9")
     assert list(tmp_path.iterdir()) == []
@@ -288,7 +291,7 @@ def test_write_failure_cancels_the_audit_and_is_the_error_raised(spark, tmp_path
     case = (V4, "crash-tail")
     out = tmp_path / "out"
     write_failed, audit_cancelled = threading.Event(), threading.Event()
-    real_audit = job.fnd.audit
+    real_audit = fnd.audit
 
     def audit(*a, **k):
         assert write_failed.wait(120)           # its jobs start as the write fails
@@ -302,8 +305,8 @@ def test_write_failure_cancels_the_audit_and_is_the_error_raised(spark, tmp_path
         write_failed.set()
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(job.fnd, "audit", audit)
-    monkeypatch.setattr(job, "rebuild_index_files", full)
+    monkeypatch.setattr(fnd, "audit", audit)
+    monkeypatch.setattr(repairwrite, "rebuild_index_files", full)
     with pytest.raises(StoreReaderError, match="disk full"):
         job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "4.9")
     assert list(tmp_path.iterdir()) == []
@@ -343,7 +346,7 @@ def test_tasks_still_running_after_a_failed_job_leave_nothing_behind(spark, tmp_
             return i
         return spark_.sparkContext.parallelize([0, 1], 2).map(task).collect()
 
-    monkeypatch.setattr(job, "rebuild_consume_queues", rebuild_consume_queues)
+    monkeypatch.setattr(repairwrite, "rebuild_consume_queues", rebuild_consume_queues)
     with pytest.raises(Exception, match="a consume queue task failed"):
         job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "5.x")
     assert list(work.iterdir()) == []

@@ -1,0 +1,243 @@
+"""Passes 4-7 of a recovery (``jobs.recover``): the repaired store (4, 5, 7) written side by side
+with the audit (6). Both only read the input store and the prediction; each runs on a Spark job
+group of its own, so that either failing cancels the other and nothing is left behind.
+
+  4. rebuild consume queues from every record below the cut: CQ files as parts packed into a bounded
+     number of tasks (a huge queue is split by file, small queues share a task; a queue whose files
+     do not join up into one sequential put is rebuilt whole);
+  5. rebuild index files from the same records, one task per index file;
+  6. audit: what is inconsistent and what the broker's own restart would lose or rewind
+     (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports);
+  7. write the repaired store into a temporary directory of this run's own (the commitlog placed
+     by a task per file, ``store_reader.placement``: cloned, copied or with ``--link`` hard-linked,
+     the cut file rewritten, each hashed for the manifest; each committed consumer offset moved
+     where the consumer's next pull on the rebuilt queues would move it, the originals in the
+     manifest) and, once the audit succeeded too, check it against its manifest and rename it
+     into place, all under the output's lock (``store_reader.publish``);
+  7b. with ``--salvage``, before the checkpoint and the manifest: the lost records a producer would
+     send again re-appended after the truncation point and dispatched (``jobs.salvage.reappend``).
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Callable, Sequence
+
+from jobs import findings as fnd
+from jobs import salvage as salvage_job
+from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
+from jobs.recoverreport import RunReport, manifest
+from jobs.sparkutil import Passes, await_tasks, cancel_job_group, join_job_group
+from store_reader import placement, publish, recovery, repair, scanned
+from store_reader.exceptions import StoreReaderError
+from store_reader.store import Store
+
+# the recovery run's log lines, under the job's name like the rebuilds' (``jobs.rebuild``)
+log = logging.getLogger("jobs.recover")
+
+
+def _digests(root: Path, sub: str) -> dict[str, str]:
+    """SHA-256 of every file under ``root/sub`` by path relative to ``root`` (for the manifest)."""
+    files = repair.tree_files(str(root / sub))
+    got = repair.sha256_files(p for _, p in files)
+    return {os.path.join(sub, rel): got[p] for rel, p in files}
+
+
+def place_commitlog(spark, store: Store, kept: Sequence[recovery.CommitLogFileState], dest_dir: str,
+                    link: bool) -> list[placement.PlacedSegment]:
+    """The repaired store's commitlog files under ``dest_dir``, one task per kept file
+    (``placement.place_segment``: cloned, copied or linked, the cut file rewritten), so no
+    segment's bytes pass through the driver; returns each file's digest and how it was placed."""
+    srcs = {c.name: c.path for c in store.commitlog_files}
+    tasks = [(srcs[p.name], os.path.join(dest_dir, p.name), p.keep, p.file_size, p.link)
+             for p in placement.plan(kept, link)]
+    if not tasks:
+        return []
+    return spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: placement.place_segment(*t)).collect()
+
+
+def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
+                         cancel: threading.Event | None = None, group: str | None = None,
+                         queued: threading.Event | None = None) -> Path:
+    """Passes 4-7 into this invocation's own ``<out>.tmp-<run id>-<nonce>``, MANIFEST.json
+    included; returns that directory, still marked incomplete (``publish.TMP_MARKER``) until
+    ``publish.publish`` renames it into place.
+    On any failure nothing is left behind. ``cancel``: set when another pass of the run failed (no
+    further Spark job starts); ``group``: the Spark job group of this
+    build's jobs, which run on threads of their own; ``queued``: set once the rebuild jobs are
+    being submitted."""
+    pred = report.prediction
+    version_5x = pred.broker_version == recovery.V5X
+    cfg = store.config
+    end = pred.max_phy_offset
+    cancel = cancel or threading.Event()
+    group = group or f"{report.run_id}-write-{uuid.uuid4().hex[:8]}"
+    tmp = publish.new_temporary(out, report.run_id)
+    try:
+        # passes 4-5 and the commitlog placement write disjoint parts of tmp and run side by side:
+        # once the index puts are counted, the index files' job first (FIFO: its long tasks start
+        # at once), the consume queue job and the placement (a task per kept file) next to it;
+        # each hashes its own files for the manifest as soon as it is done
+        (tmp / "consumequeue").mkdir()
+        (tmp / "index").mkdir()
+        (tmp / "commitlog").mkdir()
+        expected = sum(s.records for s in report.summaries if s.file_start < end)
+        records = report.records if report.records and scanned.serves_rebuild(cfg, version_5x) else None
+        index_submitted = threading.Event()
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="recover-write") as pool:
+            passes = Passes(spark, pool, group, cancel)
+
+            def commitlog() -> dict[str, str]:
+                while not index_submitted.wait(0.05):   # queued behind the index files' long tasks
+                    passes.check()
+                passes.check()
+                t = time.monotonic()
+                placed = place_commitlog(spark, store, pred.commitlog_files, str(tmp / "commitlog"),
+                                         report.link_commitlog)
+                hows = Counter(p.how for p in placed)
+                report.log_pass("write commitlog", t, f"{len(pred.commitlog_files)} files kept ("
+                                f"{', '.join(f'{n} {how}' for how, n in sorted(hows.items()))}), end at "
+                                f"phy {end}, {len(pred.deleted_commitlog_files)} dropped")
+                return {f"commitlog/{f.name}": p.sha256 for f, p in zip(pred.commitlog_files, placed)}
+
+            def index_files(counts: list[tuple[int, int]], t: float):
+                index_submitted.set()  # the queue job builds its RDD first: this job is queued ahead
+                passes.check()
+                headers = rebuild_index_files(spark, store, end, version_5x, str(tmp / "index"), counts, records)
+                report.log_pass("rebuild index", t, f"{len(headers)} files, "
+                                f"{sum(h.index_count - 1 for h in headers)} entries")
+                return headers, _digests(tmp, "index")
+
+            def consume_queues():
+                while not index_submitted.wait(0.05):
+                    passes.check()
+                passes.check()
+                if queued is not None:
+                    queued.set()
+                t = time.monotonic()
+                kept = {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()}
+                rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected, kept, records)
+                report.log_pass("rebuild consume queues", t, f"{rebuilt.queues.num_rows} queues, "
+                                f"{sum(rebuilt.queues['entries'].to_pylist())} entries, {rebuilt.parts} "
+                                f"parts in {rebuilt.tasks} tasks, {len(rebuilt.rebuilt_whole)} rebuilt whole, "
+                                f"{sum(hi - lo for _, _, lo, hi, _ in rebuilt.fillers)} filler units")
+                return rebuilt.queues, _digests(tmp, "consumequeue")
+
+            copying = passes.submit(commitlog)
+            t = time.monotonic()
+            counts = passes.result(passes.submit(index_put_counts, spark, store, report.summaries, end,
+                                                 version_5x, records))
+            indexing = passes.submit(index_files, counts, t)
+            queueing = passes.submit(consume_queues)
+            headers, index_digests = passes.result(indexing)
+            queues, queue_digests = passes.result(queueing)
+            commitlog_digests = passes.result(copying)
+        if report.salvage:
+            t = time.monotonic()
+            report.salvaged = salvage_job.reappend(spark, store, pred, report.summaries, str(tmp), queues)
+            report.log_pass("salvage", t, f"{report.salvaged.records.num_rows} lost records re-appended, "
+                            f"end at phy {report.salvaged.end}")
+        last_ts = max((ts for _, ts in counts), default=0)
+        last_cq_ts = max(queues["last_store_timestamp"].to_pylist(), default=0)
+        confirm = next((s.file_start + s.last_record_position for s in reversed(report.summaries)
+                        if s.last_record_position is not None and
+                        s.file_start + s.last_record_position < end), 0)
+        if report.salvaged is not None:
+            last_ts, last_cq_ts, headers, confirm = report.salvaged.checkpoint_inputs(last_ts, last_cq_ts,
+                                                                                      headers, confirm)
+        ckpt = repair.repaired_checkpoint(int(last_ts), int(last_cq_ts),
+                                          repair.full_index_end_timestamp(headers, cfg.maxIndexNum),
+                                          confirm, version_5x)
+        repair.write_checkpoint_file(tmp, ckpt, version_5x)
+        report.config_left_out = repair.copy_config(store.root, tmp)
+        for line in report.config_left_out:
+            log.warning("config file left out of the repaired store (the broker reads its .bak "
+                        "instead): %s", line)
+        if not report.keep_consumer_offsets:
+            ranges = {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"]) for r in
+                      queues.select(["topic", "queue_id", "min_offset", "max_offset"]).to_pylist()}
+            report.offsets_moved = repair.correct_consumer_offsets(tmp / "config", ranges)
+        passes.check()
+        t = time.monotonic()
+        known = {k: v for k, v in {**commitlog_digests, **index_digests, **queue_digests}.items()
+                 if report.salvaged is None or k not in report.salvaged.touched}
+        repair.write_manifest(str(tmp), manifest(store, report, repair.tree_manifest(
+            str(tmp), skip={publish.TMP_MARKER}, known=known)))
+        report.log_pass("write manifest", t, f"sizes and SHA-256 of every output file "
+                        f"({len(known)} hashed as they were written)")
+        return tmp
+    except BaseException as exc:
+        # a failed or cancelled job returns before its running tasks end: they may still write
+        await_tasks(spark, group)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            raise StoreReaderError("disk full while writing the repaired store; nothing was left "
+                                   "behind", tmp) from None
+        raise
+
+
+def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, overwrite: bool) -> None:
+    """Pass 6 (the audit) and, with ``out``, passes 4-7 side by side: both only read the input
+    store and the prediction. Their Spark jobs share the cores, the write's queued first (Spark
+    schedules FIFO across threads). The repaired store is placed only once both succeeded; when
+    either fails the other is cancelled (its Spark job group), nothing is left behind and the
+    first failure is raised."""
+    pred = report.prediction
+
+    def audit(group: str | None, after: Callable[[], object] | None = None) -> None:
+        join_job_group(spark, group)
+        if after is not None:
+            after()
+        t = time.monotonic()
+        report.findings = fnd.audit(spark, store, pred, report.summaries, records=report.records or None)
+        report.log_pass("audit", t, ", ".join(f"{v} {k}" for k, v in
+                                              fnd.alerting_counts(report.findings).items()))
+
+    if out is None:
+        audit(None)
+        return
+    tag = uuid.uuid4().hex[:8]
+    groups = {"audit": f"{report.run_id}-audit-{tag}", "write": f"{report.run_id}-write-{tag}"}
+    cancel, queued = threading.Event(), threading.Event()
+
+    def write_queued() -> None:
+        while not queued.wait(0.05) and not building.done():
+            pass
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="recover") as pool:
+        # the write's jobs first (Spark runs jobs FIFO): its single long task per index file
+        # starts at once, and the write never trails the audit; the audit's tasks fill the rest
+        building = pool.submit(build_repaired_store, spark, store, report, out, cancel, groups["write"],
+                               queued)
+        auditing = pool.submit(audit, groups["audit"], write_queued)
+        futures = {building: "write", auditing: "audit"}
+        first: BaseException | None = None
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            first = next((f.exception() for f in done if f.exception() is not None), None)
+        except BaseException as exc:       # interrupted while waiting
+            first = exc
+        if first is not None:
+            cancel.set()
+            for f, name in futures.items():
+                if not f.done():
+                    cancel_job_group(spark, groups[name])
+        wait(futures)
+    if first is None:
+        first = next((f.exception() for f in futures if f.exception() is not None), None)
+    if first is not None:
+        if building.exception() is None:   # complete, but the run failed: it goes too
+            shutil.rmtree(building.result(), ignore_errors=True)
+        raise first
+    t = time.monotonic()
+    publish.publish(building.result(), out, overwrite)
+    report.log_pass("place repaired store", t, f"fsync'd, renamed to {out}")
+    report.written = True
