@@ -180,7 +180,8 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
         log.info("pass %-22s %7.2fs  %d of %d segments scanned, truncation point %d", "scan + plan",
                  passes[-1][1], len(scanned), len(summaries), pred.max_phy_offset)
         t = time.monotonic()
-        f = fnd.audit(spark, store, pred, summaries, scan=[by_name[f.name] for f in to_scan], records=scan.records)
+        f = fnd.audit(spark, store, pred, summaries, scan=[by_name[f.name] for f in to_scan], records=scan.records,
+                      work_dir=kept)
         passes.append(("findings", time.monotonic() - t, ""))
     log.info("pass %-22s %7.2fs", "findings", passes[-1][1])
     run = AuditRun(run_id, store_id, audited_at, pred, summaries, [s.segment for s in scanned], f)

@@ -52,6 +52,8 @@ class RunReport:
     salvaged: Reappended | None = None
     records: dict[str, str] = field(default_factory=dict)
     """Where the scan kept each segment's records for the later passes (``store_reader.scanned``)."""
+    scan_dir: str | None = None
+    """The run's scan directory: the kept records, and the tables its passes exchange (``jobs.exchange``)."""
     scans: dict[str, float] = field(default_factory=dict)
     """Per segment: how often the run walked its bytes (1: once)."""
 

@@ -124,7 +124,8 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                     queued.set()
                 t = time.monotonic()
                 kept = {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()}
-                rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected, kept, records)
+                rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected, kept, records,
+                                                 report.scan_dir)
                 report.log_pass("rebuild consume queues", t, f"{rebuilt.queues.num_rows} queues, "
                                 f"{sum(rebuilt.queues['entries'].to_pylist())} entries, {rebuilt.parts} "
                                 f"parts in {rebuilt.tasks} tasks, {len(rebuilt.rebuilt_whole)} rebuilt whole, "
@@ -197,7 +198,8 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
         if after is not None:
             after()
         t = time.monotonic()
-        report.findings = fnd.audit(spark, store, pred, report.summaries, records=report.records or None)
+        report.findings = fnd.audit(spark, store, pred, report.summaries, records=report.records or None,
+                                    work_dir=report.scan_dir)
         report.log_pass("audit", t, ", ".join(f"{v} {k}" for k, v in
                                               fnd.alerting_counts(report.findings).items()))
 
