@@ -152,19 +152,15 @@ def has_delta(spark) -> bool:
 
 # -- errors raised inside Spark tasks ----------------------------------------------------------------
 
-# An OSError's line in a Python traceback: ``FileNotFoundError: [Errno 2] No such file...: '/x'``.
-_OS_ERROR_LINE = re.compile(r"^(?:\w+\.)*\w*Error: \[Errno (\d+)\] ([^\n]*?)(?:: '([^\n]*)')?$", re.M)
-
-
 def store_error(exc: BaseException) -> StoreReaderError | None:
     """``exc`` as the package's own error, or None when it is not one: the one place that turns
     what a Spark task raised back into it.
 
     A task's error reaches the driver as text, its Python traceback inside a ``Py4JJavaError``
     (RDD jobs) or a ``PythonException`` (data source reads): the ``StoreReaderError`` is rebuilt
-    from the note it carries (``StoreReaderError.from_text``: class, file, byte, reason). An
-    ``OSError`` a task raised (a write on a full disk) becomes a ``StoreReaderError`` naming its
-    file. Each job's ``main`` reports what this returns through ``reports_store_errors``.
+    from the note it carries (``StoreReaderError.from_text``: class, file, byte, reason); an
+    ``OSError`` a task raised (a write on a full disk) becomes one naming its file. Each job's
+    ``main`` reports what this returns through ``reports_store_errors``.
     """
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
@@ -173,13 +169,9 @@ def store_error(exc: BaseException) -> StoreReaderError | None:
             return exc
         if _from_spark(exc):
             _clear_progress_bar()
-            text = _error_text(exc)
-            found = StoreReaderError.from_text(text)
+            found = StoreReaderError.from_text(_error_text(exc))
             if found is not None:
                 return found
-            m = _OS_ERROR_LINE.search(text)
-            if m is not None:
-                return StoreReaderError(f"{m.group(2)} (errno {m.group(1)}, in a Spark task)", m.group(3))
         exc = exc.__cause__ or exc.__context__
     return None
 
