@@ -134,22 +134,6 @@ def embedded_settings(conf_file: str | os.PathLike[str] | None = None,
     return settings
 
 
-_HAS_DELTA: dict[str, bool] = {}
-
-
-def has_delta(spark) -> bool:
-    """True when delta-spark's classes are on the session's classpath (asked once per Spark
-    application: a failed class lookup through py4j is slow, and every audit table asks)."""
-    app = spark.sparkContext.applicationId
-    if app not in _HAS_DELTA:
-        try:
-            spark.sparkContext._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
-            _HAS_DELTA[app] = True
-        except Exception:  # py4j raises its own error type for ClassNotFoundException
-            _HAS_DELTA[app] = False
-    return _HAS_DELTA[app]
-
-
 # -- errors raised inside Spark tasks ----------------------------------------------------------------
 
 def store_error(exc: BaseException) -> StoreReaderError | None:

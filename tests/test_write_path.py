@@ -401,17 +401,17 @@ def test_embedded_settings_use_an_archive_only_when_one_exists(tmp_path, monkeyp
 
 @pytest.mark.spark
 def test_has_delta_asks_the_jvm_once_per_application(spark, monkeypatch):
-    from jobs import sparkutil
+    from jobs import deltasink
 
-    sparkutil._HAS_DELTA.pop(spark.sparkContext.applicationId, None)
-    first = sparkutil.has_delta(spark)
+    deltasink._HAS_DELTA.pop(spark.sparkContext.applicationId, None)
+    first = deltasink.has_delta(spark)
 
     class NoJVM:
         def __getattr__(self, name):
             pytest.fail("asked the JVM again")
 
     monkeypatch.setattr(spark.sparkContext, "_jvm", NoJVM())
-    assert sparkutil.has_delta(spark) is first
+    assert deltasink.has_delta(spark) is first
 
 
 def test_a_job_builds_a_spark_session_only_when_something_asks(tmp_path):
