@@ -95,8 +95,7 @@ def plan_scan(store: Store, audit_path: str, store_id: str, since_last: bool
     if not since_last:
         return files, {}
     prev = previous_segments(audit_path, store_id)
-    since = min((stamp for _, stamp in fnd.flush_risk(store).windows), default=None)
-    first = audit_state.unchanged_segments(store, prev, since)
+    first = audit_state.unchanged_segments(store, prev)
     carried = {f.name: dataclasses.replace(fnd.summary_from_row(prev[f.name]), path=f.path)
                for f in files[:first]}
     return files[first:], carried

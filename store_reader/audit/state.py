@@ -9,6 +9,7 @@ import hashlib
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store_reader.audit.plan import flush_risk
 from store_reader.commitlog import written_fingerprint
 from store_reader.exceptions import UnreadableFileError
 from store_reader.fsutil import hash_tree, mtime_ns
@@ -53,24 +54,25 @@ def last_run_segments(segments: pa.Table, store_id: str) -> dict[str, dict]:
     return {r["segment"]: r for r in t.to_pylist()}
 
 
-def unchanged_segments(store: Store, previous: dict[str, dict], flush_since: int | None) -> int:
+def unchanged_segments(store: Store, previous: dict[str, dict]) -> int:
     """How many commitlog files, from the first, keep the scan summary of the last run's
     ``segments`` row (``previous``: ``last_run_segments``): each one's size, mtime and
-    ``written_fingerprint`` are those of its row and none of its records was stored after
-    ``flush_since`` (the earliest checkpoint flush time at risk, ms; the flush window needs those
-    records). The records are read from the first file not carried over to the end, so the findings
-    judged on records cover one phy range."""
+    ``written_fingerprint`` are those of its row and none of its records was stored after a
+    checkpoint flush time at risk (``plan.flush_risk``; the flush window needs those records). The
+    records are read from the first file not carried over to the end, so the findings judged on
+    records cover one phy range."""
     files = store.commitlog_files
     now = commitlog_mtimes(store)
     same = {f.name for f in files if (row := previous.get(f.name)) and row["file_size"] == f.size
             and row["file_mtime_ns"] == now[f.name]}
     fingerprint = written_fingerprints(store, {name: previous[name]["valid_bytes"] for name in same})
+    since = min((stamp for _, stamp in flush_risk(store).windows), default=None)
     first = 0
     for f in files:
         row = previous.get(f.name)
         if f.name not in same or row.get("fingerprint") != fingerprint[f.name] or (
-                flush_since is not None and row["last_store_time"] is not None
-                and row["last_store_time"].timestamp() * 1000 > flush_since):
+                since is not None and row["last_store_time"] is not None
+                and row["last_store_time"].timestamp() * 1000 > since):
             break
         first += 1
     return first
