@@ -18,7 +18,7 @@ whole job on an 8 MiB store of the same kind, five times: the median and the ran
 session start measured alone), peak RSS of
 the driver JVM, the driver Python and the Python workers, and per-core CPU during the scan pass.
 The driver JVM starts from its class-data-sharing archive (built first if missing, as ``python -m
-jobs.sparkutil --build-cds`` would; ``--no-cds`` measures without it). Next to it the reference:
+jobs.buildcds`` would; ``--no-cds`` measures without it). Next to it the reference:
 the same passes in ONE process without Spark (segment summaries, ``recovery.predict``, the ``repair`` functions writing
 to a temporary directory; no audit, which needs Spark).
 
@@ -462,17 +462,18 @@ def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session
 
 
 def cds_state(build: bool) -> str:
-    """Build the driver JVM's class-data-sharing archive unless there is one (``jobs.sparkutil``),
+    """Build the driver JVM's class-data-sharing archive unless there is one (``jobs.buildcds``),
     or switch it off for this script and its children (``--no-cds``); returns what the runs use."""
-    from jobs.sparkutil import build_cds_archive, cds_archive_path, cds_archive_ready
+    from jobs import cds
+    from jobs.buildcds import build_cds_archive
 
     if not build:
         os.environ["ROCKETMQ_CDS"] = "off"
         return "off (--no-cds)"
-    archive = cds_archive_path()
+    archive = cds.archive_path()
     if archive is None:
         return "off (ROCKETMQ_CDS=off or no java)"
-    if not cds_archive_ready(archive):
+    if not cds.archive_ready(archive):
         t = time.perf_counter()
         build_cds_archive(archive)
         print(f"built {archive} in {time.perf_counter() - t:.0f}s (once per JDK and Spark)", flush=True)

@@ -12,12 +12,12 @@ snapshot. What a restart of the broker would do is predicted (``store_reader.rec
 difference to the files as they are, to the commitlog's records and to the consumers' committed
 offsets is written to the audit tables (``schemas/audit.py``; ``jobs/findings.py`` for the kinds).
 
-``--since-last`` reads the records only from the first segment that is new or changed (name,
-size, mtime, ``written_fingerprint``) since the last run for this store, or that holds records in a
-flush window at risk, to the end; the other segments' scan summaries come from the ``segments``
-table, so the state survives restarts. Findings that need the records are then judged inside the
-scanned range only (``runs.scan_phy_from``); the rest (consume queues vs the broker's recovery,
-index files, consumer offsets, the store's other files) are judged in full every run.
+``--since-last`` reads the records only from the first segment that is new or changed since the
+last run for this store, or that holds records in a flush window at risk, to the end; the other
+segments' scan summaries come from the ``segments`` table (``store_reader.audit.state``). Findings
+that need the records are then judged inside the scanned range only (``runs.scan_phy_from``); the
+rest (consume queues vs the broker's recovery, index files, consumer offsets, the store's other
+files) are judged in full every run.
 
 ``--broker-version both`` audits the store as 4.9 and as 5.x and prints the two side by side
 (``jobs/whatif.py``); ``--json`` prints everything (predictions, consumer offsets, findings).
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import hashlib
 import json
 import logging
 import sys
@@ -46,11 +45,10 @@ from jobs.scan import records_dir, scan_once
 from jobs.sparkutil import reports_store_errors
 from store_reader import open_store, publish, recovery
 from store_reader import scanned as scanned_records
-from store_reader.commitlog import SegmentSummary, written_fingerprint
-from store_reader.exceptions import StoreReaderError, UnreadableFileError
-from store_reader.fsutil import hash_tree, mtime_ns
+from store_reader.audit import state as audit_state
+from store_reader.commitlog import SegmentSummary
+from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
-from store_reader.storefs import location
 
 log = logging.getLogger("jobs.audit")
 
@@ -78,33 +76,6 @@ class AuditRun:
         return fnd.bad_segments(self.summaries)
 
 
-def mtimes(store: Store) -> dict[str, int]:
-    """Each commitlog file's modification time (local or remote: ``fsutil.mtime_ns``)."""
-    return {f.name: mtime_ns(f.path) for f in store.commitlog_files}
-
-
-def fingerprints(store: Store, written: dict[str, int]) -> dict[str, str]:
-    """``written_fingerprint`` of the commitlog files named in ``written`` (name -> where its valid
-    records end)."""
-    out = {}
-    for f in store.commitlog_files:
-        if f.name in written:
-            try:
-                with location(f.path).open_reader() as r:
-                    out[f.name] = written_fingerprint(r, written[f.name])
-            except OSError as exc:
-                raise UnreadableFileError(f"cannot read commitlog file: {exc.strerror}", str(f.path)) from None
-    return out
-
-
-def run_id_for(job: str, store: Store, version: str, extra: str = "") -> str:
-    """Same job, store files (names, sizes, mtimes), version and options -> same run id: a re-run
-    replaces its rows instead of adding new ones."""
-    h = hashlib.sha256(f"{job}\n{version}\n{extra}\n".encode())
-    hash_tree(h, store.root)
-    return f"{job}-{h.hexdigest()[:16]}"
-
-
 def previous_segments(audit_path: str, store_id: str) -> dict[str, dict]:
     """The segments rows of the latest earlier run for ``store_id`` (empty when there is none)."""
     from deltalake.exceptions import TableNotFoundError
@@ -113,39 +84,18 @@ def previous_segments(audit_path: str, store_id: str) -> dict[str, dict]:
         t = read_table(audit_path.rstrip("/") + "/segments")
     except TableNotFoundError:
         return {}
-    t = t.filter(pc.equal(t["store_id"], store_id))
-    if not t.num_rows:
-        return {}
-    latest = pc.max(t["audited_at"])
-    t = t.filter(pc.equal(t["audited_at"], latest))
-    return {r["segment"]: r for r in t.to_pylist()}
+    return audit_state.last_run_segments(t, store_id)
 
 
 def plan_scan(store: Store, audit_path: str, store_id: str, since_last: bool
               ) -> tuple[list, dict[str, SegmentSummary]]:
-    """(commitlog files to scan, summaries carried over from the last run).
-
-    A file's summary is carried over when its size, mtime and ``written_fingerprint`` are those of
-    the last run's row and none of its records was stored after a checkpoint flush time at risk
-    (the flush window needs those records). The records are read from the first file not carried
-    over to the end, so the findings judged on records cover one phy range (``runs.scan_phy_from``)."""
+    """(commitlog files to scan, summaries carried over from the last run: ``audit.state``'s
+    ``unchanged_segments``)."""
     files = list(store.commitlog_files)
     if not since_last:
         return files, {}
     prev = previous_segments(audit_path, store_id)
-    now = mtimes(store)
-    same = {f.name for f in files if (row := prev.get(f.name)) and row["file_size"] == f.size
-            and row["file_mtime_ns"] == now[f.name]}
-    fingerprint = fingerprints(store, {name: prev[name]["valid_bytes"] for name in same})
-    since = min((stamp for _, stamp in fnd.flush_risk(store).windows), default=None)
-    first = 0
-    for f in files:
-        row = prev.get(f.name)
-        if f.name not in same or row.get("fingerprint") != fingerprint[f.name] or (
-                since is not None and row["last_store_time"] is not None
-                and row["last_store_time"].timestamp() * 1000 > since):
-            break
-        first += 1
+    first = audit_state.unchanged_segments(store, prev)
     carried = {f.name: dataclasses.replace(fnd.summary_from_row(prev[f.name]), path=f.path)
                for f in files[:first]}
     return files[first:], carried
@@ -165,7 +115,7 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     if audit_path:
         publish.check_writable(audit_path, "audit path")     # before the scan, not after it
     to_scan, carried = plan_scan(store, audit_path or "", store_id, since_last)
-    run_id = run_id_for("audit", store, version, "since_last" if since_last else "full")
+    run_id = audit_state.run_id("audit", store, version, "since_last" if since_last else "full")
     with records_dir(run_id, None) as kept:
         passes = []
         t = time.monotonic()
@@ -188,9 +138,9 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     counts = fnd.alerting_counts(f)
     row = run_row("audit", "since_last" if since_last else "full", run.status, pred, summaries, scanned,
                   f, counts, started, passes, repaired=None)
-    written = fingerprints(store, {s.segment: s.valid_bytes for s in summaries})
-    run.tables = fnd.run_tables(f, row, fnd.segment_rows(summaries, pred, mtimes(store), set(by_name), written),
-                                run.run_id, store_id, audited_at)
+    written = audit_state.written_fingerprints(store, {s.segment: s.valid_bytes for s in summaries})
+    segments = fnd.segment_rows(summaries, pred, audit_state.commitlog_mtimes(store), set(by_name), written)
+    run.tables = fnd.run_tables(f, row, segments, run.run_id, store_id, audited_at)
     if audit_path:
         t = time.monotonic()
         run.written = fnd.write_audit(audit_path, run.tables, run.run_id, spark)

@@ -24,6 +24,22 @@ log = logging.getLogger("jobs.deltasink")
 WRITE_THREADS = 4
 
 
+_HAS_DELTA: dict[str, bool] = {}
+
+
+def has_delta(spark) -> bool:
+    """True when delta-spark's classes are on the session's classpath (asked once per Spark
+    application: a failed class lookup through py4j is slow, and every audit table asks)."""
+    app = spark.sparkContext.applicationId
+    if app not in _HAS_DELTA:
+        try:
+            spark.sparkContext._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
+            _HAS_DELTA[app] = True
+        except Exception:  # py4j raises its own error type for ClassNotFoundException
+            _HAS_DELTA[app] = False
+    return _HAS_DELTA[app]
+
+
 def _quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
@@ -37,13 +53,10 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
     if rows.num_rows and not pc.all(pc.equal(rows["run_id"], run_id)).as_py():
         raise ValueError(f"rows of another run in a write for run {run_id}")
     predicate = f"run_id = {_quote(run_id)}"
-    if spark is not None:
-        from jobs.sparkutil import has_delta
-
-        if has_delta(spark):
-            (spark.createDataFrame(rows).write.format("delta").mode("overwrite")
-             .option("replaceWhere", predicate).option("mergeSchema", "true").save(table_uri))
-            return
+    if spark is not None and has_delta(spark):
+        (spark.createDataFrame(rows).write.format("delta").mode("overwrite")
+         .option("replaceWhere", predicate).option("mergeSchema", "true").save(table_uri))
+        return
     from deltalake import DeltaTable, write_deltalake
     from deltalake.exceptions import DeltaError
 
@@ -68,11 +81,8 @@ def warm_up(spark=None) -> None:
     process whatever the rows) with a throwaway one-row table in memory, so that the audit
     tables' commit does not wait for it; meant for a side thread while the run's other passes go
     on. Nothing to do when Spark writes the tables (delta-spark on the classpath)."""
-    if spark is not None:
-        from jobs.sparkutil import has_delta
-
-        if has_delta(spark):
-            return
+    if spark is not None and has_delta(spark):
+        return
     from deltalake import write_deltalake
 
     try:

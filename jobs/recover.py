@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 from store_reader import open_store, publish, recovery, repair, scanned
+from store_reader.audit import state as audit_state
 from store_reader.config import read_consumer_offsets
 from store_reader.store import Store
 from jobs import audit as audit_job
@@ -87,7 +88,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         audited_at = dt.datetime.now(dt.timezone.utc)
         version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
         mode = "dry_run" if dry_run or out is None else "apply" if backup is not None else "write"
-        run_id = audit_job.run_id_for("recover", store, version, mode)
+        run_id = audit_state.run_id("recover", store, version, mode)
         log.info("pass %-22s %7.2fs  %d commitlog files, version %s, abort=%s", "discover",
                  time.monotonic() - started, len(store.commitlog_files), version, store.abort_exists)
         # pass 2 on Spark (a task per commitlog file, each walked once), pass 3 the broker's predicted
@@ -142,8 +143,8 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
                                 summaries, summaries, report.findings, counts, started, report.passes,
                                 repaired=str(Path(out).resolve()) if report.written else None)
         store_id = store_id_for(str(store.root))
-        mtimes = audit_job.mtimes(store)
-        written = audit_job.fingerprints(store, {s.segment: s.valid_bytes for s in summaries if s.segment in mtimes})
+        mtimes = audit_state.commitlog_mtimes(store)
+        written = audit_state.written_fingerprints(store, {s.segment: s.valid_bytes for s in summaries if s.segment in mtimes})
         tables = fnd.run_tables(report.findings, row,
                                 fnd.segment_rows(summaries, pred, mtimes, {s.segment for s in summaries}, written),
                                 run_id, store_id, audited_at)

@@ -1,34 +1,23 @@
-"""The Spark session the jobs and tests share: local by default, configured from ``spark-conf/``.
-
-An embedded session's driver JVM maps Spark's classes from a class-data-sharing archive when one
-was built for this JVM and these Spark jars (``python -m jobs.sparkutil --build-cds``, once per
-machine and environment): the classes a run loads are then mapped from one file instead of being
-read from the jars, parsed and verified at every start, which is most of the session start and of
-the first Spark SQL query's cost. ``ROCKETMQ_CDS=off`` disables it; ``ROCKETMQ_CDS_DIR`` moves the
-archives (default ``$XDG_CACHE_HOME/rocketmq-store-recovery``). The JVM checks an archive against
-its own version and class path and ignores one that does not match (with a warning), so a stale
-archive costs nothing but the saving; an archive is only used whole (its size as built), since a
-JVM that maps a file cut short dies of SIGBUS instead of ignoring it.
+"""The Spark plumbing the jobs share: the session (local by default, configured from
+``spark-conf/``; the driver JVM's class-data-sharing archive, ``jobs.cds``, when one was built),
+errors raised inside Spark tasks turned back into the package's own, and passes run side by side
+on a thread pool with their Spark jobs in one job group.
 """
 from __future__ import annotations
 
-import argparse
 import functools
-import hashlib
 import importlib
 import logging
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from jobs import cds
 from store_reader.exceptions import StoreReaderError
 
 SPARK_CONF_DIR = Path(__file__).resolve().parent.parent / "spark-conf"
@@ -64,7 +53,7 @@ def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str
     is set. Embedded (``python -m jobs.x``, tests) the settings come from ``spark-conf/local.conf``
     (or ``conf_file``) plus ``extra``, Python workers use this interpreter (otherwise they may
     start another Python that lacks this project's packages), and the driver JVM uses the
-    class-data-sharing archive when there is one (module docstring).
+    class-data-sharing archive when there is one (``jobs.cds``).
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
@@ -127,34 +116,14 @@ def embedded_settings(conf_file: str | os.PathLike[str] | None = None,
     settings.setdefault("spark.pyspark.python", sys.executable)
     settings.setdefault("spark.pyspark.driver.python", sys.executable)
     settings.update(extra or {})
-    archive = cds_archive_path()
+    archive = cds.archive_path()
     options = settings.get(JAVA_OPTIONS, "")
-    if archive is not None and cds_archive_ready(archive) and "Archive" not in options:
+    if archive is not None and cds.archive_ready(archive) and "Archive" not in options:
         settings[JAVA_OPTIONS] = f"{options} -XX:SharedArchiveFile={archive}".strip()
     return settings
 
 
-_HAS_DELTA: dict[str, bool] = {}
-
-
-def has_delta(spark) -> bool:
-    """True when delta-spark's classes are on the session's classpath (asked once per Spark
-    application: a failed class lookup through py4j is slow, and every audit table asks)."""
-    app = spark.sparkContext.applicationId
-    if app not in _HAS_DELTA:
-        try:
-            spark.sparkContext._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
-            _HAS_DELTA[app] = True
-        except Exception:  # py4j raises its own error type for ClassNotFoundException
-            _HAS_DELTA[app] = False
-    return _HAS_DELTA[app]
-
-
 # -- errors raised inside Spark tasks ----------------------------------------------------------------
-
-# An OSError's line in a Python traceback: ``FileNotFoundError: [Errno 2] No such file...: '/x'``.
-_OS_ERROR_LINE = re.compile(r"^(?:\w+\.)*\w*Error: \[Errno (\d+)\] ([^\n]*?)(?:: '([^\n]*)')?$", re.M)
-
 
 def store_error(exc: BaseException) -> StoreReaderError | None:
     """``exc`` as the package's own error, or None when it is not one: the one place that turns
@@ -162,9 +131,9 @@ def store_error(exc: BaseException) -> StoreReaderError | None:
 
     A task's error reaches the driver as text, its Python traceback inside a ``Py4JJavaError``
     (RDD jobs) or a ``PythonException`` (data source reads): the ``StoreReaderError`` is rebuilt
-    from the note it carries (``StoreReaderError.from_text``: class, file, byte, reason). An
-    ``OSError`` a task raised (a write on a full disk) becomes a ``StoreReaderError`` naming its
-    file. Each job's ``main`` reports what this returns through ``reports_store_errors``.
+    from the note it carries (``StoreReaderError.from_text``: class, file, byte, reason); an
+    ``OSError`` a task raised (a write on a full disk) becomes one naming its file. Each job's
+    ``main`` reports what this returns through ``reports_store_errors``.
     """
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
@@ -173,13 +142,9 @@ def store_error(exc: BaseException) -> StoreReaderError | None:
             return exc
         if _from_spark(exc):
             _clear_progress_bar()
-            text = _error_text(exc)
-            found = StoreReaderError.from_text(text)
+            found = StoreReaderError.from_text(_error_text(exc))
             if found is not None:
                 return found
-            m = _OS_ERROR_LINE.search(text)
-            if m is not None:
-                return StoreReaderError(f"{m.group(2)} (errno {m.group(1)}, in a Spark task)", m.group(3))
         exc = exc.__cause__ or exc.__context__
     return None
 
@@ -247,8 +212,6 @@ def _error_text(exc: BaseException) -> str:
     except Exception:  # py4j asks the JVM for the text: a JVM that is gone has none to give
         return " ".join(map(str, exc.args))
 
-
-# -- the driver JVM's class-data-sharing archive -------------------------------------------------------
 
 # -- passes side by side: threads, their Spark jobs in one job group -----------------------------------
 
@@ -328,141 +291,3 @@ class Passes:
             if self.failure is not None:
                 raise self.failure from None
             raise
-
-
-def _java() -> Path | None:
-    """The java that spark-submit runs: ``$JAVA_HOME/bin/java``, else the one on the PATH."""
-    home = os.environ.get("JAVA_HOME")
-    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
-    return Path(os.path.realpath(java)) if java and os.path.isfile(java) else None
-
-
-def _spark_jars() -> Path:
-    home = os.environ.get("SPARK_HOME")
-    if home:
-        return Path(home) / "jars"
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent / "jars"
-
-
-def cds_archive_path() -> Path | None:
-    """Where the driver's class-data-sharing archive for this JVM and these Spark jars is (or would
-    be): keyed by both, so a new JDK or Spark gets an archive of its own. None when disabled
-    (``ROCKETMQ_CDS=off``) or without a java."""
-    if os.environ.get("ROCKETMQ_CDS", "").lower() in ("off", "0", "false", "no"):
-        return None
-    java, jars = _java(), _spark_jars()
-    if java is None or not jars.is_dir():
-        return None
-    key = hashlib.sha256()
-    for p in [java, *sorted(jars.iterdir())]:
-        st = p.stat()
-        key.update(f"{p}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    root = Path(os.environ.get("ROCKETMQ_CDS_DIR") or os.path.join(cache, "rocketmq-store-recovery"))
-    return root / f"driver-{key.hexdigest()[:16]}.jsa"
-
-
-def _size_file(archive: Path) -> Path:
-    return archive.with_name(archive.name + ".size")
-
-
-def cds_archive_ready(archive: Path) -> bool:
-    """True when ``archive`` is one ``build_cds_archive`` checked, whole: its recorded size matches.
-    A JVM maps an archive cut short without checking its length and dies of SIGBUS, so a damaged
-    file must never reach it."""
-    try:
-        return _size_file(archive).read_text().strip() == str(archive.stat().st_size)
-    except OSError:
-        return False
-
-
-def build_cds_archive(path: Path | None = None) -> Path:
-    """Build the archive at ``path`` (default ``cds_archive_path()``).
-
-    1. A child process starts an embedded session whose JVM writes the classes it loaded when it
-       exits (``-XX:ArchiveClassesAtExit``), recovers a small synthetic crashed store with the
-       audit tables (Python tasks, shuffles, Arrow, Spark SQL: the classes a job loads), ends its
-       JVM and waits for it.
-    2. Another child starts a session that must map the archive (``-Xshare:on``: a JVM that cannot
-       does not start) and runs a Python task.
-    3. Only then is the archive renamed into place and its size recorded (``cds_archive_ready``).
-    """
-    path = path or cds_archive_path()
-    if path is None:
-        raise RuntimeError("no archive path: ROCKETMQ_CDS is off or there is no java")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(f"{path.name}.{os.getpid()}.part")
-    env = dict(os.environ, ROCKETMQ_CDS="off")
-    cwd = Path(__file__).resolve().parent.parent
-    try:
-        subprocess.run([sys.executable, "-m", "jobs.sparkutil", "--cds-workload", str(part)],
-                       check=True, env=env, cwd=cwd)
-        if not part.is_file() or not part.stat().st_size:
-            raise RuntimeError(f"the JVM wrote no archive at {part}")
-        checked = subprocess.run([sys.executable, "-m", "jobs.sparkutil", "--cds-check", str(part)],
-                                 env=env, cwd=cwd, capture_output=True, text=True)
-        if checked.returncode != 0:
-            raise RuntimeError(f"the JVM cannot map the archive it wrote ({part}):\n"
-                               + checked.stderr[-2000:])
-        size = part.stat().st_size
-        _size_file(path).unlink(missing_ok=True)
-        os.replace(part, path)
-        record = path.with_name(f"{path.name}.{os.getpid()}.size.part")
-        record.write_text(f"{size}\n")
-        os.replace(record, _size_file(path))
-    finally:
-        part.unlink(missing_ok=True)
-    return path
-
-
-def _cds_workload(part: str) -> None:
-    """Step 1 of ``build_cds_archive``."""
-    from pyspark import SparkContext
-
-    from jobs.demo import make_demo_store
-    from jobs.recover import recover
-
-    spark = get_spark("rocketmq-cds", extra={JAVA_OPTIONS: f"-XX:ArchiveClassesAtExit={part} -Xlog:cds*=error",
-                                             "spark.ui.showConsoleProgress": "false"})
-    with tempfile.TemporaryDirectory(prefix="rocketmq-cds-") as work:
-        store, conf, out = make_demo_store(work)
-        recover(spark, store, out, conf, audit_path=os.path.join(work, "audit"))
-    spark.stop()
-    # the JVM ends when its stdin closes and writes the archive as it exits
-    jvm = SparkContext._gateway.proc
-    SparkContext._gateway.shutdown()
-    jvm.stdin.close()
-    jvm.wait(timeout=600)
-
-
-def _cds_check(part: str) -> None:
-    """Step 2 of ``build_cds_archive``: raises unless a session on the archive runs a task."""
-    spark = get_spark("rocketmq-cds-check", extra={JAVA_OPTIONS: f"-Xshare:on -XX:SharedArchiveFile={part}",
-                                                   "spark.ui.showConsoleProgress": "false"})
-    if spark.sparkContext.parallelize(range(10), 2).sum() != 45:
-        raise RuntimeError("a session on the archive computed a wrong sum")
-    spark.stop()
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="jobs.sparkutil", description="The embedded Spark session.")
-    ap.add_argument("--build-cds", action="store_true",
-                    help="build the driver's class-data-sharing archive for this JVM and Spark")
-    ap.add_argument("--cds-workload", metavar="PART", help=argparse.SUPPRESS)
-    ap.add_argument("--cds-check", metavar="PART", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.cds_workload:
-        _cds_workload(args.cds_workload)
-    elif args.cds_check:
-        _cds_check(args.cds_check)
-    elif args.build_cds:
-        print(build_cds_archive())
-    else:
-        print(cds_archive_path() or "class-data sharing is off")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

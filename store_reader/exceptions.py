@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 # Starts the note that encodes an error (``StoreReaderError.marker``); stable: drivers parse it.
 MARKER = "store_reader.error: "
+# An OSError's line in a Python traceback: ``FileNotFoundError: [Errno 2] No such file...: '/x'``.
+_OS_ERROR_LINE = re.compile(r"^(?:\w+\.)*\w*Error: \[Errno (\d+)\] ([^\n]*?)(?:: '([^\n]*)')?$", re.M)
 
 
 class StoreReaderError(Exception):
@@ -54,18 +57,22 @@ class StoreReaderError(Exception):
     @classmethod
     def from_text(cls, text: str) -> "StoreReaderError | None":
         """The first error encoded in ``text`` (a task's traceback, as Spark passes it on),
-        rebuilt as its own class; None when there is none."""
+        rebuilt as its own class; else an ``OSError`` the task raised (a write on a full disk) as
+        an error naming its file; None when there is neither."""
         at = text.find(MARKER)
-        if at < 0:
+        if at >= 0:
+            try:
+                fields, _ = json.JSONDecoder().raw_decode(text, at + len(MARKER))
+                kind = getattr(sys.modules[__name__], fields["type"], None)
+                if not (isinstance(kind, type) and issubclass(kind, StoreReaderError)):
+                    kind = StoreReaderError
+                return kind(fields["reason"], fields["path"], fields["position"])
+            except (ValueError, KeyError, TypeError):
+                pass
+        m = _OS_ERROR_LINE.search(text)
+        if m is None:
             return None
-        try:
-            fields, _ = json.JSONDecoder().raw_decode(text, at + len(MARKER))
-            kind = getattr(sys.modules[__name__], fields["type"], None)
-            if not (isinstance(kind, type) and issubclass(kind, StoreReaderError)):
-                kind = StoreReaderError
-            return kind(fields["reason"], fields["path"], fields["position"])
-        except (ValueError, KeyError, TypeError):
-            return None
+        return StoreReaderError(f"{m.group(2)} (errno {m.group(1)}, in a Spark task)", m.group(3))
 
 
 class NotAStoreError(StoreReaderError):

@@ -293,7 +293,7 @@ def test_spark_reads_the_tables(audited, spark):
     from chispa import assert_df_equality
     from deltalake import DeltaTable
 
-    from jobs.sparkutil import has_delta
+    from jobs.deltasink import has_delta
 
     _, path, _, _, _ = audited
     for name in ("runs", "queue_findings", "consumer_offset_findings", "lost_messages"):
@@ -309,7 +309,7 @@ def test_spark_reads_the_tables(audited, spark):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_delta_spark_writer(spark, tmp_path):
-    from jobs.sparkutil import has_delta
+    from jobs.deltasink import has_delta
 
     if not has_delta(spark):
         pytest.skip("delta-spark jars are not on this session's classpath (no Maven repository "

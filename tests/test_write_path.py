@@ -366,26 +366,26 @@ def _fake_spark_home(tmp_path, monkeypatch):
 
 
 def test_cds_archive_is_keyed_by_the_spark_jars_and_can_be_turned_off(tmp_path, monkeypatch):
-    from jobs import sparkutil
+    from jobs import cds
 
     jars = _fake_spark_home(tmp_path, monkeypatch)
-    first = sparkutil.cds_archive_path()
+    first = cds.archive_path()
     assert first is not None and first.parent == tmp_path / "cds"
-    assert sparkutil.cds_archive_path() == first
+    assert cds.archive_path() == first
     (jars / "spark-sql.jar").write_bytes(b"a new spark")      # an upgrade: another archive
-    assert sparkutil.cds_archive_path() not in (None, first)
+    assert cds.archive_path() not in (None, first)
     monkeypatch.setenv("ROCKETMQ_CDS", "off")
-    assert sparkutil.cds_archive_path() is None
+    assert cds.archive_path() is None
 
 
 def test_embedded_settings_use_an_archive_only_when_one_exists(tmp_path, monkeypatch):
-    from jobs import sparkutil
+    from jobs import cds, sparkutil
 
     _fake_spark_home(tmp_path, monkeypatch)
     conf = tmp_path / "local.conf"
     conf.write_text("spark.master local[2]\nspark.ui.enabled false\n")
     assert sparkutil.JAVA_OPTIONS not in sparkutil.embedded_settings(conf)
-    archive = sparkutil.cds_archive_path()
+    archive = cds.archive_path()
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"archive")
     assert sparkutil.JAVA_OPTIONS not in sparkutil.embedded_settings(conf)   # not one a build checked
@@ -401,17 +401,17 @@ def test_embedded_settings_use_an_archive_only_when_one_exists(tmp_path, monkeyp
 
 @pytest.mark.spark
 def test_has_delta_asks_the_jvm_once_per_application(spark, monkeypatch):
-    from jobs import sparkutil
+    from jobs import deltasink
 
-    sparkutil._HAS_DELTA.pop(spark.sparkContext.applicationId, None)
-    first = sparkutil.has_delta(spark)
+    deltasink._HAS_DELTA.pop(spark.sparkContext.applicationId, None)
+    first = deltasink.has_delta(spark)
 
     class NoJVM:
         def __getattr__(self, name):
             pytest.fail("asked the JVM again")
 
     monkeypatch.setattr(spark.sparkContext, "_jvm", NoJVM())
-    assert sparkutil.has_delta(spark) is first
+    assert deltasink.has_delta(spark) is first
 
 
 def test_a_job_builds_a_spark_session_only_when_something_asks(tmp_path):
@@ -444,7 +444,7 @@ def test_built_cds_archive_is_one_the_driver_jvm_maps(tmp_path):
 
     env = dict(os.environ, ROCKETMQ_CDS_DIR=str(tmp_path / "cds"))
     env.pop("ROCKETMQ_CDS", None)
-    built = subprocess.run([sys.executable, "-m", "jobs.sparkutil", "--build-cds"], env=env, check=True,
+    built = subprocess.run([sys.executable, "-m", "jobs.buildcds"], env=env, check=True,
                            capture_output=True, text=True, cwd=support.ROOT)
     archive = built.stdout.strip().splitlines()[-1]
     assert archive.startswith(str(tmp_path / "cds")) and os.path.getsize(archive) > 1 << 20
