@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from jobs import findings as fnd
 from jobs.deltasink import read_table, store_id_for
-from jobs.scan import records_dir, scan_once
+from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
 from jobs.sparkutil import reports_store_errors
 from store_reader import open_store, publish, recovery
 from store_reader import scanned as scanned_records
@@ -102,9 +102,11 @@ def plan_scan(store: Store, audit_path: str, store_id: str, since_last: bool
 
 
 def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str | None = None,
-              broker_version: str | None = None, since_last: bool = False) -> AuditRun:
+              broker_version: str | None = None, since_last: bool = False, scan_dir: str | None = None
+              ) -> AuditRun:
     """The whole audit: discover, scan (new segments only with ``since_last``), predict, find,
-    write the tables (when ``audit_path``)."""
+    write the tables (when ``audit_path``). ``scan_dir``: where the run keeps its scan
+    (``jobs.scan.records_dir``)."""
     started = time.monotonic()
     audited_at = dt.datetime.now(dt.timezone.utc)
     store = open_store(store_path, broker_config)
@@ -116,7 +118,7 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
         publish.check_writable(audit_path, "audit path")     # before the scan, not after it
     to_scan, carried = plan_scan(store, audit_path or "", store_id, since_last)
     run_id = audit_state.run_id("audit", store, version, "since_last" if since_last else "full")
-    with records_dir(run_id, None) as kept:
+    with records_dir(run_id, scan_dir) as kept:
         passes = []
         t = time.monotonic()
         opts = store.scan_options(broker_5x=version == recovery.V5X)
@@ -136,7 +138,7 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     log.info("pass %-22s %7.2fs", "findings", passes[-1][1])
     run = AuditRun(run_id, store_id, audited_at, pred, summaries, [s.segment for s in scanned], f)
     counts = fnd.alerting_counts(f)
-    row = run_row("audit", "since_last" if since_last else "full", run.status, pred, summaries, scanned,
+    row = fnd.run_row("audit", "since_last" if since_last else "full", run.status, pred, summaries, scanned,
                   f, counts, started, passes, repaired=None)
     written = audit_state.written_fingerprints(store, {s.segment: s.valid_bytes for s in summaries})
     segments = fnd.segment_rows(summaries, pred, audit_state.commitlog_mtimes(store), set(by_name), written)
@@ -146,28 +148,6 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
         run.written = fnd.write_audit(audit_path, run.tables, run.run_id, spark)
         log.info("pass %-22s %7.2fs  %s", "write audit tables", time.monotonic() - t, audit_path)
     return run
-
-
-def run_row(job: str, mode: str, status: str, pred: recovery.Prediction, summaries, scanned, f: fnd.Findings,
-            counts: dict[str, int], started: float, passes, repaired: str | None) -> dict:
-    fw = f.tables.get("flush_window")
-    flush = 0 if fw is None or not fw.num_rows else \
-        pc.sum(fw.filter(pc.equal(fw["window"], "commitlog"))["records"]).as_py() or 0
-    return {"job": job, "mode": mode, "status": status, "broker_version": pred.broker_version,
-            "load_result": pred.load_result,
-            "recovery_path": pred.recovery_path if pred.load_result else None,
-            "start_file": pred.start_file if pred.load_result else None, "truncation_point": pred.max_phy_offset if pred.load_result else None,
-            "min_phy_offset": pred.min_phy_offset if pred.load_result else None,
-            "segments_total": len(summaries), "segments_scanned": len(scanned),
-            "bytes_scanned": sum(s.file_size for s in scanned),
-            "scan_phy_from": f.scope[0] if f.scope else None,
-            "queue_findings": counts["queue_findings"], "index_findings": counts["index_findings"],
-            "consumer_offsets_at_risk": counts["consumer_offsets_at_risk"],
-            "lost_messages": counts["lost_messages"], "store_findings": counts["store_findings"],
-            "flush_window_records": flush, "flush_risk": f.flush.reason if f.flush else None,
-            "repaired_store": repaired, "duration_ms": int((time.monotonic() - started) * 1000),
-            "passes": fnd.passes_json(passes),
-            "detail": "; ".join(pred.load_problems) or None}
 
 
 def print_audit(run: AuditRun, audit_path: str | None, out=None) -> None:
@@ -231,6 +211,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="scan only segments new or changed since the last audit of this store")
     ap.add_argument("--json", action="store_true",
                     help="print the prediction, consumer offsets and findings as JSON")
+    ap.add_argument("--scan-dir", help=SCAN_DIR_HELP)
     args = ap.parse_args(argv)
     if args.broker_version == "both" and args.since_last:
         # each version's run would carry the other's scan summaries over
@@ -249,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = get_spark("rocketmq-audit", session=False)
     versions = whatif.VERSIONS if args.broker_version == "both" else [args.broker_version]
-    runs = [run_audit(spark, args.store, args.audit_path, args.broker_config, v, args.since_last)
+    runs = [run_audit(spark, args.store, args.audit_path, args.broker_config, v, args.since_last, args.scan_dir)
             for v in versions]
     sides = [whatif.Side(r.prediction.broker_version, r.prediction, r.summaries, r.findings) for r in runs]
     if args.broker_version == "both":

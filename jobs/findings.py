@@ -8,6 +8,7 @@ stages and turns the findings into the audit tables' rows.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -151,6 +152,28 @@ def run_status(pred: recovery.Prediction, summaries: Sequence[SegmentSummary], f
     if not pred.load_result:
         return "refused"
     return "findings" if any(alerting_counts(f).values()) or bad_segments(summaries) else "clean"
+
+
+def run_row(job: str, mode: str, status: str, pred: recovery.Prediction, summaries, scanned, f: Findings,
+            counts: dict[str, int], started: float, passes, repaired: str | None) -> dict:
+    fw = f.tables.get("flush_window")
+    flush = 0 if fw is None or not fw.num_rows else \
+        pc.sum(fw.filter(pc.equal(fw["window"], "commitlog"))["records"]).as_py() or 0
+    return {"job": job, "mode": mode, "status": status, "broker_version": pred.broker_version,
+            "load_result": pred.load_result,
+            "recovery_path": pred.recovery_path if pred.load_result else None,
+            "start_file": pred.start_file if pred.load_result else None, "truncation_point": pred.max_phy_offset if pred.load_result else None,
+            "min_phy_offset": pred.min_phy_offset if pred.load_result else None,
+            "segments_total": len(summaries), "segments_scanned": len(scanned),
+            "bytes_scanned": sum(s.file_size for s in scanned),
+            "scan_phy_from": f.scope[0] if f.scope else None,
+            "queue_findings": counts["queue_findings"], "index_findings": counts["index_findings"],
+            "consumer_offsets_at_risk": counts["consumer_offsets_at_risk"],
+            "lost_messages": counts["lost_messages"], "store_findings": counts["store_findings"],
+            "flush_window_records": flush, "flush_risk": f.flush.reason if f.flush else None,
+            "repaired_store": repaired, "duration_ms": int((time.monotonic() - started) * 1000),
+            "passes": passes_json(passes),
+            "detail": "; ".join(pred.load_problems) or None}
 
 
 def run_tables(f: Findings, run: dict, segments: list[dict], run_id: str, store_id: str,

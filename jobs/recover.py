@@ -51,14 +51,13 @@ from store_reader import open_store, publish, recovery, repair, scanned
 from store_reader.audit import state as audit_state
 from store_reader.config import read_consumer_offsets
 from store_reader.store import Store
-from jobs import audit as audit_job
 from jobs import findings as fnd
 from jobs import deltasink
 from jobs import salvage as salvage_job
 from jobs.deltasink import store_id_for
 from jobs.recoverreport import RunReport, prediction_summary, print_report
 from jobs.repairwrite import audit_and_write
-from jobs.scan import records_dir, scan_once
+from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
 from jobs.sparkutil import reports_store_errors
 
 log = logging.getLogger("jobs.recover")
@@ -139,7 +138,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
         if warming is not None:
             warming.join()
         counts = fnd.alerting_counts(report.findings)
-        row = audit_job.run_row("recover", mode, fnd.run_status(pred, summaries, report.findings), pred,
+        row = fnd.run_row("recover", mode, fnd.run_status(pred, summaries, report.findings), pred,
                                 summaries, summaries, report.findings, counts, started, report.passes,
                                 repaired=str(Path(out).resolve()) if report.written else None)
         store_id = store_id_for(str(store.root))
@@ -185,13 +184,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="the store's commitlog is really gone (deleted, not merely unmounted): "
                          "recover without it, dropping every consume queue entry; without this "
                          "flag a store with no commitlog files is refused")
-    ap.add_argument("--scan-dir", help="where the scan keeps each commitlog file's records for the "
-                                       "run's later passes and the passes exchange their tables, "
-                                       "removed at its end (about a sixth of the commitlog with 1 KiB "
-                                       "messages, less with larger ones, plus the bodies of the records "
-                                       "past the truncation point; default: the system's temporary "
-                                       "directory; on a cluster, a directory the driver and every "
-                                       "executor see)")
+    ap.add_argument("--scan-dir", help=SCAN_DIR_HELP)
     ap.add_argument("--link", action="store_true",
                     help="hard-link the commitlog files the repaired store keeps whole (all below the "
                          "cut but the last kept file) instead of copying them: fast and no extra disk, "

@@ -51,6 +51,13 @@ def scan_once(spark, store: Store, opts: ScanOptions, records_dir: str, paths: l
                 {g.summary.segment: g.scans for g in got})
 
 
+SCAN_DIR_HELP = ("where the scan keeps each commitlog file's records for the run's later passes and "
+                 "the passes exchange their tables, removed at its end (about a sixth of the commitlog "
+                 "with 1 KiB messages, less with larger ones, plus the bodies of the records past the "
+                 "truncation point; default: the system's temporary directory; on a cluster, a "
+                 "directory the driver and every executor see)")
+
+
 @contextmanager
 def records_dir(run_id: str, scan_dir: str | None) -> Iterator[str]:
     """A directory of the run's own for the kept records (under ``scan_dir``, default the
