@@ -329,7 +329,8 @@ def test_tasks_still_running_after_a_failed_job_leave_nothing_behind(spark, tmp_
     sync.mkdir()
     out = work / "out"
 
-    def rebuild_consume_queues(spark_, store, end, broker_5x, out_root, expected, kept=None, records=None):
+    def rebuild_consume_queues(spark_, store, end, broker_5x, out_root, expected, kept=None, records=None,
+                               work_dir=None):
         started = str(sync / "straggler-started")
 
         def task(i):
