@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 
 from jobs.auditrun import AuditRun, by_queue, consumer_offsets, per_queue
-from jobs.findings import flush_risk
 from jobs.storequery import messages, to_pandas
 from store_reader import recovery
+from store_reader.audit.plan import flush_risk
 from store_reader.checkpoint import read_checkpoint
 from store_reader.dispatch import dispatchable
 from store_reader.store import Store
@@ -107,7 +107,7 @@ class Timeline:
 def timeline(spark: "SparkSession", store: Store, run: AuditRun, max_kept_points: int = 200_000) -> Timeline:
     """Classify every record, in Spark: ``lost`` (a lost message of the run), ``discarded`` (past
     the truncation point, damaged or not intact), ``at_risk`` (kept, but stored after the commitlog
-    flush time while that is at risk, ``findings.flush_risk``: an OS crash may still take it) or
+    flush time while that is at risk, ``plan.flush_risk``: an OS crash may still take it) or
     ``kept``. Only the records drawn reach the driver: every one past the truncation point or at
     risk, and about ``max_kept_points`` of the kept ones (chosen by a hash of the phy offset)."""
     from pyspark.sql import functions as F
