@@ -6,8 +6,10 @@
 Spark-free on purpose (it reads through ``store_reader`` only and never imports pyspark), so it
 starts in a fraction of a second and runs next to a broker.
 
-What it prints, chosen by the file's place in the store (``jobs.dumpprint``)
--------------------------------------------------------------------------------
+What it prints, chosen by the file's place in the store
+-------------------------------------------------------
+(the printers: ``jobs.dumpcommitlog``, ``jobs.dumpfiles``, ``jobs.dumpstore``)
+
 ``commitlog/<20 digits>``
     One line per record (kafka-dump-log style): phy offset, position, size, topic, queue id, queue
     offset, store time, keys, offsetMsgId, CRC verdict; then where and why the segment's valid data
@@ -56,8 +58,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from jobs.dumpprint import (Printer, dump_checkpoint, dump_config, dump_cq_file, dump_index_file,
-                            dump_overview, dump_segment, iso_ms)
+from jobs.dumpcommitlog import dump_segment
+from jobs.dumpfiles import dump_checkpoint, dump_config, dump_cq_file, dump_index_file
+from jobs.dumpprint import Printer
+from jobs.dumpstore import dump_overview
 from store_reader.audit import StoreView, verify_store
 from store_reader.audit.commitlog import not_a_segment, verify_commitlog
 from store_reader.audit.files import verify_checkpoint, verify_config
@@ -70,7 +74,7 @@ from store_reader.store import open_store
 from store_reader.storefs import StoreLocation, location
 
 EXIT_OK, EXIT_ANOMALIES, EXIT_UNREADABLE = 0, 1, 2
-__all__ = ["main", "run", "verify_store", "StoreView", "open_store", "iso_ms", "MAX_RUNS", "CannotRead"]
+__all__ = ["main", "run", "verify_store", "StoreView", "open_store", "MAX_RUNS", "CannotRead"]
 
 
 # -- what a path is ---------------------------------------------------------------------------------

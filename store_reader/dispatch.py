@@ -13,11 +13,17 @@ from .brokerconf import BrokerConfig
 from .javalang import java_parse_int, java_split
 
 
+# The transaction types (SYSFLAG & TRANSACTION_MASK) ``CommitLogDispatcherBuildConsumeQueue`` gives
+# a consume queue entry: NOT and COMMIT (a PREPARED or ROLLBACK record gets none, F§3.5).
+DISPATCHABLE_TRANSACTION_TYPES = (rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_COMMIT_TYPE)
+
+
 def dispatchable(sys_flag: np.ndarray) -> np.ndarray:
-    """Records ``CommitLogDispatcherBuildConsumeQueue`` gives a consume queue entry: transaction
-    type NOT or COMMIT (a PREPARED or ROLLBACK record gets none, F§3.5)."""
+    """Records ``CommitLogDispatcherBuildConsumeQueue`` gives a consume queue entry
+    (``DISPATCHABLE_TRANSACTION_TYPES``)."""
     tran = np.asarray(sys_flag) & rf.TRANSACTION_MASK
-    return (tran == rf.TRANSACTION_NOT_TYPE) | (tran == rf.TRANSACTION_COMMIT_TYPE)
+    not_type, commit_type = DISPATCHABLE_TRANSACTION_TYPES
+    return (tran == not_type) | (tran == commit_type)
 
 
 def indexable(sys_flag: np.ndarray) -> np.ndarray:

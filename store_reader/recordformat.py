@@ -73,6 +73,22 @@ STOREHOSTADDRESS_V6_FLAG = 0x20
 NEED_UNWRAP_FLAG = 0x40
 INNER_BATCH_FLAG = 0x80
 COMPRESSION_TYPE_MASK = 0x700
+TRAN_NAMES = {TRANSACTION_NOT_TYPE: "NOT", TRANSACTION_PREPARED_TYPE: "PREPARED",
+              TRANSACTION_COMMIT_TYPE: "COMMIT", TRANSACTION_ROLLBACK_TYPE: "ROLLBACK"}
+
+
+def sys_flag_text(flag: int) -> str:
+    """SYSFLAG with its bits named (F§3.5): the transaction type, then each flag set."""
+    names = [TRAN_NAMES[flag & TRANSACTION_MASK]]
+    for bit, name in ((COMPRESSED_FLAG, "compressed"), (MULTI_TAGS_FLAG, "multiTags"),
+                      (BORNHOST_V6_FLAG, "bornHostV6"), (STOREHOSTADDRESS_V6_FLAG, "storeHostV6"),
+                      (NEED_UNWRAP_FLAG, "needUnwrap"), (INNER_BATCH_FLAG, "innerBatch")):
+        if flag & bit:
+            names.append(name)
+    if flag & COMPRESSION_TYPE_MASK:
+        names.append(f"compressionType={(flag & COMPRESSION_TYPE_MASK) >> 8}")
+    return f"0x{flag & 0xFFFFFFFF:x} ({','.join(names)})"
+
 
 # -- property names and separators (F§3.7) -------------------------------------------------------
 NAME_VALUE_SEPARATOR = "\x01"

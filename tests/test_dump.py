@@ -28,6 +28,7 @@ import pytest
 
 import support
 from jobs import dump
+from jobs.dumpprint import iso_ms
 from store_reader import open_store
 from store_reader.checkpoint import Checkpoint, write_checkpoint
 from store_reader.commitlog import SegmentScan
@@ -487,7 +488,7 @@ def test_commitlog_text_lines_match_the_broker_scan(version):
             b = scan[int(phy)]
             assert (int(phy) - int(pos), int(size), topic, int(qid), int(qoff), msg_id, crc) == \
                 (int(seg.name), b["size"], b["topic"], b["queueId"], b["queueOffset"], b["msgId"], "ok")
-            assert keys == (b["keys"] or "-") and iso == dump.iso_ms(b["storeTimestamp"])
+            assert keys == (b["keys"] or "-") and iso == iso_ms(b["storeTimestamp"])
             seen += 1
     assert seen == len(scan)
 

@@ -5,7 +5,8 @@ Stores: the demo store (``jobs.recover --demo``: a crash with a corrupt record, 
 stale checkpoint, so lost messages, at-risk records, rewound consumer offsets and duplicate index
 entries) and a synthetic store whose last records were never dispatched (``cq_behind``: the broker's
 recovery re-dispatches them, ``redispatched`` findings). Expected numbers are computed here from the
-Delta tables with pyarrow, independently of ``jobs/investigate.py``.
+Delta tables with pyarrow, independently of the notebooks' modules
+(``jobs/auditrun.py``, ``jobs/duplicate_offsets.py``, ``jobs/lost_offsets.py``).
 
 The kernel is this interpreter (the project's venv, ipykernel installed), named by a kernel spec in
 a temporary ``JUPYTER_PATH`` so no other Jupyter installation's ``python3`` can stand in for it.
@@ -170,7 +171,7 @@ def test_notebooks_are_saved_parameterised_and_without_outputs(name):
                 and not line.lstrip().startswith("#")}
     assert set(PARAMETERS) <= assigned
     assert all(c.outputs == [] and c.execution_count is None for c in code)
-    # the store is read through Spark (the rocketmq data source, via jobs.investigate), not on the driver
+    # the store is read through Spark (the rocketmq data source, via jobs.storequery), not on the driver
     assert "get_spark(" in "".join(c.source for c in code)
     assert not any(name in "".join(c.source for c in code) for name in ("SegmentScan", "read_queue", "IndexFile"))
     assert 'matplotlib.use("Agg")' in "".join(c.source for c in code)

@@ -94,8 +94,12 @@ def entry_findings(kh: np.ndarray, phy: np.ndarray, entry_number: np.ndarray, fi
 
 # -- dump --verify ------------------------------------------------------------------------------------
 
+def index_slot_position(slot: int) -> int:
+    return INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE
+
+
 def index_entry_position(f: IndexFile, n: int) -> int:
-    return INDEX_HEADER_SIZE + f.hash_slot_num * HASH_SLOT_SIZE + n * INDEX_ENTRY_SIZE
+    return index_slot_position(f.hash_slot_num) + n * INDEX_ENTRY_SIZE
 
 
 def verify_index_file(view: StoreView, found: Findings, f: IndexFile) -> None:
@@ -115,7 +119,7 @@ def verify_index_file(view: StoreView, found: Findings, f: IndexFile) -> None:
 
     def slot_runs(slots: np.ndarray, what: Callable[[int, int], str]) -> None:
         report_runs(found, "index.slot_chain", path, slots, lambda a, b: (
-            INDEX_HEADER_SIZE + a * HASH_SLOT_SIZE, f"{span_text('slot', a, b)} {what(a, b)}", None,
+            index_slot_position(a), f"{span_text('slot', a, b)} {what(a, b)}", None,
             {"slots": [a, b]}))
 
     # 1. header (one rule set with the audit's)

@@ -21,9 +21,6 @@ from store_reader.store import Store
 VERIFY_COLUMNS = ["phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag",
                   "uniq_key", "key_list", "valid_prefix"]
 
-TRAN_NAMES = {rf.TRANSACTION_NOT_TYPE: "NOT", rf.TRANSACTION_PREPARED_TYPE: "PREPARED",
-              rf.TRANSACTION_COMMIT_TYPE: "COMMIT", rf.TRANSACTION_ROLLBACK_TYPE: "ROLLBACK"}
-
 
 @dataclass
 class RecordTable:
@@ -71,7 +68,7 @@ class RecordTable:
     def describe(self, row: int) -> str:
         return (f"{self.topics[self.topic[row]]}/{self.queue_id[row]} queue offset "
                 f"{self.queue_offset[row]}, TOTALSIZE {self.size[row]}, "
-                f"{TRAN_NAMES[int(self.tran[row])]}")
+                f"{rf.TRAN_NAMES[int(self.tran[row])]}")
 
 
 def verify_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
