@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import support
-from schemas import MESSAGE
 from store_reader import commitlog
 from store_reader import recordformat as rf
 from store_reader.exceptions import StoreReaderError
