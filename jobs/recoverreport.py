@@ -177,7 +177,7 @@ def print_report(report: RunReport, out=None) -> None:
           f"{report.applied_backup}", file=out)
     elif report.written:
         p(f"  repaired store     {report.out}", file=out)
-    if report.written and report.salvaged is not None:
-        print_reappended(report.salvaged, out)
     elif report.out:
         p("  dry run: nothing written", file=out)
+    if report.written and report.salvaged is not None:
+        print_reappended(report.salvaged, out)

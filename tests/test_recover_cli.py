@@ -80,6 +80,18 @@ def test_dry_run_writes_nothing(spark, tmp_path):
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
+def test_report_names_the_repaired_store_and_says_dry_run_only_for_one(spark, tmp_path, capsys):
+    case = (V4, "torn-middle-magic")
+    args = ["--store", str(support.input_store(*case)), "--out", str(tmp_path / "out"),
+            "--broker-config", str(support.broker_conf(*case))]
+    assert job.main(args) == 0
+    written = capsys.readouterr().out
+    assert f"repaired store     {tmp_path / 'out'}" in written and "dry run" not in written
+    assert job.main(args + ["--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "dry run: nothing written" in dry and "repaired store     " not in dry
+
+
 def test_apply_with_backup(spark, tmp_path):
     case = (V4, "torn-middle-crc")
     store = _copy(case, tmp_path)
