@@ -18,14 +18,12 @@ from store_reader.consumequeue import CQEntries, decode_entries
 from store_reader.indexfile import IndexFile
 from store_reader.repair import INDEX_COLUMNS, index_puts
 from store_reader.salvage import lost_mask
-from store_reader.scanned import read_records
+from store_reader.scanned import LOST_COLUMNS, RECORD_COLUMNS, read_records
 
-# What the scan reads: headers and keys always; bodies and properties only in files reaching past
-# the truncation point (lost messages), properties also when LMQ copies are dispatched.
-_SCAN_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
-                 "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list", "body_crc_ok",
-                 "record_crc_ok", "valid_prefix"]
-_LOST_COLUMNS = ["born_timestamp", "keys", "tags", "msg_id", "body_crc", "properties", "body"]
+# What a segment read again (its kept records lack columns it needs) is read for: the records'
+# columns and where the valid prefix ends always; the lost messages' columns in files reaching past
+# the truncation point, properties also when LMQ copies are dispatched.
+_SCAN_COLUMNS = [*RECORD_COLUMNS, "valid_prefix"]
 FLUSH_COLUMNS = ["phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp"]
 
 QUEUE_ROWS, INDEX_ENTRIES, INDEX_PUTS = QUEUE_ROW.arrow(), INDEX_FILE_ENTRY.arrow(), INDEX_PUT.arrow()
@@ -149,7 +147,7 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
     """Stage 1 for one commitlog file: its records once, cut into shuffle items (``AuditPlan``).
     ``lost``: the file reaches past the truncation point (bodies are read for the lost messages).
     ``records``: the run's scan kept them there (``store_reader.scanned``): not read again."""
-    cols = _SCAN_COLUMNS + (_LOST_COLUMNS if lost else ["properties"] if plan.config.enableMultiDispatch else [])
+    cols = _SCAN_COLUMNS + (LOST_COLUMNS if lost else ["properties"] if plan.config.enableMultiDispatch else [])
     queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
     puts, lost_rows, flush = [], [], []
     topic_no: dict[str, int] = {}
