@@ -283,6 +283,13 @@ def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_range
 
 
 
+def _by_phy(lost: pa.Table) -> pa.Table:
+    """The lost messages in phy order: the segments' rows arrive in it (each segment's in commitlog
+    order, the segments in file order), so the bodies are only copied to sort them when they do not."""
+    phy = lost["phy_offset"].to_numpy()
+    return lost if (np.diff(phy) > 0).all() else lost.sort_by("phy_offset")
+
+
 def audit_tables(store: Store, pred: recovery.Prediction, plan: AuditPlan, results: Iterable[tuple]
                  ) -> dict[str, pa.Table]:
     """The audit's tables from stage 2's results (``audit_partition``, in key order)."""
@@ -300,8 +307,7 @@ def audit_tables(store: Store, pred: recovery.Prediction, plan: AuditPlan, resul
     out["index_findings"] = pa.Table.from_pylist(index_rows, schema=INDEX_FINDING_ROWS) \
         if index_rows else INDEX_FINDING_ROWS.empty_table()
     lost = [t for t in by_kind["lost"] if t.num_rows]
-    out["lost_messages"] = pa.concat_tables(lost).select(LOST_ORDER).sort_by("phy_offset") if lost \
-        else pa.table({})
+    out["lost_messages"] = _by_phy(pa.concat_tables(lost).select(LOST_ORDER)) if lost else pa.table({})
     out["flush_window"] = flush_window(by_kind["flush"], plan.windows)
     disk_ranges = {k: d for part in by_kind["ranges"] for k, d, _ in part if d is not None}
     rebuilt_ranges = {k: r for part in by_kind["ranges"] for k, _, r in part if r is not None}
