@@ -26,6 +26,7 @@ from store_reader.commitlog import SegmentSummary
 from store_reader.scanned import lost_columns_cover
 from store_reader.store import Store
 
+
 def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver_items: list,
                   records: dict[str, str] | None = None) -> list:
     """The audit's two stages: stage 1 (a task per segment and per index file part, then the
@@ -48,7 +49,6 @@ def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver
     rdd = sc.parallelize(tasks, max(1, len(tasks))).flatMap(stage1)
     return exchange(spark, plan.work_dir, rdd, driver_items, plan.partitions,
                     lambda key, items: audit_partition(key, items, plan), to_driver=plan.driver_key)
-
 
 
 # -- segments ----------------------------------------------------------------------------------------------

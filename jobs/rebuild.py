@@ -47,7 +47,7 @@ def surviving_records(spark, store: Store, end: int, broker_5x: bool, buckets: i
     files = [f.path for f in store.commitlog_files if f.start < end]
     opts, cfg = _rebuild_scan_options(store, broker_5x), store.config
     per_file = cfg.cq_file_size // CQ_STORE_UNIT_SIZE
-    kept = kept_reader(records, repair.DISPATCH_COLUMNS + (["properties"] if cfg.enableMultiDispatch else []))
+    kept = kept_reader(records, repair.dispatch_columns(cfg))
 
     def scan(path: str):
         tables = list(repair.dispatch_entries(path, opts, end, cfg, broker_5x) if kept is None

@@ -134,9 +134,14 @@ def dispatch_entries(path: str, opts: rf.ScanOptions, end: int, config: BrokerCo
     records below ``end`` too: the broker keeps and serves them, so they keep their entries."""
     from .commitlog import SegmentScan
 
-    cols = DISPATCH_COLUMNS + (["properties"] if config.enableMultiDispatch else [])
-    yield from dispatch_batches(SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH, include_lost=True),
-                                end, config, broker_5x)
+    yield from dispatch_batches(SegmentScan(path, opts, columns=dispatch_columns(config), batch_size=SCAN_BATCH,
+                                            include_lost=True), end, config, broker_5x)
+
+
+def dispatch_columns(config: BrokerConfig) -> list[str]:
+    """The record columns the consume queue puts are made of: ``properties`` too when LMQ copies
+    are dispatched."""
+    return DISPATCH_COLUMNS + (["properties"] if config.enableMultiDispatch else [])
 
 
 def dispatch_batches(batches: Iterable[pa.RecordBatch], end: int, config: BrokerConfig,

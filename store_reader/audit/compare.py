@@ -25,8 +25,8 @@ QUEUE_FINDING_ROWS, INDEX_FINDING_ROWS = QUEUE_FINDING_ROW.arrow(), INDEX_FINDIN
 
 
 def audit_partition(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) -> Iterator[tuple]:
-    """Stage 2 for one key below ``plan.driver_key``: a bucket of queues or one commitlog file's
-    phy range (the driver's rows go to it as they are)."""
+    """Stage 2 for one key but ``plan.driver_key`` (whose rows go to the driver as they are): a
+    bucket of queues or one commitlog file's phy range."""
     if key < plan.buckets:
         yield from _compare_bucket(key, items, plan)
     else:
