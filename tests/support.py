@@ -1,14 +1,16 @@
 """Access to the real-broker fixture stores in ``../shared/fixtures`` (read-only).
 
-Archives are extracted once per test run into a temporary directory; nothing is ever written under
-``../shared``. Every helper here is plain Python so test modules can parametrize at collection time.
+Archives are extracted once per test run into a temporary directory, removed when the run ends;
+nothing is ever written under ``../shared``. Every helper here is plain Python so test modules can parametrize at collection time.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
 import os
+import shutil
 import signal
 import tarfile
 import tempfile
@@ -20,6 +22,7 @@ FIXTURES = SHARED / "fixtures"
 VERSIONS = ("rocketmq-4.9.7", "rocketmq-5.3.3")
 
 _EXTRACT_ROOT = Path(tempfile.mkdtemp(prefix="rmq-fixtures-"))
+atexit.register(shutil.rmtree, _EXTRACT_ROOT, ignore_errors=True)
 
 
 def scenarios(version: str | None = None) -> list[tuple[str, str]]:
