@@ -218,6 +218,9 @@ def spark_run(store: Path, work: Path, code: Path = ROOT, extra: tuple[str, ...]
     if rc != 0:
         tail = "\n".join(line for _, line in lines[-30:])
         raise SystemExit(f"jobs.recover exited {rc}:\n{tail}")
+    # the repaired store and tables are measured, not kept: 8 GB a run at 6 GiB would fill a disk
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(audit, ignore_errors=True)
     passes = passes_of(lines)
     scans = next((m for m in (SCANS_LINE.search(line) for _, line in lines) if m), None)
     # the scan's line is logged after the plan (with its own end): the scan ended when the plan began
