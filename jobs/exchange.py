@@ -4,8 +4,8 @@ A stage-1 task's items are ``(key, (..., table))``; stage 2 gets each key's item
 shuffle would carry every table from the Python worker through the JVM (pickled, written to a
 shuffle file, read back and sent to the next worker): the tables the audit and the consume queue
 rebuild exchange are most of the bytes a recovery moves after its scan. Here a stage-1 task
-writes each table to an Arrow IPC file of its own in the exchange directory and sends only the
-file's path through Spark; stage 2 maps the files. The directory lies in the run's scan directory,
+writes its tables to Arrow IPC files in the exchange directory (one per table schema) and sends
+only where each table lies through Spark; stage 2 maps the files. The directory lies in the run's scan directory,
 which the driver and every executor see (``--scan-dir``), and is removed once stage 2 is done.
 
 Stage 2 sees each key's items in the order stage 1 made them (stage-1 tasks in order, each task's
@@ -28,27 +28,54 @@ Item = tuple[int, tuple]
 
 @dataclass(frozen=True)
 class Stored:
-    """A table an item carried, as the path of the file it was written to."""
+    """A table an item carried, as where it was written: record batches ``[first, first + count)``
+    of the file at ``path``."""
 
     path: str
+    first: int
+    count: int
 
 
 def _store(items: Iterable[Item], directory: str) -> Iterator[Item]:
+    """The items with each table written away: a task writes one file per table schema (a file
+    per table cost more to open and close than most tables cost to write)."""
     prefix = uuid.uuid4().hex[:12]
-    for n, (key, item) in enumerate(items):
-        if item and isinstance(item[-1], pa.Table):
-            path = os.path.join(directory, f"{key}-{prefix}-{n}.arrow")
-            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, item[-1].schema) as writer:
-                writer.write_table(item[-1])
-            item = (*item[:-1], Stored(path))
-        yield key, item
+    writers: dict[pa.Schema, tuple[str, pa.OSFile, pa.ipc.RecordBatchFileWriter, list[int]]] = {}
+    try:
+        for key, item in items:
+            if item and isinstance(item[-1], pa.Table):
+                table = item[-1]
+                if table.schema not in writers:
+                    path = os.path.join(directory, f"{prefix}-{len(writers)}.arrow")
+                    sink = pa.OSFile(path, "wb")
+                    writers[table.schema] = (path, sink, pa.ipc.new_file(sink, table.schema), [0])
+                path, _, writer, written = writers[table.schema]
+                batches = table.to_batches()
+                for b in batches:
+                    writer.write_batch(b)
+                item = (*item[:-1], Stored(path, written[0], len(batches)))
+                written[0] += len(batches)
+            yield key, item
+    finally:
+        for _, sink, writer, _ in writers.values():
+            writer.close()
+            sink.close()
 
 
-def _load(item: tuple) -> tuple:
-    if item and isinstance(item[-1], Stored):
-        with pa.memory_map(item[-1].path) as source:
-            return (*item[:-1], pa.ipc.open_file(source).read_all())
-    return item
+def _loader() -> Callable[[tuple], tuple]:
+    """Reads items' tables back, each file opened once."""
+    readers: dict[str, pa.ipc.RecordBatchFileReader] = {}
+
+    def load(item: tuple) -> tuple:
+        if not item or not isinstance(item[-1], Stored):
+            return item
+        s = item[-1]
+        if s.path not in readers:
+            readers[s.path] = pa.ipc.open_file(pa.memory_map(s.path))
+        r = readers[s.path]
+        return (*item[:-1], pa.Table.from_batches([r.get_batch(i) for i in range(s.first, s.first + s.count)],
+                                                  r.schema))
+    return load
 
 
 def exchange(spark, work_dir: str | None, stage1, driver_items: list[Item], keys: int,
@@ -65,8 +92,12 @@ def exchange(spark, work_dir: str | None, stage1, driver_items: list[Item], keys
         for key, item in [*produced, *_store(driver_items, directory)]:
             by_key[key].append(item)
         groups = [(key, by_key.get(key, [])) for key in range(keys) if key != to_driver]
-        results = spark.sparkContext.parallelize(groups, max(1, len(groups))).flatMap(
-            lambda group: stage2(group[0], ((group[0], _load(item)) for item in group[1]))).collect()
-        return results + [_load(item) for item in by_key.get(to_driver, [])]
+        def run(group: tuple[int, list[tuple]]) -> Iterable:
+            load = _loader()
+            return stage2(group[0], ((group[0], load(item)) for item in group[1]))
+
+        results = spark.sparkContext.parallelize(groups, max(1, len(groups))).flatMap(run).collect()
+        load = _loader()
+        return results + [load(item) for item in by_key.get(to_driver, [])]
     finally:
         shutil.rmtree(directory, ignore_errors=True)

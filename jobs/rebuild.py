@@ -12,7 +12,7 @@ from typing import Sequence
 import pyarrow as pa
 
 from jobs.exchange import exchange
-from jobs.scan import kept_reader
+from jobs.scan import kept_puts, kept_reader
 from store_reader import repair
 from store_reader.commitlog import SegmentSummary
 from store_reader.consumequeue import CQ_STORE_UNIT_SIZE
@@ -168,7 +168,7 @@ def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_di
     tasks = [(k, [(files[i], lo, hi) for i, lo, hi in ranges]) for k, ranges in enumerate(plan)]
     if not tasks:
         return []
-    kept = kept_reader(records, repair.INDEX_COLUMNS)
+    kept = kept_puts(records)
     written = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: repair.write_index_file_part(
         os.path.join(index_dir, f".building-{t[0]:06d}"), t[1], opts, end, cfg, t[0] == 0, kept)).collect()
     for w, name in zip(written, repair.name_index_files(written)):

@@ -69,6 +69,14 @@ def records_dir(run_id: str, scan_dir: str | None) -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def kept_puts(records: dict[str, str] | None):
+    """The index puts of a commitlog file's records below a cut as the scan kept them (by the
+    file's path and the cut), or None (read the file itself)."""
+    if records is None:
+        return None
+    return lambda path, end: scanned.index_puts_below(records[os.path.basename(str(path))], end)
+
+
 def kept_reader(records: dict[str, str] | None, columns: list[str] | None = None):
     """A commitlog file's records as the scan kept them (by the file's path; ``columns`` of
     them, default all), or None (read the file itself)."""

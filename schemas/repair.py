@@ -16,6 +16,15 @@ DISPATCH_ENTRY = RecordSchema("dispatch_entry", (
 """One consume queue put of a record below the truncation point: its queue, its position in the
 commitlog (``phy_offset``, then ``copy``) and the entry it writes."""
 
+KEPT_INDEX_PUT = RecordSchema("kept_index_put", (
+    F("record_phy_offset", "int64", doc="where the putting record lies: a pass keeps the puts of the records below its cut"),
+    F("key_hash", "int32"),
+    F("phy_offset", "int64", doc="the entry's phy offset: the record's stored PHYSICALOFFSET"),
+    F("store_timestamp", "int64"),
+    F("topic", "string"),
+))
+"""An index put (F§7.4) of a record the run's scan kept, in put order (``store_reader.scanned``)."""
+
 REPAIRED_QUEUE = RecordSchema("repaired_queue", (
     F("topic", "string", nullable=True),
     F("queue_id", "int32", nullable=True),

@@ -446,6 +446,16 @@ class IndexPuts:
     phy: np.ndarray
     store_timestamp: np.ndarray
     topic: pa.Array
+    record_phy: np.ndarray
+    """Where each put's record lies (its ``phy_offset``): what a pass's cut is compared with."""
+
+    def below(self, end: int) -> "IndexPuts":
+        """The puts of the records below ``end``."""
+        keep = self.record_phy < end
+        if keep.all():
+            return self
+        return IndexPuts(self.key_hash[keep], self.phy[keep], self.store_timestamp[keep],
+                         self.topic.filter(pa.array(keep)), self.record_phy[keep])
 
 
 def index_puts(records: pa.Table | pa.RecordBatch, ordered: bool = False) -> IndexPuts:
@@ -457,7 +467,8 @@ def index_puts(records: pa.Table | pa.RecordBatch, ordered: bool = False) -> Ind
     counts, topics, keys = index_put_keys(records)
     return IndexPuts(index_key_hashes(keys),
                      np.repeat(records.column("stored_phy_offset").to_numpy(), counts),
-                     np.repeat(records.column("store_timestamp").to_numpy(), counts), topics)
+                     np.repeat(records.column("store_timestamp").to_numpy(), counts), topics,
+                     np.repeat(records.column("phy_offset").to_numpy(), counts))
 
 
 def segment_index_puts(path: str, opts: rf.ScanOptions, end: int) -> Iterator[tuple[IndexPuts, int]]:
@@ -662,13 +673,13 @@ def _prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
 
 
 def _range_puts(segments: Sequence[tuple[str, int, int]], opts: rf.ScanOptions, end: int,
-                read: Callable[[str], Iterable[pa.RecordBatch]] | None = None
+                read: Callable[[str, int], Iterable[IndexPuts]] | None = None
                 ) -> Iterator[tuple[IndexPuts, int, int]]:
     """(puts of a batch, first, end) for the puts ``[lo, hi)`` of each (commitlog file, lo, hi)."""
     for seg_path, lo, hi in segments:
         seen = 0
-        puts = segment_index_puts(seg_path, opts, end) if read is None else index_puts_of(read(seg_path), end)
-        for p, _ in puts:
+        puts = (p for p, _ in segment_index_puts(seg_path, opts, end)) if read is None else read(seg_path, end)
+        for p in puts:
             n = len(p.key_hash)
             a, b = max(lo - seen, 0), min(hi - seen, n)
             seen += n
@@ -680,12 +691,13 @@ def _range_puts(segments: Sequence[tuple[str, int, int]], opts: rf.ScanOptions, 
 
 def write_index_file_part(path: str, segments: Sequence[tuple[str, int, int]], opts: rf.ScanOptions,
                           end: int, config: BrokerConfig, first: bool,
-                          read: Callable[[str], Iterable[pa.RecordBatch]] | None = None) -> WrittenIndexFile:
+                          read: Callable[[str, int], Iterable[IndexPuts]] | None = None) -> WrittenIndexFile:
     """One fresh index file from the puts ``[lo, hi)`` of each (commitlog file, lo, hi) in
     ``segments`` (``index_file_plan``), reading those files itself (scanned and hashed a little
     ahead, on a second thread): memory is a few batches plus the hash slots. Unless ``first``,
     the first put read is the previous file's last one, which only sets the starting header.
-    ``read``: where a commitlog file's records are read from (default: the file itself)."""
+    ``read(file, end)``: the puts of a commitlog file's records below ``end`` as the run's scan
+    kept them (``scanned.index_puts_below``; default: the file is read and its keys hashed)."""
     writer: IndexFileWriter | None = None
     skip = 0 if first else 1
     try:

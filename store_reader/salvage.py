@@ -401,7 +401,8 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
     files = [f.path for f in list_index_files(index_dir, config.index_file_size, strict=False)]
     if config.messageIndexEnable and n:
         p = index_puts(pa.table({
-            "stored_phy_offset": pa.array(new_phy, pa.int64()), "store_timestamp": records.column("store_timestamp"),
+            "phy_offset": pa.array(new_phy, pa.int64()), "stored_phy_offset": pa.array(new_phy, pa.int64()),
+            "store_timestamp": records.column("store_timestamp"),
             "sys_flag": records.column("sys_flag"), "topic": records.column("topic"),
             "uniq_key": records.column("uniq_key"), "key_list": records.column("key_list")}), ordered=True)
         done, header = 0, None

@@ -4,8 +4,10 @@ prediction (DESIGN "Data flow of a recovery run: one pass", step 2).
 A scan task walks its segment once (``commitlog.OnePassScan``) and writes the records as an Arrow
 IPC file: the columns the broker's replay, the consume queue and index rebuilds and the audit read
 for every record, and the lost messages' columns (bodies ...) for the records past the broker's
-valid prefix, the only ones that can lie past the truncation point. Every later pass reads that
-file (memory-mapped, batch by batch) instead of the segment; a record is decoded once per run.
+valid prefix, the only ones that can lie past the truncation point. Beside it, the records' index
+puts (``repair.index_puts``: their keys built and hashed once for the index rebuild and the audit).
+Every later pass reads those files (memory-mapped, batch by batch) instead of the segment; a record
+is decoded once per run.
 """
 from __future__ import annotations
 
@@ -16,9 +18,12 @@ from typing import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from schemas.repair import KEPT_INDEX_PUT
+
 from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .commitlog import OnePassScan, SegmentSummary
+from .repair import IndexPuts, index_puts
 from .storefs import PathRef
 
 # Records per batch: the broker's replay reads the valid prefix in batches of this size too.
@@ -60,19 +65,55 @@ class ScannedSegment:
     walk and the readers' parted (``OnePassScan.rewalked``)."""
 
 
+KEPT_PUTS = KEPT_INDEX_PUT.arrow()
+
+
+def puts_path(records_path: str) -> str:
+    """Where the index puts of the records kept at ``records_path`` are."""
+    return records_path.removesuffix(".arrow") + ".puts.arrow"
+
+
 def scan_segment(path: PathRef, opts: rf.ScanOptions, out_dir: str, columns: Sequence[str],
                  lost_columns: Sequence[str]) -> ScannedSegment:
-    """One walk of the segment at ``path``; its records to ``out_dir/<segment>.arrow``."""
+    """One walk of the segment at ``path``; its records to ``out_dir/<segment>.arrow``, their
+    index puts to ``puts_path`` of it (a batch of puts per batch of records)."""
     scan = OnePassScan(path, opts, columns, lost_columns, batch_size=BATCH)
     dest = os.path.join(out_dir, f"{scan.summary.segment}.arrow")
     rows = 0
-    with pa.OSFile(dest, "wb") as sink, \
-            pa.ipc.new_file(sink, scan.schema, options=pa.ipc.IpcWriteOptions(compression=KEPT_COMPRESSION)) as writer:
+    options = pa.ipc.IpcWriteOptions(compression=KEPT_COMPRESSION)
+    with pa.OSFile(dest, "wb") as sink, pa.ipc.new_file(sink, scan.schema, options=options) as writer, \
+            pa.OSFile(puts_path(dest), "wb") as puts_sink, \
+            pa.ipc.new_file(puts_sink, KEPT_PUTS, options=options) as puts_writer:
         for batch in scan:
             writer.write_batch(batch)
+            p = index_puts(batch, ordered=True)
+            puts_writer.write_batch(pa.record_batch(
+                [pa.array(p.record_phy, pa.int64()), pa.array(p.key_hash, pa.int32()), pa.array(p.phy, pa.int64()),
+                 pa.array(p.store_timestamp, pa.int64()), p.topic.cast(pa.string())], schema=KEPT_PUTS))
             rows += batch.num_rows
     s = scan.summary
     return ScannedSegment(s, dest, rows, 1 + scan.rewalked / s.file_size if s.file_size else 1.0)
+
+
+def read_puts(records_path: str) -> Iterator[IndexPuts]:
+    """The index puts of the records kept at ``records_path``, a batch of them per batch of
+    records (``read_records``), in put order."""
+    with pa.memory_map(puts_path(records_path)) as source:
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            b = reader.get_batch(i)
+            yield IndexPuts(b.column("key_hash").to_numpy(), b.column("phy_offset").to_numpy(),
+                            b.column("store_timestamp").to_numpy(), b.column("topic"),
+                            b.column("record_phy_offset").to_numpy())
+
+
+def index_puts_below(records_path: str, end: int) -> Iterator[IndexPuts]:
+    """``repair.index_puts_of`` from the kept puts: those of the records below ``end``, in put
+    order, batch by batch (a batch whose records put no key may give none)."""
+    for p in read_puts(records_path):
+        if len(p.record_phy) and p.record_phy[0] >= end:
+            return
+        yield p.below(end)
 
 
 def read_records(records_path: str, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:

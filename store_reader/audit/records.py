@@ -18,7 +18,7 @@ from store_reader.consumequeue import CQEntries, decode_entries
 from store_reader.indexfile import IndexFile
 from store_reader.repair import INDEX_COLUMNS, index_puts
 from store_reader.salvage import lost_mask
-from store_reader.scanned import LOST_COLUMNS, RECORD_COLUMNS, read_records
+from store_reader.scanned import LOST_COLUMNS, RECORD_COLUMNS, read_puts, read_records
 
 # What a segment read again (its kept records lack columns it needs) is read for: the records'
 # columns and where the valid prefix ends always; the lost messages' columns in files reaching past
@@ -48,10 +48,18 @@ def _column(rb: pa.RecordBatch, name: str) -> np.ndarray:
     return rb.column(name).to_numpy(zero_copy_only=False)
 
 
+def _where(rb: pa.RecordBatch, mask: np.ndarray) -> pa.RecordBatch:
+    """The batch's rows where ``mask``: a zero-copy slice when they are one run (all, or a file's
+    records past the truncation point: no body copied), else a filtered copy."""
+    hit = np.flatnonzero(mask)
+    if not len(hit) or hit[-1] - hit[0] + 1 == len(hit):
+        return rb.slice(int(hit[0]) if len(hit) else 0, len(hit))
+    return rb.filter(pa.array(mask))
+
+
 def _rows(rb: pa.RecordBatch, columns: list[str], mask: np.ndarray) -> pa.RecordBatch:
     """``columns`` of the batch's rows where ``mask``: the bodies and properties are not copied."""
-    rb = rb.select(columns)
-    return rb if mask.all() else rb.filter(pa.array(mask))
+    return _where(rb.select(columns), mask)
 
 
 def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
@@ -100,7 +108,7 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
 
 def _lost_rows(rb: pa.RecordBatch, segment: str, plan: AuditPlan) -> pa.Table:
     """Intact records at or past the truncation point (the broker's recovery discards them)."""
-    b = rb.filter(pa.array(lost_mask(rb, plan.end)))
+    b = _where(rb, lost_mask(rb, plan.end))
     n = b.num_rows
     reason = "behind_cut" if segment == plan.cut_segment else "deleted_file"
     return pa.table({
@@ -153,7 +161,9 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
     topic_no: dict[str, int] = {}
     batches = SegmentScan(path, plan.opts, columns=cols, include_lost=True, batch_size=65536) if records is None \
         else read_records(records)
+    kept_puts = None if records is None else read_puts(records)     # a batch of puts per batch of records
     for rb in batches:
+        batch_puts = None if kept_puts is None else next(kept_puts)
         # records below the cut: the broker keeps their bytes, behind a bad record too (a file it
         # does not re-read); the flush window counts the valid prefix (what was written in order)
         kept = _column(rb, "phy_offset") < plan.end
@@ -164,7 +174,8 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
         if below.any():
             flush += _flush_partials(_rows(rb, FLUSH_COLUMNS, below), plan)
         if kept.any():
-            p = index_puts(_rows(rb, INDEX_COLUMNS, kept), ordered=True)
+            p = index_puts(_rows(rb, INDEX_COLUMNS, kept), ordered=True) if batch_puts is None \
+                else batch_puts.below(plan.end)
             topics = p.topic.dictionary_encode()
             code = np.array([topic_no.setdefault(t, len(topic_no)) for t in topics.dictionary.to_pylist()]
                             or [0], np.int32)[topics.indices.to_numpy(zero_copy_only=False)]
