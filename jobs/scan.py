@@ -51,9 +51,10 @@ def scan_once(spark, store: Store, opts: ScanOptions, records_dir: str, paths: l
                 {g.summary.segment: g.scans for g in got})
 
 
-SCAN_DIR_HELP = ("where the scan keeps each commitlog file's records for the run's later passes and "
-                 "the passes exchange their tables, removed at its end (about a sixth of the commitlog "
-                 "with 1 KiB messages, less with larger ones, plus the bodies of the records past the "
+SCAN_DIR_HELP = ("where the scan keeps each commitlog file's records and their index puts for the run's "
+                 "later passes and the passes exchange their tables, removed at its end (about a quarter "
+                 "of the commitlog with 1 KiB messages and two keys each, less with larger ones, plus the "
+                 "bodies of the records past the "
                  "truncation point; default: the system's temporary directory; on a cluster, a "
                  "directory the driver and every executor see)")
 

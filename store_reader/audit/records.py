@@ -34,10 +34,13 @@ def _keyed(keys: np.ndarray, table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
     """``table``'s rows grouped by ``keys`` (one int per row), each group in row order."""
     if not table.num_rows:
         return
-    order = np.argsort(keys, kind="stable")
-    k = keys[order]
+    if (keys[1:] >= keys[:-1]).all():          # in order already (puts and entries by phy range)
+        k, grouped = keys, table
+    else:
+        order = np.argsort(keys, kind="stable")
+        k = keys[order]
+        grouped = table.take(pa.array(order))  # one take, then zero-copy slices
     cut = np.flatnonzero(np.diff(k)) + 1
-    grouped = table.take(pa.array(order))      # one take, then zero-copy slices
     for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(k)]):
         yield int(k[lo]), grouped.slice(int(lo), int(hi - lo))
 
