@@ -107,7 +107,8 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
     scan = scan_once(spark, store, opts, kept)
     summaries = scan.summaries
     scan_done = time.monotonic()
-    pred = recovery.predict(store, version, summaries=summaries, records=scanned.prefix_source(scan.records, opts))
+    pred = recovery.predict(store, version, summaries=summaries, records=scanned.prefix_source(scan.records, opts),
+                            puts=scanned.prefix_puts(scan.records))
     report = RunReport(run_id, str(store.root), out, version, pred, summaries,
                        keep_consumer_offsets=keep_consumer_offsets, link_commitlog=link_commitlog,
                        records=scan.records, scan_dir=kept, scans=dict(scan.scans),

@@ -10,7 +10,7 @@ Versions: ``"4.9"`` (rocketmq-all-4.9.7) and ``"5.x"`` (5.3.3 semantics).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +28,9 @@ from .indexfile import (BuiltIndexFile, IndexFile, IndexHeader, _put_all,
 from .javahash import index_key, index_key_hash, index_key_hashes, java_string_hashes
 from .store import Store
 from .storefs import PathRef, location
+
+if TYPE_CHECKING:
+    from .repair import IndexPuts
 
 V49, V5X = "4.9", "5.x"
 
@@ -529,13 +532,18 @@ class IndexDispatch:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-dispatch")
         self._pending: list = []
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        self._pending.append(self._pool.submit(self._add, batch))
+    def add(self, batch: pa.RecordBatch, puts: IndexPuts | None = None) -> None:
+        self._pending.append(self._pool.submit(self._add, batch, puts))
         if len(self._pending) > self.PENDING:
             self._pending.pop(0).result()
 
-    def _add(self, batch: pa.RecordBatch) -> None:
-        counts, _, keys = index_put_keys(batch)
+    def _add(self, batch: pa.RecordBatch, puts: IndexPuts | None) -> None:
+        """``puts``: the keys of the batch's records as the run's scan hashed them (those of
+        other records too), or None (built and hashed here)."""
+        if puts is None:
+            counts, _, keys = index_put_keys(batch)
+        else:
+            puts, counts = puts.of_records(batch.column("phy_offset").to_numpy())
         cand = np.flatnonzero(counts > 0)
         if not cand.size:
             return
@@ -546,10 +554,13 @@ class IndexDispatch:
         indexed[cand] = phy[cand] >= bound
         if not indexed.any():
             return
-        if not indexed[cand].all():
-            keys = keys.filter(pa.array(np.repeat(indexed, counts)))
+        sel = None if indexed[cand].all() else np.repeat(indexed, counts)
+        if puts is None:
+            kh = index_key_hashes(keys if sel is None else keys.filter(pa.array(sel)))
+        else:
+            kh = puts.key_hash if sel is None else puts.key_hash[sel]
         n = counts[indexed]
-        self._put(index_key_hashes(keys).astype(np.int64), np.repeat(phy[indexed], n),
+        self._put(kh.astype(np.int64), np.repeat(phy[indexed], n),
                   np.repeat(batch.column("store_timestamp").to_numpy()[indexed], n))
 
     def _put(self, kh: np.ndarray, phy: np.ndarray, ts: np.ndarray) -> None:
@@ -594,17 +605,21 @@ class Dispatched:
     early_delivery: list[tuple[int, int]] = field(default_factory=list)
     """(schedule queue id, phy) of delayed records given the TAGS hash as tags code (E#30b)."""
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        """Dispatched records (columns stored_phy_offset, store_timestamp, sys_flag, topic,
-        uniq_key, key_list) to the index: every record but a ROLLBACK one puts ``topic#UNIQ_KEY``
-        then ``topic#token`` per KEYS token (F§7.4)."""
+    def add(self, batch: pa.RecordBatch, puts: IndexPuts | None = None) -> None:
+        """Dispatched records (columns phy_offset, stored_phy_offset, store_timestamp, sys_flag,
+        topic, uniq_key, key_list) to the index: every record but a ROLLBACK one puts
+        ``topic#UNIQ_KEY`` then ``topic#token`` per KEYS token (F§7.4); ``puts``: those keys as
+        the run's scan hashed them (``IndexDispatch._add``)."""
         self.records += batch.num_rows
         if self.index is not None:
-            self.index.add(batch)
+            self.index.add(batch, puts)
 
 
 # A segment's valid prefix, as the broker's walk reads it: (summary, columns) -> record batches.
 RecordSource = Callable[[SegmentSummary, Sequence[str]], Iterable[pa.RecordBatch]]
+# The index puts of those batches' records, a batch of puts per batch of records, where the run's
+# scan kept them (None: that segment's keys are built and hashed by the replay).
+PutsSource = Callable[[SegmentSummary], "Iterator[IndexPuts] | None"]
 
 # Records per scanned batch on the driver's dispatch: large enough that the per-batch NumPy work
 # dominates the per-batch Python overhead, small enough to stay a few MB.
@@ -615,7 +630,7 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
                      end: int, min_stored_phy: int | None,
                      queues: dict[tuple[str, int], ConsumeQueueState], opts: rf.ScanOptions,
                      out: Dispatched, no_delay_levels: bool = False,
-                     records: RecordSource | None = None) -> None:
+                     records: RecordSource | None = None, puts: PutsSource | None = None) -> None:
     """Feed VALID records in ``[begin, end)`` of files ``from_index..`` to the CQ builder in
     commitlog order and remember them for the index builder (R§4.4, R§6;
     ``DefaultMessageStore#doDispatch``). With ``min_stored_phy``, only records whose stored
@@ -625,7 +640,8 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
 
     Vectorised per batch: queues are independent, so each queue gets its puts of the batch in
     one ``ConsumeQueueState.put_many`` (in commitlog order within the queue). ``records``: where
-    a segment's valid prefix is read from (default: the segment, walked again)."""
+    a segment's valid prefix is read from (default: the segment, walked again); ``puts``: the
+    index puts that came with them (only with ``records``)."""
     from .commitlog import SegmentScan
 
     cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
@@ -635,8 +651,10 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
     for s in summaries[from_index:]:
         if s.file_start + s.file_size <= begin or s.file_start >= end:
             continue
+        kept_puts = None if records is None or puts is None else puts(s)
         for batch in (SegmentScan(s.path, opts, columns=cols, batch_size=DISPATCH_BATCH) if records is None
                       else records(s, cols)):
+            batch_puts = None if kept_puts is None else next(kept_puts)
             pos = batch["phy_offset"].to_numpy()
             keep = (pos >= begin) & (pos < end)
             if min_stored_phy is not None:
@@ -644,7 +662,7 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
             if not keep.all():
                 batch = batch.filter(pa.array(keep))
             if batch.num_rows:
-                out.add(batch)
+                out.add(batch, batch_puts)
                 _dispatch_to_queues(store.config, opts.broker_5x, batch, queues, out, no_delay_levels)
 
 
@@ -716,7 +734,7 @@ def _multi_dispatch_puts(config: BrokerConfig, broker_5x: bool, b: pa.RecordBatc
 
 def predict(store: Store, broker_version: str | None = None,
             summaries: Sequence[SegmentSummary] | None = None,
-            records: RecordSource | None = None) -> Prediction:
+            records: RecordSource | None = None, puts: PutsSource | None = None) -> Prediction:
     """The broker's recovery on ``store`` (R§1 phases 2-11) for ``broker_version``.
 
     Parameters
@@ -730,6 +748,8 @@ def predict(store: Store, broker_version: str | None = None,
     records
         Where the replay reads a segment's valid prefix (``dispatch_records``; default: the
         segment itself).
+    puts
+        The index puts of those records, where the run's scan kept them.
     """
     version = broker_version or (V5X if store.looks_5x() else V49)
     if version not in (V49, V5X):
@@ -777,10 +797,10 @@ def predict(store: Store, broker_version: str | None = None,
     dispatched = Dispatched(index=index_dispatch)
     if abnormal:
         dispatch_records(store, summaries, start, summaries[start].file_start, end, None, queues,
-                         opts, dispatched, no_delay_levels=not broker_5x, records=records)
+                         opts, dispatched, no_delay_levels=not broker_5x, records=records, puts=puts)
     elif broker_5x:
         dispatch_records(store, summaries, start, summaries[start].file_start, end, cq_max, queues,
-                         opts, dispatched, records=records)
+                         opts, dispatched, records=records, puts=puts)
     if broker_5x and summaries:
         pred.confirm_offset = end
     # 4. consume queue entries beyond the recovered end (R§4.5, R§5.2)
@@ -798,7 +818,7 @@ def predict(store: Store, broker_version: str | None = None,
         first = next(i for i, s in enumerate(summaries) if s.file_start + s.file_size > reput) \
             if reput < end else len(summaries)
         dispatch_records(store, summaries, first, reput, end, None, queues, opts, dispatched,
-                         records=records)
+                         records=records, puts=puts)
     # 6. queue tables and min offsets (R§7); 5.x throws on a queue whose last file is empty
     if broker_5x:
         thrown = [str(p) for p in correct_min_offset_throws(queues)]

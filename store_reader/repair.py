@@ -449,6 +449,15 @@ class IndexPuts:
     record_phy: np.ndarray
     """Where each put's record lies (its ``phy_offset``): what a pass's cut is compared with."""
 
+    def of_records(self, record_phy: np.ndarray) -> tuple["IndexPuts", np.ndarray]:
+        """The puts of the records at ``record_phy`` (in commitlog order, as these puts are) and
+        how many each record puts."""
+        lo = np.searchsorted(self.record_phy, record_phy, "left")
+        counts = np.searchsorted(self.record_phy, record_phy, "right") - lo
+        at = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        return IndexPuts(self.key_hash[at], self.phy[at], self.store_timestamp[at], self.topic.take(pa.array(at)),
+                         self.record_phy[at]), counts
+
     def below(self, end: int) -> "IndexPuts":
         """The puts of the records below ``end``."""
         keep = self.record_phy < end

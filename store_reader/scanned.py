@@ -156,6 +156,15 @@ def prefix_source(records: dict[str, str], opts: rf.ScanOptions):
     return read
 
 
+def prefix_puts(records: dict[str, str]):
+    """The replay's index puts (``recovery.PutsSource``): a segment's kept puts, batch by batch
+    beside ``prefix_source``'s batches, or None for a segment this run did not scan."""
+    def read(summary: SegmentSummary) -> Iterator[IndexPuts] | None:
+        kept = records.get(summary.segment)
+        return None if kept is None else read_puts(kept)
+    return read
+
+
 def lost_columns_cover(summary: SegmentSummary, end: int) -> bool:
     """Whether the kept records carry the lost messages' columns for every record of the segment at
     or past ``end``: those past the broker's valid prefix do; a segment whose prefix reaches past
