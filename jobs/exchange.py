@@ -5,8 +5,9 @@ shuffle would carry every table from the Python worker through the JVM (pickled,
 shuffle file, read back and sent to the next worker): the tables the audit and the consume queue
 rebuild exchange are most of the bytes a recovery moves after its scan. Here a stage-1 task
 writes its tables to Arrow IPC files in the exchange directory (one per table schema) and sends
-only where each table lies through Spark; stage 2 maps the files. The directory lies in the run's scan directory,
-which the driver and every executor see (``--scan-dir``), and is removed once stage 2 is done.
+only where each table lies through Spark; stage 2 maps the files. The directory lies in the run's
+scan directory, which the driver and every executor see (``--scan-dir``), and is removed once
+stage 2 is done.
 
 Stage 2 sees each key's items in the order stage 1 made them (stage-1 tasks in order, each task's
 items in the order it yielded them).
@@ -92,6 +93,7 @@ def exchange(spark, work_dir: str | None, stage1, driver_items: list[Item], keys
         for key, item in [*produced, *_store(driver_items, directory)]:
             by_key[key].append(item)
         groups = [(key, by_key.get(key, [])) for key in range(keys) if key != to_driver]
+
         def run(group: tuple[int, list[tuple]]) -> Iterable:
             load = _loader()
             return stage2(group[0], ((group[0], load(item)) for item in group[1]))
