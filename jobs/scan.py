@@ -4,13 +4,9 @@ every later pass of the run, none of which reads a segment again."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
-from store_reader import scanned
+from store_reader import publish, scanned
 from store_reader.commitlog import SegmentSummary, summarize_segment
 from store_reader.recordformat import ScanOptions
 from store_reader.store import Store
@@ -52,22 +48,18 @@ def scan_once(spark, store: Store, opts: ScanOptions, records_dir: str, paths: l
 
 
 SCAN_DIR_HELP = ("where the scan keeps each commitlog file's records and their index puts for the run's "
-                 "later passes and the passes exchange their tables, removed at its end (about a quarter "
-                 "of the commitlog with 1 KiB messages and two keys each, less with larger ones, plus the "
-                 "bodies of the records past the "
-                 "truncation point; default: the system's temporary directory; on a cluster, a "
-                 "directory the driver and every executor see)")
+                 "later passes and the passes exchange their tables, removed at its end or, after a "
+                 "kill, by the next run (about a quarter of the commitlog with 1 KiB messages and two "
+                 "keys each, less with larger ones, plus the bodies of the records past the truncation "
+                 "point; default: the system's temporary directory; on a cluster, a directory the "
+                 "driver and every executor see)")
 
 
-@contextmanager
-def records_dir(run_id: str, scan_dir: str | None) -> Iterator[str]:
+def records_dir(run_id: str, scan_dir: str | None):
     """A directory of the run's own for the kept records (under ``scan_dir``, default the
-    system's temporary directory), removed with everything in it when the run ends."""
-    path = tempfile.mkdtemp(prefix=f"rocketmq-scan-{run_id}-", dir=scan_dir)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    system's temporary directory), removed with everything in it when the run ends, or by the
+    next run when this one is killed (``publish.work_directory``)."""
+    return publish.work_directory("rocketmq-scan-", run_id, scan_dir)
 
 
 def kept_puts(records: dict[str, str] | None):

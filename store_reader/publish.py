@@ -17,6 +17,9 @@ The protocol, like git writing its index:
    exchange (``renameat2(RENAME_EXCHANGE)``) where the filesystem has one, else by renaming it
    aside first, which step 2 of the next run completes or rolls back after a kill.
 
+A run's work directory (the scan's kept records, ``work_directory``) follows the same rule: a
+``flock`` held for the run's life, and what a killed run left is removed by the next.
+
 ``STORE_READER_PAUSE_AT=<point>`` makes the process announce ``paused at <point>`` on stderr and
 stop at that instant of the protocol (``unmarked``, ``moved-aside``, ``replaced``), so tests can kill
 a real process exactly there.
@@ -31,6 +34,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 import uuid
 from contextlib import ExitStack, contextmanager
@@ -164,6 +168,59 @@ def _siblings(out: Path, kind: str) -> list[Path]:
     except FileNotFoundError:
         return []
     return sorted(out.parent / n for n in names if pattern.match(n))
+
+
+# A run's work directory holds a ``flock`` on this file for as long as the run lives.
+WORK_OWNER = ".owner"
+
+
+@contextmanager
+def work_directory(kind: str, run_id: str, parent: str | None = None) -> Iterator[str]:
+    """A directory of this run's own, ``<kind><run id>-<nonce>`` under ``parent`` (default: the
+    system's temporary directory), removed with everything in it when the run ends. A killed run
+    cannot remove its own: each run holds a ``flock`` on its directory's owner file, and first
+    removes the directories of its ``kind`` whose lock is free (their runs are dead)."""
+    root = parent or tempfile.gettempdir()
+    remove_abandoned(root, kind)
+    path = tempfile.mkdtemp(prefix=f"{kind}{run_id}-", dir=root)
+    # locked before it is named: another run's cleanup never finds it unlocked
+    fd = os.open(os.path.join(path, WORK_OWNER + ".new"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pass        # a filesystem without locks: the directory is left alone by other runs
+        os.rename(os.path.join(path, WORK_OWNER + ".new"), os.path.join(path, WORK_OWNER))
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def remove_abandoned(root: str, kind: str) -> list[str]:
+    """Remove the work directories of ``kind`` under ``root`` whose owner's lock is free (the
+    kernel drops a dead process's ``flock``); returns them. Directories without an owner file (being
+    made, or not ours) are left alone."""
+    try:
+        names = sorted(n for n in os.listdir(root) if n.startswith(kind))
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        try:
+            fd = os.open(os.path.join(root, name, WORK_OWNER), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue        # its run is alive
+        else:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            removed.append(name)
+        finally:
+            os.close(fd)
+    return removed
 
 
 def recover_leftovers(out: Path) -> list[str]:

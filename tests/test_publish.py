@@ -172,3 +172,35 @@ def test_check_writable_on_a_read_only_mount_an_unwritable_path_and_a_file(tmp_p
         publish.check_writable(str(tmp_path / "afile" / "audit"), "audit path")
     publish.check_writable(str(tmp_path / "new" / "audit"), "audit path")
     publish.check_writable("s3://bucket/audit", "audit path")    # written by its own client: not probed
+
+
+# A child that holds a work directory under argv[1] until it is killed, printing its path.
+_WORKER = textwrap.dedent("""
+    import sys, time
+    from store_reader import publish
+
+    with publish.work_directory("rocketmq-scan-", "run", sys.argv[1]) as path:
+        open(path + "/00000000000000000000.arrow", "wb").write(b"kept" * 1000)
+        print(path, flush=True)
+        time.sleep(600)
+""")
+
+
+def test_a_killed_runs_work_directory_is_removed_by_the_next_run_and_a_live_ones_is_not(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                              text=True, start_new_session=True) for _ in range(2)]
+    try:
+        killed, alive = (p.stdout.readline().strip() for p in procs)
+        (tmp_path / "rocketmq-scan-foreign").mkdir()           # no owner file: not a run's, left alone
+        assert publish.remove_abandoned(str(tmp_path), "rocketmq-scan-") == []
+        procs[0].kill()
+        procs[0].wait()
+        assert os.path.isdir(killed)                           # a killed run cannot clean up
+        with publish.work_directory("rocketmq-scan-", "next", str(tmp_path)) as mine:
+            assert not os.path.exists(killed) and os.path.isdir(alive) and os.path.isdir(mine)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([os.path.basename(alive), "rocketmq-scan-foreign"])
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

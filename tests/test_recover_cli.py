@@ -113,7 +113,9 @@ def test_killed_runs_leave_nothing_that_looks_complete(tmp_path):
     src = str(support.input_store(*case))
     conf = str(support.broker_conf(*case))
     reference = tmp_path / "reference"
-    cmd = [sys.executable, "-m", "jobs.recover", "--store", src, "--broker-config", conf]
+    scan = tmp_path / "scan"
+    scan.mkdir()
+    cmd = [sys.executable, "-m", "jobs.recover", "--store", src, "--broker-config", conf, "--scan-dir", str(scan)]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     first = subprocess.run(cmd + ["--out", str(reference)], check=True, env=env, capture_output=True,
                            text=True)
@@ -134,8 +136,10 @@ def test_killed_runs_leave_nothing_that_looks_complete(tmp_path):
             assert support.tree_digest(out) == support.tree_digest(reference)
     subprocess.run(cmd + ["--out", str(out), "--overwrite"], check=True, env=env, capture_output=True)
     assert support.tree_digest(out) == support.tree_digest(reference)
-    leftovers = [p.name for p in tmp_path.iterdir() if p.name not in ("out", "reference")]
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name not in ("out", "reference", "scan")]
     assert leftovers == [], leftovers
+    # the killed runs' kept records too: the last run removed them (their locks were free)
+    assert list(scan.iterdir()) == []
 
 
 def test_store_held_by_a_running_broker_is_refused(spark, tmp_path):
