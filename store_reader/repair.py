@@ -487,13 +487,7 @@ def segment_index_puts(path: str, opts: rf.ScanOptions, end: int) -> Iterator[tu
     ``end`` included, as for the consume queues (``dispatch_entries``)."""
     from .commitlog import SegmentScan
 
-    yield from index_puts_of(SegmentScan(path, opts, columns=INDEX_COLUMNS, batch_size=SCAN_BATCH,
-                                         include_lost=True), end)
-
-
-def index_puts_of(batches: Iterable[pa.RecordBatch], end: int) -> Iterator[tuple[IndexPuts, int]]:
-    """``segment_index_puts`` of a commitlog file's records as read (``INDEX_COLUMNS``)."""
-    for rb in batches:
+    for rb in SegmentScan(path, opts, columns=INDEX_COLUMNS, batch_size=SCAN_BATCH, include_lost=True):
         pos = rb.column("phy_offset").to_numpy()
         if not len(pos):
             continue

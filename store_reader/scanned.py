@@ -108,7 +108,7 @@ def read_puts(records_path: str) -> Iterator[IndexPuts]:
 
 
 def index_puts_below(records_path: str, end: int) -> Iterator[IndexPuts]:
-    """``repair.index_puts_of`` from the kept puts: those of the records below ``end``, in put
+    """``repair.segment_index_puts`` from the kept puts: those of the records below ``end``, in put
     order, batch by batch (a batch whose records put no key may give none)."""
     for p in read_puts(records_path):
         if len(p.record_phy) and p.record_phy[0] >= end:
