@@ -619,8 +619,11 @@ def _put_all(data: np.ndarray, start: IndexHeader, kh: np.ndarray, phy: np.ndarr
 
     slot = kh % hash_slot_num
     entry_no = np.arange(n0, n0 + m, dtype=np.int64)
-    order = np.argsort(slot, kind="stable")          # runs of equal slots, put order inside a run
-    run_slot = slot[order]
+    # runs of equal slots, put order inside a run: a stable sort by slot, as a plain sort of
+    # (slot, put number) packed into one int64 (slots and put numbers are below 2^31)
+    bits = m.bit_length()
+    packed = np.sort((slot.astype(np.int64) << bits) | np.arange(m, dtype=np.int64))
+    order, run_slot = packed & ((1 << bits) - 1), packed >> bits
     first_of_run = np.empty(m, dtype=bool)
     first_of_run[0] = True
     first_of_run[1:] = run_slot[1:] != run_slot[:-1]

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from schemas.findings import INDEX_FINDING_ROW, QUEUE_FINDING_ROW
 from store_reader import dispatch, recovery
-from store_reader.audit.index import entry_findings, header_problems
+from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.plan import AuditPlan
 from store_reader.audit.queues import BROKER, DISK, REBUILT, compare_queue
 from store_reader.audit.records import entry_rows, timestamps
@@ -139,7 +139,7 @@ def unfindable_runs(puts: list[tuple[list[str], pa.Table]], lenses: dict[str, tu
     topic_no: dict[str, int] = {}
     code = np.concatenate([np.array([topic_no.setdefault(n, len(topic_no)) for n in names] or [0], np.int64)
                            [t["topic"].to_numpy()] for names, t in puts])
-    missing = {lens: ~_held(lk, lp, kh, phy) for lens, (lk, lp) in lenses.items()}
+    missing = {lens: ~held(lk, lp, kh, phy) for lens, (lk, lp) in lenses.items()}
     records, runs = {}, []
     for topic, c in topic_no.items():
         sel = np.flatnonzero(code == c)
@@ -193,34 +193,6 @@ def merge_entry_findings(rows: list[dict]) -> list[dict]:
     out = sorted(total.values(), key=lambda r: (lens_order[r["index"]], kind_order[r["kind"]], r["file_order"]))
     for r in out:
         del r["file_order"]
-    return out
-
-
-def _held(lens_kh: np.ndarray, lens_phy: np.ndarray, key_hash: np.ndarray, phy: np.ndarray) -> np.ndarray:
-    """Whether each (key hash, phy offset) pair is among a lens's entries. Per 4 GiB window of phy
-    offsets, (phy - window start) << 31 | key hash packs a pair into one int64 (key hashes are
-    non-negative int32; an entry with a negative one matches nothing), so the lookup is a sort and
-    a binary search; puts and entries come in commitlog order, which the stable sort by window
-    leaves nearly as it is."""
-    out = np.zeros(len(key_hash), bool)
-    lk, lp = lens_kh.astype(np.int64), lens_phy.astype(np.int64)
-    keep = lk >= 0
-    lk, lp = lk[keep], lp[keep]
-    if not len(lk) or not len(key_hash):
-        return out
-    lw, ww = lp >> 32, phy >> 32
-    lorder, worder = np.argsort(lw, kind="stable"), np.argsort(ww, kind="stable")
-    lw_sorted, ww_sorted = lw[lorder], ww[worder]
-    for w in np.unique(ww_sorted[np.r_[0, np.flatnonzero(np.diff(ww_sorted)) + 1]]):
-        li = lorder[np.searchsorted(lw_sorted, w):np.searchsorted(lw_sorted, w, "right")]
-        wi = worder[np.searchsorted(ww_sorted, w):np.searchsorted(ww_sorted, w, "right")]
-        if not len(li):
-            continue
-        base = int(w) << 32
-        packed = np.sort(((lp[li] - base) << 31) | lk[li])
-        want = ((phy[wi] - base) << 31) | key_hash[wi]
-        at = np.minimum(np.searchsorted(packed, want), len(packed) - 1)
-        out[wi] = packed[at] == want
     return out
 
 

@@ -68,20 +68,36 @@ def header_problems(h: IndexHeader, index_num: int, parts: Sequence[tuple]) -> l
     return out
 
 
+def index_pairs(key_hash: Sequence[np.ndarray], phy: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Each (key hash, phy offset) pair of index entries or puts as one int64, equal exactly when
+    both parts are and ordered by phy offset, then key hash (as unsigned 32 bits): entries and puts
+    come in commitlog order, so a stable sort of them is nearly linear. Phy offsets are taken
+    relative to the lowest of all the arrays', or as their rank where they span 2 GiB or more."""
+    phy = [p.astype(np.int64) for p in phy]
+    filled = [p for p in phy if len(p)]
+    if filled and max(int(p.max()) for p in filled) - min(int(p.min()) for p in filled) >= 1 << 31:
+        seen = np.unique(np.concatenate(filled))
+        codes = [np.searchsorted(seen, p) for p in phy]
+    else:
+        lo = min((int(p.min()) for p in filled), default=0)
+        codes = [p - lo for p in phy]
+    return [(c << 32) | (k.astype(np.int64) & 0xFFFFFFFF) for c, k in zip(codes, key_hash)]
+
+
 def entry_findings(kh: np.ndarray, phy: np.ndarray, entry_number: np.ndarray, file_order: np.ndarray,
                     names: dict[int, str | None], lens: str, lo: int, end: int) -> list[dict]:
     """Dangling entries (below ``lo``, at or past ``end``) and repeated (key hash, phy offset)
     pairs (all but the first in put order), per index file of the lens."""
     if not len(phy):
         return []
-    order = np.lexsort((entry_number, file_order))            # put order
-    pair = (kh[order].astype(np.int64) << 40) ^ phy[order]
-    _, first = np.unique(pair, return_index=True)
-    repeat = np.ones(len(order), bool)
-    repeat[first] = False
+    in_order = bool(np.all((np.diff(file_order) > 0) | ((np.diff(file_order) == 0) & (np.diff(entry_number) > 0))))
+    order = np.arange(len(phy)) if in_order else np.lexsort((entry_number, file_order))    # put order
+    pair = index_pairs([kh[order]], [phy[order]])[0]
+    by_pair = np.argsort(pair, kind="stable")        # equal pairs in put order
+    pair = pair[by_pair]
     masks = {"dangling_below_min": phy < lo, "dangling_beyond_end": phy >= end,
              "duplicate_entry": np.zeros(len(phy), bool)}
-    masks["duplicate_entry"][order[repeat]] = True
+    masks["duplicate_entry"][order[by_pair[1:][pair[1:] == pair[:-1]]]] = True
     out = []
     for kind, m in masks.items():
         for fo in np.unique(file_order[m]):
@@ -90,6 +106,17 @@ def entry_findings(kh: np.ndarray, phy: np.ndarray, entry_number: np.ndarray, fi
                         "phy_from": int(phy[sel].min()), "phy_to": int(phy[sel].max()) + 1,
                         "count": int(sel.sum()), "detail": None, "file_order": int(fo)})
     return out
+
+
+def held(lens_kh: np.ndarray, lens_phy: np.ndarray, key_hash: np.ndarray, phy: np.ndarray) -> np.ndarray:
+    """Whether each (key hash, phy offset) pair is among a lens's entries (a put's key hash is
+    never negative; an entry with a negative one matches nothing)."""
+    if not len(lens_kh) or not len(key_hash):
+        return np.zeros(len(key_hash), bool)
+    have, want = index_pairs([lens_kh, key_hash], [lens_phy, phy])
+    have = np.sort(have, kind="stable")
+    at = np.minimum(np.searchsorted(have, want), len(have) - 1)
+    return (have[at] == want) & (key_hash >= 0)
 
 
 # -- dump --verify ------------------------------------------------------------------------------------
