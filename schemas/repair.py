@@ -21,7 +21,7 @@ KEPT_INDEX_PUT = RecordSchema("kept_index_put", (
     F("key_hash", "int32"),
     F("phy_offset", "int64", doc="the entry's phy offset: the record's stored PHYSICALOFFSET"),
     F("store_timestamp", "int64"),
-    F("topic", "string"),
+    F("record_row", "int32", doc="the putting record's row in its batch of kept records (its topic is there)"),
 ))
 """An index put (F§7.4) of a record the run's scan kept, in put order (``store_reader.scanned``)."""
 

@@ -49,10 +49,11 @@ def index_key_counts(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np
     return has_uniq, n_keys
 
 
-def index_put_keys(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, pa.Array, pa.Array]:
+def index_put_keys(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """``IndexService#buildIndex`` keys of records in commitlog order, vectorised: the number of
     keys each record puts (``index_key_counts``), then per put (UNIQ_KEY, if any, then the KEYS
-    tokens of each record) its topic and its ``topic#key`` string."""
+    tokens of each record) its record's row and its key, which ``buildKey`` puts behind the
+    record's topic (``javahash.index_key_hashes_of`` hashes ``topic#key``)."""
     import pyarrow.compute as pc
 
     has_uniq, n_keys = index_key_counts(records)
@@ -60,7 +61,7 @@ def index_put_keys(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, pa.A
     counts = has_uniq.astype(np.int64) + n_keys
     total = int(counts.sum())
     if not total:
-        return counts, pa.array([], pa.string()), pa.array([], pa.string())
+        return counts, np.zeros(0, np.int64), pa.array([], pa.string())
     uniq_values = uniq.filter(pa.array(has_uniq))
     keep = np.repeat(n_keys > 0, pc.list_value_length(key_lists).to_numpy(zero_copy_only=False)
                      .astype(np.int64))
@@ -75,9 +76,7 @@ def index_put_keys(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, pa.A
     within = np.arange(len(tokens_flat)) - np.repeat(np.cumsum(n_keys) - n_keys, n_keys)
     order[starts[owner] + has_uniq[owner] + within] = len(uniq_values) + np.arange(len(tokens_flat))
     tokens = pa.concat_arrays([uniq_values, tokens_flat]).take(pa.array(order))
-    put_record = pa.array(np.repeat(np.arange(len(counts)), counts))
-    topics = _column(records, "topic").cast(pa.string()).take(put_record)
-    return counts, topics, pc.binary_join_element_wise(topics, tokens, "#")
+    return counts, np.repeat(np.arange(len(counts)), counts), tokens
 
 
 def multi_dispatch_targets(config: BrokerConfig, broker_5x: bool, topic: str, queue_id: int,

@@ -30,6 +30,7 @@ __all__ = [
     "index_key",
     "java_string_hashes",
     "index_key_hashes",
+    "index_key_hashes_of",
     "native_available",
 ]
 
@@ -224,6 +225,51 @@ def _hashes(keys: pa.Array | pa.ChunkedArray | Sequence[str], mode: int) -> np.n
     if not parts:
         return np.zeros(0, dtype=np.int32)
     return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+def index_key_hashes_of(topics: pa.Array, rows: np.ndarray, keys: pa.Array) -> np.ndarray:
+    """:func:`index_key_hashes` of ``index_key(topics[rows[i]], keys[i])`` for every ``i``, without
+    building those strings: Java's hash of a concatenation ``a + b`` is ``h(a) * 31**len(b) + h(b)``
+    (mod 2**32, ``len`` in UTF-16 units), and an ASCII key has as many units as bytes. A key with
+    other bytes is joined and hashed whole, as is the result for a null topic or key (0).
+
+    Returns
+    -------
+    numpy.ndarray
+        int32, non-negative, one keyHash per key.
+    """
+    keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    keys = keys if keys.type == pa.string() else keys.cast(pa.string())
+    n = len(keys)
+    if not n:
+        return np.zeros(0, dtype=np.int32)
+    rows = np.asarray(rows, dtype=np.int64)
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=n + 1, offset=keys.offset * 4)
+    units = np.diff(offsets).astype(np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(keys.buffers()[2], dtype=np.uint8, count=hi)[lo:] if hi > lo else np.zeros(0, np.uint8)
+    other = np.zeros(n, bool)
+    if len(data) and int(data.max()) >= 0x80:
+        nonempty = units > 0
+        other[nonempty] = np.add.reduceat(data >= 0x80, (offsets[:-1] - lo)[nonempty]) > 0
+    powers = _pow31(int(units.max()) + 2)
+    with np.errstate(over="ignore"):
+        h = (java_string_hashes(topics).view(np.uint32)[rows] * powers[units + 1]
+             + np.uint32(ord("#")) * powers[units] + java_string_hashes(keys).view(np.uint32))
+    h = h.view(np.int32)
+    wide = np.abs(h.astype(np.int64))           # IndexFile#indexKeyHashMethod: abs, MIN_VALUE -> 0
+    wide[h == INT32_MIN] = 0
+    out = wide.astype(np.int32)
+    whole = other | ~keys.is_valid().to_numpy(zero_copy_only=False)
+    topic_null = ~topics.is_valid().to_numpy(zero_copy_only=False)
+    if topic_null.any():
+        whole |= topic_null[rows]
+    if whole.any():
+        at = np.flatnonzero(whole)
+        import pyarrow.compute as pc
+        out[at] = index_key_hashes(pc.binary_join_element_wise(
+            topics.cast(pa.string()).take(pa.array(rows[at])), keys.take(pa.array(at)), "#"))
+    return out
 
 
 def java_string_hashes(keys: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:

@@ -25,7 +25,7 @@ from .dispatch import dispatchable, index_put_keys, multi_dispatch_rows
 from .exceptions import StoreReaderError
 from .indexfile import (BuiltIndexFile, IndexFile, IndexHeader, _put_all,
                         list_index_files, query_key_hash, read_header)
-from .javahash import index_key, index_key_hash, index_key_hashes, java_string_hashes
+from .javahash import index_key, index_key_hash, index_key_hashes_of, java_string_hashes
 from .store import Store
 from .storefs import PathRef, location
 
@@ -541,7 +541,7 @@ class IndexDispatch:
         """``puts``: the keys of the batch's records as the run's scan hashed them (those of
         other records too), or None (built and hashed here)."""
         if puts is None:
-            counts, _, keys = index_put_keys(batch)
+            counts, rows, keys = index_put_keys(batch)
         else:
             puts, counts = puts.of_records(batch.column("phy_offset").to_numpy())
         cand = np.flatnonzero(counts > 0)
@@ -556,7 +556,8 @@ class IndexDispatch:
             return
         sel = None if indexed[cand].all() else np.repeat(indexed, counts)
         if puts is None:
-            kh = index_key_hashes(keys if sel is None else keys.filter(pa.array(sel)))
+            kh = index_key_hashes_of(batch.column("topic"), rows if sel is None else rows[sel],
+                                     keys if sel is None else keys.filter(pa.array(sel)))
         else:
             kh = puts.key_hash if sel is None else puts.key_hash[sel]
         n = counts[indexed]

@@ -38,7 +38,7 @@ from .dispatch import dispatchable, index_key_counts, index_put_keys, multi_disp
 from .exceptions import OutputError, StoreReaderError, UnreadableFileError
 from .fsutil import walk_files
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
-from .javahash import index_key_hashes
+from .javahash import index_key_hashes_of
 from .mappedfile import file_name as cq_file_name
 from .storefs import PathRef, StoreLocation, location, open_regular
 
@@ -445,7 +445,8 @@ class IndexPuts:
     key_hash: np.ndarray
     phy: np.ndarray
     store_timestamp: np.ndarray
-    topic: pa.Array
+    record_row: np.ndarray
+    """Each put's record's row among the records the puts were made from (its topic is there)."""
     record_phy: np.ndarray
     """Where each put's record lies (its ``phy_offset``): what a pass's cut is compared with."""
 
@@ -455,7 +456,7 @@ class IndexPuts:
         lo = np.searchsorted(self.record_phy, record_phy, "left")
         counts = np.searchsorted(self.record_phy, record_phy, "right") - lo
         at = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-        return IndexPuts(self.key_hash[at], self.phy[at], self.store_timestamp[at], self.topic.take(pa.array(at)),
+        return IndexPuts(self.key_hash[at], self.phy[at], self.store_timestamp[at], self.record_row[at],
                          self.record_phy[at]), counts
 
     def below(self, end: int) -> "IndexPuts":
@@ -463,8 +464,8 @@ class IndexPuts:
         keep = self.record_phy < end
         if keep.all():
             return self
-        return IndexPuts(self.key_hash[keep], self.phy[keep], self.store_timestamp[keep],
-                         self.topic.filter(pa.array(keep)), self.record_phy[keep])
+        return IndexPuts(self.key_hash[keep], self.phy[keep], self.store_timestamp[keep], self.record_row[keep],
+                         self.record_phy[keep])
 
 
 def index_puts(records: pa.Table | pa.RecordBatch, ordered: bool = False) -> IndexPuts:
@@ -473,10 +474,10 @@ def index_puts(records: pa.Table | pa.RecordBatch, ordered: bool = False) -> Ind
     each KEYS token."""
     if not ordered:
         records = records.sort_by("stored_phy_offset")
-    counts, topics, keys = index_put_keys(records)
-    return IndexPuts(index_key_hashes(keys),
+    counts, rows, keys = index_put_keys(records)
+    return IndexPuts(index_key_hashes_of(records.column("topic"), rows, keys),
                      np.repeat(records.column("stored_phy_offset").to_numpy(), counts),
-                     np.repeat(records.column("store_timestamp").to_numpy(), counts), topics,
+                     np.repeat(records.column("store_timestamp").to_numpy(), counts), rows,
                      np.repeat(records.column("phy_offset").to_numpy(), counts))
 
 

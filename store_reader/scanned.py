@@ -89,7 +89,7 @@ def scan_segment(path: PathRef, opts: rf.ScanOptions, out_dir: str, columns: Seq
             p = index_puts(batch, ordered=True)
             puts_writer.write_batch(pa.record_batch(
                 [pa.array(p.record_phy, pa.int64()), pa.array(p.key_hash, pa.int32()), pa.array(p.phy, pa.int64()),
-                 pa.array(p.store_timestamp, pa.int64()), p.topic.cast(pa.string())], schema=KEPT_PUTS))
+                 pa.array(p.store_timestamp, pa.int64()), pa.array(p.record_row, pa.int32())], schema=KEPT_PUTS))
             rows += batch.num_rows
     s = scan.summary
     return ScannedSegment(s, dest, rows, 1 + scan.rewalked / s.file_size if s.file_size else 1.0)
@@ -103,7 +103,7 @@ def read_puts(records_path: str) -> Iterator[IndexPuts]:
         for i in range(reader.num_record_batches):
             b = reader.get_batch(i)
             yield IndexPuts(b.column("key_hash").to_numpy(), b.column("phy_offset").to_numpy(),
-                            b.column("store_timestamp").to_numpy(), b.column("topic"),
+                            b.column("store_timestamp").to_numpy(), b.column("record_row").to_numpy(),
                             b.column("record_phy_offset").to_numpy())
 
 

@@ -13,6 +13,7 @@ from store_reader.javahash import (
     index_key,
     index_key_hash,
     index_key_hashes,
+    index_key_hashes_of,
     java_string_hash,
     java_string_hashes,
     tags_hash,
@@ -100,6 +101,32 @@ def test_vectorised_matches_reference(keys, cut):
             assert index_key_hashes(pa.array(keys, pa.string())).tolist() == expect_idx
             sliced = pa.array(keys, pa.string()).slice(min(cut, len(keys)))
             assert index_key_hashes(sliced).tolist() == expect_idx[min(cut, len(keys)):]
+
+
+@given(st.lists(texts, min_size=1, max_size=5), st.lists(st.tuples(st.integers(0, 4), st.one_of(st.none(), texts)),
+                                                          max_size=30), st.integers(0, 3))
+def test_joined_index_key_hashes_match_the_reference(topics, puts, cut):
+    """``index_key_hashes_of``: the hash of ``topic#key`` from the parts, for ASCII, non-ASCII
+    (astral too), empty and null keys, on sliced arrays, both paths."""
+    rows = np.array([r % len(topics) for r, _ in puts], np.int64)
+    keys = [k for _, k in puts]
+    expect = [0 if k is None else index_key_hash(index_key(topics[r], k)) for r, k in zip(rows, keys)]
+    for pure in ("1", "0"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("STORE_READER_PURE", pure)
+            got = index_key_hashes_of(pa.array(topics, pa.string()), rows, pa.array(keys, pa.string()))
+            assert got.dtype == np.int32 and got.tolist() == expect
+            at = min(cut, len(keys))
+            sliced = index_key_hashes_of(pa.chunked_array([pa.array(topics, pa.string())]), rows[at:],
+                                         pa.array(["-", *keys], pa.string()).slice(1 + at))
+            assert sliced.tolist() == expect[at:]
+
+
+def test_joined_index_key_hashes_of_the_spec_vectors(hash_mode):
+    topics = pa.array(["TopicTest"])
+    keys = pa.array(["k1", "7F0000010B8C18B4AAC2123456780000", "order-42", "订单"])
+    got = index_key_hashes_of(topics, np.zeros(4, np.int64), keys)
+    assert got.tolist() == [2746024, 279271131, 870421153, 3872117]
 
 
 @given(texts)

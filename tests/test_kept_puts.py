@@ -48,7 +48,7 @@ def test_each_batch_of_records_has_its_puts(kept):
             assert np.array_equal(p.key_hash, want.key_hash) and np.array_equal(p.phy, want.phy)
             assert np.array_equal(p.record_phy, want.record_phy)
             assert np.array_equal(p.store_timestamp, want.store_timestamp)
-            assert p.topic.to_pylist() == want.topic.to_pylist()
+            assert np.array_equal(p.record_row, want.record_row)
 
 
 def test_replay_predicts_the_same_index_with_the_kept_puts(kept):

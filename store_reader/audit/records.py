@@ -153,6 +153,18 @@ def _flush_partials(rb: pa.RecordBatch, plan: AuditPlan) -> list[pa.Table]:
     return out
 
 
+def _topic_codes(topics: pa.Array, rows: np.ndarray, topic_no: dict[str, int]) -> np.ndarray:
+    """The number in ``topic_no`` of the topic at each of ``rows``, topics new to it numbered in
+    the order the rows first name them."""
+    enc = topics.dictionary_encode()
+    at = enc.indices.to_numpy(zero_copy_only=False)[rows]
+    names = enc.dictionary.to_pylist()
+    seen, first = np.unique(at, return_index=True)
+    for i in seen[np.argsort(first)]:
+        topic_no.setdefault(names[i], len(topic_no))
+    return np.array([topic_no.get(n, 0) for n in names] or [0], np.int32)[at]
+
+
 def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records: str | None = None
                  ) -> Iterator[tuple[int, tuple]]:
     """Stage 1 for one commitlog file: its records once, cut into shuffle items (``AuditPlan``).
@@ -177,11 +189,9 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
         if below.any():
             flush += _flush_partials(_rows(rb, FLUSH_COLUMNS, below), plan)
         if kept.any():
-            p = index_puts(_rows(rb, INDEX_COLUMNS, kept), ordered=True) if batch_puts is None \
-                else batch_puts.below(plan.end)
-            topics = p.topic.dictionary_encode()
-            code = np.array([topic_no.setdefault(t, len(topic_no)) for t in topics.dictionary.to_pylist()]
-                            or [0], np.int32)[topics.indices.to_numpy(zero_copy_only=False)]
+            made_from = _rows(rb, INDEX_COLUMNS, kept) if batch_puts is None else rb
+            p = index_puts(made_from, ordered=True) if batch_puts is None else batch_puts.below(plan.end)
+            code = _topic_codes(made_from.column("topic"), p.record_row, topic_no)
             puts.append(pa.table([pa.array(code), pa.array(p.key_hash.astype(np.int32)), pa.array(p.phy)],
                                  schema=INDEX_PUTS))
     for (topic, qid), parts in queues.items():
