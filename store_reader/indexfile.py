@@ -28,6 +28,7 @@ from schemas import INDEX_ENTRY, INDEX_HEADER
 from .exceptions import CorruptEntryError, FileSizeError, StrayFileError, UnreadableFileError
 from .fsutil import list_dir
 from .javahash import index_key, index_key_hash
+from .ranges import stable_order
 from .storefs import FileReader, PathRef, RangedRecords, StoreLocation, location
 
 __all__ = [
@@ -619,11 +620,8 @@ def _put_all(data: np.ndarray, start: IndexHeader, kh: np.ndarray, phy: np.ndarr
 
     slot = kh % hash_slot_num
     entry_no = np.arange(n0, n0 + m, dtype=np.int64)
-    # runs of equal slots, put order inside a run: a stable sort by slot, as a plain sort of
-    # (slot, put number) packed into one int64 (slots and put numbers are below 2^31)
-    bits = m.bit_length()
-    packed = np.sort((slot.astype(np.int64) << bits) | np.arange(m, dtype=np.int64))
-    order, run_slot = packed & ((1 << bits) - 1), packed >> bits
+    order = stable_order(slot)                      # runs of equal slots, put order inside a run
+    run_slot = slot[order]
     first_of_run = np.empty(m, dtype=bool)
     first_of_run[0] = True
     first_of_run[1:] = run_slot[1:] != run_slot[:-1]

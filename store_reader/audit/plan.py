@@ -159,8 +159,10 @@ class AuditPlan:
         return part_bucket(topic, queue_id, 0, self.buckets) if key is None else key
 
     def phy_keys(self, phy: np.ndarray) -> np.ndarray:
-        seg = phy // self.file_size - self.first_segment + 1
-        return self.buckets + np.clip(seg, 0, self.segments + 1)
+        """The key of the commitlog file each phy offset points into (one below the first file, one
+        past the last)."""
+        starts = (self.first_segment + np.arange(self.segments + 1, dtype=np.int64)) * self.file_size
+        return self.buckets + np.searchsorted(starts, phy, side="right")
 
 
 def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],

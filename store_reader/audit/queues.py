@@ -98,9 +98,10 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
     flag = t["flag"].to_numpy()
 
     by_offset = np.argsort(off, kind="stable")     # timsort: the parts arrive as sorted runs
+    src_by_offset = src[by_offset]
 
     def view(s: int):
-        i = by_offset[(src[by_offset] & s) != 0]
+        i = by_offset[(src_by_offset & s) != 0]
         o = off[i]
         if len(o) > 1 and not (np.diff(o) > 0).all():      # repeated offsets: lowest phy first
             i = i[np.lexsort((phy[i], o))]

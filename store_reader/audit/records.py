@@ -16,6 +16,7 @@ from store_reader.audit.queues import BEHIND_BAD, BROKER, CRC_BAD, REBUILT, REC
 from store_reader.commitlog import SegmentScan
 from store_reader.consumequeue import CQEntries, decode_entries
 from store_reader.indexfile import IndexFile
+from store_reader.ranges import stable_order
 from store_reader.repair import INDEX_COLUMNS, index_puts
 from store_reader.salvage import lost_mask
 from store_reader.scanned import LOST_COLUMNS, RECORD_COLUMNS, read_puts, read_records
@@ -37,7 +38,7 @@ def _keyed(keys: np.ndarray, table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
     if (keys[1:] >= keys[:-1]).all():          # in order already (puts and entries by phy range)
         k, grouped = keys, table
     else:
-        order = np.argsort(keys, kind="stable")
+        order = stable_order(keys)
         k = keys[order]
         grouped = table.take(pa.array(order))  # one take, then zero-copy slices
     cut = np.flatnonzero(np.diff(k)) + 1
@@ -136,19 +137,29 @@ def _flush_partials(rb: pa.RecordBatch, plan: AuditPlan) -> list[pa.Table]:
     conds = {"commitlog": np.ones(len(ts), bool), "consume_queue": dispatch.dispatchable(sys_flag),
              "index": dispatch.indexable(sys_flag)}
     phy, size = _column(rb, "phy_offset"), _column(rb, "total_size").astype(np.int64)
+    qoff, qid = _column(rb, "queue_offset"), _column(rb, "queue_id")
+    topics = queue = None
     out = []
     for window, stamp in plan.windows:
-        keep = conds[window] & (ts > stamp)
-        if not keep.any():
+        keep = np.flatnonzero(conds[window] & (ts > stamp))
+        if not len(keep):
             continue
-        t = pa.table({"topic": rb.column("topic").filter(pa.array(keep)),
-                      "queue_id": rb.column("queue_id").filter(pa.array(keep)),
-                      "queue_offset": rb.column("queue_offset").filter(pa.array(keep)),
-                      "phy_from": pa.array(phy[keep]), "phy_to": pa.array(phy[keep] + size[keep]),
-                      "ts": pa.array(ts[keep])})
-        g = t.group_by(["topic", "queue_id"]).aggregate([
-            ("queue_offset", "count"), ("queue_offset", "min"), ("queue_offset", "max"), ("phy_from", "min"),
-            ("phy_to", "max"), ("ts", "min"), ("ts", "max")])
+        if topics is None:
+            topics = rb.column("topic").dictionary_encode()
+            queue = (topics.indices.to_numpy(zero_copy_only=False).astype(np.int64) << 32) \
+                | (qid.astype(np.int64) & 0xFFFFFFFF)
+        rows = keep[stable_order(queue[keep])]                   # by queue, in commitlog order
+        starts = np.flatnonzero(np.r_[True, np.diff(queue[rows]) != 0])
+        first = rows[starts]
+        g = pa.table({
+            "queue_offset_count": np.diff(np.r_[starts, len(rows)]),
+            "queue_offset_min": np.minimum.reduceat(qoff[rows], starts),
+            "queue_offset_max": np.maximum.reduceat(qoff[rows], starts),
+            "phy_from_min": np.minimum.reduceat(phy[rows], starts),
+            "phy_to_max": np.maximum.reduceat(phy[rows] + size[rows], starts),
+            "ts_min": np.minimum.reduceat(ts[rows], starts), "ts_max": np.maximum.reduceat(ts[rows], starts),
+            "topic": topics.dictionary.take(topics.indices.take(pa.array(first))),
+            "queue_id": rb.column("queue_id").take(pa.array(first))})
         out.append(g.append_column("window", pa.array([window] * g.num_rows, pa.string())))
     return out
 
