@@ -99,15 +99,17 @@ def _index_range(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) 
                                   or [np.zeros(0, np.int64)])
     kh = np.concatenate([t["key_hash"].to_numpy() for _, t in entries] or [np.zeros(0, np.int32)])
     phy = np.concatenate([t["phy_offset"].to_numpy() for _, t in entries] or [np.zeros(0, np.int64)])
-    rows, lenses = [], {}
+    rows, lenses, seen = [], {}, None
     for lens in ("on_disk", "recovered"):
         order = np.array([getattr(s, lens) for s in plan.index_sources] or [-1], np.int64)
         names = {getattr(s, lens): s.name for s in plan.index_sources}
         file_order = order[source]
         sel = file_order >= 0
-        rows += entry_findings(kh[sel], phy[sel], entry_number[sel], file_order[sel], names, lens,
+        if seen is None or not np.array_equal(sel, seen[0]):     # the lenses often hold the same entries
+            seen = (sel, kh[sel], phy[sel])
+        rows += entry_findings(seen[1], seen[2], entry_number[sel], file_order[sel], names, lens,
                                 plan.min_phy, plan.end)
-        lenses[lens] = (kh[sel], phy[sel])
+        lenses[lens] = seen[1:]
     yield "index_rows", rows
     if puts:
         yield "unfindable", (key, unfindable_runs(puts, lenses))
@@ -139,7 +141,10 @@ def unfindable_runs(puts: list[tuple[list[str], pa.Table]], lenses: dict[str, tu
     topic_no: dict[str, int] = {}
     code = np.concatenate([np.array([topic_no.setdefault(n, len(topic_no)) for n in names] or [0], np.int64)
                            [t["topic"].to_numpy()] for names, t in puts])
-    missing = {lens: ~held(lk, lp, kh, phy) for lens, (lk, lp) in lenses.items()}
+    missing: dict[str, np.ndarray] = {}
+    for lens, (lk, lp) in lenses.items():       # lenses holding the same entries are looked up once
+        twin = next((m for other, m in missing.items() if lenses[other][0] is lk and lenses[other][1] is lp), None)
+        missing[lens] = ~held(lk, lp, kh, phy) if twin is None else twin
     records, runs = {}, []
     for topic, c in topic_no.items():
         sel = np.flatnonzero(code == c)
