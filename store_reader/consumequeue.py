@@ -259,7 +259,7 @@ def read_queue_head(path: PathRef) -> tuple[np.ndarray, int]:
             raise CorruptEntryError(f"{rest} trailing bytes do not form a {CQ_STORE_UNIT_SIZE}-byte entry",
                                     str(seg.location), slots * CQ_STORE_UNIT_SIZE)
         raw = np.frombuffer(seg.buf, np.uint8) if seg.size else np.zeros(0, np.uint8)
-        used = -(-written_length(raw) // CQ_STORE_UNIT_SIZE)
+        used = -(-written_length(raw[:seg.data_end()]) // CQ_STORE_UNIT_SIZE)    # a tail hole is zeros
         head = raw[:used * CQ_STORE_UNIT_SIZE].view(CQ_ENTRY_DTYPE).copy()
         del raw     # the map closes only once no array points into it
     return head, slots

@@ -8,7 +8,7 @@ manifest, and the output is byte for byte the same whichever way a segment was p
 - a segment kept whole, of its mapped size, is hard-linked (``link``: the operator's choice,
   ``linkable``) or cloned (``FICLONE``: a reflink on XFS and btrfs, no data copied). Its digest is
   then the source's, read once: the scan has just read the source, so its pages are in the page
-  cache while a clone's are not, and its holes (``repair.data_extents``) are hashed as zeros
+  cache while a clone's are not, and its holes (``storefs.data_extents``) are hashed as zeros
   without being read.
 - any other segment, or where the filesystem cannot clone, is read into a buffer, hashed there
   and written from it; the tail past the kept bytes is left a hole. The bytes have to be read for
@@ -23,6 +23,7 @@ import errno
 import fcntl
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -176,10 +177,20 @@ def _write_behind(fd: int) -> None:
     """Start writing a finished output file back now and let its pages go once written: nothing
     reads it again (its digest is known), so it should neither pile up as dirty pages that stall
     a later commit nor push the input store, which other passes still scan, out of the page
-    cache. A hint only (Linux: ``POSIX_FADV_DONTNEED`` starts write-back of dirty pages)."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is not None:
-        try:
-            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:
-            pass
+    cache. A hint only (Linux: ``POSIX_FADV_DONTNEED`` starts write-back of dirty pages), given
+    from a thread of the worker on a duplicate of ``fd``: the call waits on the disk's queue, and
+    the task need not (the publish's fsync is what makes the file durable)."""
+    if getattr(os, "posix_fadvise", None) is not None:
+        _WRITE_BEHIND.submit(_advise_dontneed, os.dup(fd))
+
+
+def _advise_dontneed(fd: int) -> None:
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+_WRITE_BEHIND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="write-behind")

@@ -40,7 +40,8 @@ from .fsutil import walk_files
 from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
 from .javahash import index_key_hashes_of
 from .mappedfile import file_name as cq_file_name
-from .storefs import PathRef, StoreLocation, location, open_regular
+from .ranges import stable_order
+from .storefs import PathRef, StoreLocation, data_extents, location, open_regular
 
 if TYPE_CHECKING:             # the repair reads the prediction's cut, never its state machines
     from .commitlog import SegmentSummary
@@ -176,19 +177,26 @@ def dispatch_batches(batches: Iterable[pa.RecordBatch], end: int, config: Broker
 def queue_parts(entries: pa.Table, per_file: int | None) -> Iterator[tuple[tuple[str, int, int], pa.Table]]:
     """``entries`` cut into rebuild parts: ``((topic, queue id, CQ file number), rows)`` with the
     file number ``queue_offset // per_file`` (the CQ file the entry lands in when its queue is
-    regular), or -1 (whole queues) when ``per_file`` is None."""
+    regular), or -1 (whole queues) when ``per_file`` is None. A part's rows are in commitlog
+    order, without the topic and queue id its key names."""
     if not entries.num_rows:
         return
     topics = entries.column("topic").combine_chunks().dictionary_encode()
     names = topics.dictionary.to_pylist()
     code = topics.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     qid = entries.column("queue_id").to_numpy()
-    file_no = (entries.column("queue_offset").to_numpy() // per_file if per_file
-               else np.full(entries.num_rows, -1, np.int64))
-    order = np.lexsort((file_no, qid, code))
-    key = np.stack([code[order], qid[order].astype(np.int64), file_no[order]])
-    cut = np.flatnonzero((np.diff(key, axis=1) != 0).any(axis=0)) + 1
-    grouped = entries.take(pa.array(order))     # one take, then zero-copy slices
+    queue = (code << 32) | (qid.astype(np.int64) + (1 << 31))     # (topic, queue id) in order
+    if per_file:
+        file_no = entries.column("queue_offset").to_numpy() // per_file
+        order = stable_order(file_no)
+        order = order[stable_order(queue[order])]
+        cut = np.flatnonzero((np.diff(queue[order]) != 0) | (np.diff(file_no[order]) != 0)) + 1
+    else:
+        file_no = np.full(entries.num_rows, -1, np.int64)
+        order = stable_order(queue)
+        cut = np.flatnonzero(np.diff(queue[order]) != 0) + 1
+    # one take, then zero-copy slices
+    grouped = entries.drop_columns(["topic", "queue_id"]).take(pa.array(order))
     for lo, hi in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [len(order)]]).tolist()):
         i = order[lo]
         yield (names[code[i]], int(qid[i]), int(file_no[i])), grouped.slice(lo, hi - lo)
@@ -337,7 +345,10 @@ def rebuild_queue_part(topic: str, queue_id: int, file_no: int, entries: pa.Tabl
     ends strictly increasing in commitlog order, so that every put lands at its own queue
     offset and the file's bytes do not depend on the other files. Whether the neighbouring
     parts continue it is the driver's check."""
-    t = entries.sort_by([("phy_offset", "ascending"), ("copy", "ascending")])
+    pos, copy = entries.column("phy_offset").to_numpy(), entries.column("copy").to_numpy()
+    step = np.diff(pos)
+    in_order = bool(((step > 0) | ((step == 0) & (np.diff(copy) > 0))).all())
+    t = entries if in_order else entries.sort_by([("phy_offset", "ascending"), ("copy", "ascending")])
     stored, size = t.column("stored_phy_offset").to_numpy(), t.column("total_size").to_numpy()
     offsets, ends = t.column("queue_offset").to_numpy(), stored + size.astype(np.int64)
     regular = bool(offsets[0] >= 0 and ends[0] > -1 and (np.diff(offsets) == 1).all()
@@ -755,31 +766,6 @@ def sha256_file(path: str) -> str:
             pos = end
         update_zeros(h, size - pos)
     return h.hexdigest()
-
-
-def data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
-    """``[start, end)`` of every run of a file that may hold data, in order (``SEEK_DATA`` /
-    ``SEEK_HOLE``); everything between them is a hole. One run, the whole file, where the
-    filesystem or the OS cannot tell."""
-    if not hasattr(os, "SEEK_DATA"):
-        yield 0, size
-        return
-    pos = 0
-    while pos < size:
-        try:
-            start = os.lseek(fd, pos, os.SEEK_DATA)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:        # no data from pos on
-                return
-            if exc.errno != errno.EINVAL or pos:
-                raise
-            yield 0, size                       # no SEEK_DATA on this filesystem
-            return
-        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
-        if start >= end:
-            return
-        yield start, end
-        pos = end
 
 
 def sha256_files(paths: Iterable[str]) -> dict[str, str]:

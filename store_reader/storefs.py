@@ -25,7 +25,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Iterator, Union
 
 import numpy as np
 import pyarrow as pa
@@ -306,6 +306,33 @@ class FileReader:
         self.close()
 
 
+def data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    """``[start, end)`` of every run of a file that may hold data, in order (``SEEK_DATA`` /
+    ``SEEK_HOLE``); everything between them is a hole. One run, the whole file, where the
+    filesystem or the OS cannot tell."""
+    if not hasattr(os, "SEEK_DATA"):
+        yield 0, size
+        return
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:        # no data from pos on
+                return
+            if exc.errno != errno.EINVAL or pos:
+                raise
+            yield 0, size                       # no SEEK_DATA on this filesystem
+            return
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        if start >= end:
+            return
+        yield start, end
+        pos = end
+
+
+
+
 class SegmentBuffer:
     """A whole file as one buffer for the commitlog scanners: ``buf`` and ``size``.
 
@@ -349,6 +376,13 @@ class SegmentBuffer:
                 self.buf.madvise(advice)
             except (OSError, AttributeError):   # a hint: never a reason to fail
                 pass
+
+    def data_end(self) -> int:
+        """Where the last run of the file that may hold data ends (``data_extents``): a local
+        file reads as zeros from there on. The size where that is not known."""
+        if self._fh is None or not self.size:
+            return self.size
+        return max((end for _, end in data_extents(self._fh.fileno(), self.size)), default=0)
 
     def _fetch(self, what: str) -> None:
         loc = self.location

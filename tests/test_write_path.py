@@ -22,7 +22,7 @@ from jobs import recover as job
 from jobs import repairwrite
 from jobs.recoverreport import RunReport
 from jobs.scan import scan_segments
-from store_reader import open_store, placement, publish, recovery, repair
+from store_reader import open_store, placement, publish, recovery, repair, storefs
 from store_reader.exceptions import OutputError, StoreReaderError
 
 V4, V5 = support.VERSIONS
@@ -111,7 +111,7 @@ def test_file_digest_hashes_holes_as_zeros_without_reading_them(tmp_path, monkey
     monkeypatch.setattr(os, "pread", lambda fd, n, at: read.append(n) or real(fd, n, at))
     assert repair.sha256_file(str(path)) == want
     with open(path, "rb") as fh:
-        runs = list(repair.data_extents(fh.fileno(), size))
+        runs = list(storefs.data_extents(fh.fileno(), size))
     assert all(any(a <= at and at + len(d) <= b for a, b in runs) for at, d in layout)   # no data missed
     if os.stat(path).st_blocks * 512 < size // 2:    # a filesystem that keeps holes reads only data
         assert sum(read) < size // 2
@@ -129,7 +129,7 @@ def test_file_digest_reads_everything_where_holes_cannot_be_asked_for(tmp_path, 
 
     monkeypatch.setattr(os, "lseek", no_seek_data)
     with open(path, "rb") as fh:
-        assert list(repair.data_extents(fh.fileno(), 70_101)) == [(0, 70_101)]
+        assert list(storefs.data_extents(fh.fileno(), 70_101)) == [(0, 70_101)]
     assert repair.sha256_file(str(path)) == _sha(path.read_bytes())
 
 
