@@ -674,7 +674,8 @@ def _dispatch_to_queues(config: BrokerConfig, broker_5x: bool, batch: pa.RecordB
     rows = np.flatnonzero(dispatchable(batch["sys_flag"].to_numpy()))
     if not rows.size:
         return
-    b = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows))
+    b = batch.drop_columns([c for c in ("uniq_key", "key_list") if c in batch.schema.names])   # the index's
+    b = b if len(rows) == b.num_rows else b.take(pa.array(rows))
     out.last_cq_store_timestamp = int(b["store_timestamp"][-1].as_py())
     phy, size = b["stored_phy_offset"].to_numpy(), b["total_size"].to_numpy().astype(np.int64)
     qid, offset = b["queue_id"].to_numpy(), b["queue_offset"].to_numpy()
