@@ -133,8 +133,9 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
         log.info("pass %-22s %7.2fs  %d of %d segments scanned, truncation point %d", "scan + plan",
                  passes[-1][1], len(scanned), len(summaries), pred.max_phy_offset)
         t = time.monotonic()
+        early = fnd.EarlyWrites(audit_path, run_id, store_id, audited_at, spark) if audit_path else None
         f = fnd.audit(spark, store, pred, summaries, scan=[by_name[f.name] for f in to_scan], records=scan.records,
-                      work_dir=kept)
+                      work_dir=kept, on_lost=early.lost if early else None)
         passes.append(("findings", time.monotonic() - t, ""))
     log.info("pass %-22s %7.2fs", "findings", passes[-1][1])
     run = AuditRun(run_id, store_id, audited_at, pred, summaries, [s.segment for s in scanned], f)
@@ -146,7 +147,7 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     run.tables = fnd.run_tables(f, row, segments, run.run_id, store_id, audited_at)
     if audit_path:
         t = time.monotonic()
-        run.written = fnd.write_audit(audit_path, run.tables, run.run_id, spark)
+        run.written = fnd.write_audit(audit_path, run.tables, run.run_id, spark, early)
         log.info("pass %-22s %7.2fs  %s", "write audit tables", time.monotonic() - t, audit_path)
     return run
 

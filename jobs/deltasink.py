@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Mapping
 
 import pyarrow as pa
@@ -91,18 +91,26 @@ def warm_up(spark=None) -> None:
         log.debug("delta-rs warm-up failed: %s", exc)
 
 
+def table_uri(audit_path: str, name: str) -> str:
+    return audit_path.rstrip("/") + "/" + name
+
+
 def write_tables(audit_path: str, tables: Mapping[str, pa.Table], run_id: str, spark=None,
-                 storage_options: dict[str, str] | None = None) -> list[str]:
+                 storage_options: dict[str, str] | None = None,
+                 written: Mapping[str, Future] | None = None) -> list[str]:
     """Each table to ``<audit_path>/<name>`` (``write_run_rows``), the tables side by side (each
     commit is mostly waiting on its log and files; delta-rs and Spark release the GIL), and
     ``runs`` last, once every other table is committed: a run row exists only when all its
-    findings do. Returns the table URIs, ``runs`` last. If a write fails, the others still finish
-    and the first failure is raised (without writing ``runs``)."""
-    uri = {name: audit_path.rstrip("/") + "/" + name for name in tables}
+    findings do. ``written``: the tables whose writes were started earlier (their futures), which
+    are waited for, not written again. Returns the table URIs, ``runs`` last. If a write fails,
+    the others still finish and the first failure is raised (without writing ``runs``)."""
+    uri = {name: table_uri(audit_path, name) for name in tables}
     names = [name for name in tables if name != "runs"]
+    earlier = dict(written or {})
     if names:
         with ThreadPoolExecutor(max_workers=min(len(names), WRITE_THREADS)) as pool:
-            writes = [pool.submit(write_run_rows, uri[name], tables[name], run_id, spark, storage_options)
+            writes = [earlier[name] if name in earlier else
+                      pool.submit(write_run_rows, uri[name], tables[name], run_id, spark, storage_options)
                       for name in names]
             wait(writes)
         for w in writes:

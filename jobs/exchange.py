@@ -80,12 +80,14 @@ def _loader() -> Callable[[tuple], tuple]:
 
 
 def exchange(spark, work_dir: str | None, stage1, driver_items: list[Item], keys: int,
-             stage2: Callable[[int, Iterator[Item]], Iterable], to_driver: int | None = None) -> list:
+             stage2: Callable[[int, Iterator[Item]], Iterable], to_driver: int | None = None,
+             on_driver: Callable[[list], None] | None = None) -> list:
     """``stage2(key, items)`` for every key in ``range(keys)`` but ``to_driver``, a task each, the
     items those of the RDD ``stage1`` (``(key, item)`` pairs) and then ``driver_items``; returns
     stage 2's results in key order, then the items keyed ``to_driver`` as they are (rows stage 1
-    makes for the driver: they reach it from the files, not through Spark). ``work_dir``: the
-    run's scan directory (None: a temporary directory, which only local executors see)."""
+    makes for the driver: they reach it from the files, not through Spark), which ``on_driver``
+    is also given as soon as stage 1 is done. ``work_dir``: the run's scan directory (None: a
+    temporary directory, which only local executors see)."""
     directory = tempfile.mkdtemp(prefix="exchange-", dir=work_dir)
     try:
         produced = stage1.mapPartitions(lambda items: _store(items, directory)).collect()
@@ -93,13 +95,15 @@ def exchange(spark, work_dir: str | None, stage1, driver_items: list[Item], keys
         for key, item in [*produced, *_store(driver_items, directory)]:
             by_key[key].append(item)
         groups = [(key, by_key.get(key, [])) for key in range(keys) if key != to_driver]
+        load = _loader()
+        driver = [load(item) for item in by_key.get(to_driver, [])]
+        if on_driver is not None:
+            on_driver(driver)
 
         def run(group: tuple[int, list[tuple]]) -> Iterable:
             load = _loader()
             return stage2(group[0], ((group[0], load(item)) for item in group[1]))
 
-        results = spark.sparkContext.parallelize(groups, max(1, len(groups))).flatMap(run).collect()
-        load = _loader()
-        return results + [load(item) for item in by_key.get(to_driver, [])]
+        return spark.sparkContext.parallelize(groups, max(1, len(groups))).flatMap(run).collect() + driver
     finally:
         shutil.rmtree(directory, ignore_errors=True)

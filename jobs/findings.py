@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.exchange import exchange
 from store_reader import recovery
-from store_reader.audit.compare import audit_partition, audit_tables
+from store_reader.audit.compare import audit_partition, audit_tables, lost_table
 from store_reader.audit.files import store_file_findings
 from store_reader.audit.kinds import INDEX_KINDS, INFO_KINDS, QUEUE_KINDS
 from store_reader.audit.plan import AuditPlan, FlushRisk, audit_plan, flush_risk
@@ -28,11 +29,12 @@ from store_reader.store import Store
 
 
 def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver_items: list,
-                  records: dict[str, str] | None = None) -> list:
+                  records: dict[str, str] | None = None,
+                  on_lost: Callable[[pa.Table], None] | None = None) -> list:
     """The audit's two stages: stage 1 (a task per segment and per index file part, then the
     driver's items) exchanged by key into stage 2 (``audit_partition``, a task per key); returns
     stage 2's results in key order. A segment whose kept ``records`` lack lost messages' columns
-    it needs is read again."""
+    it needs is read again. ``on_lost``: given the lost messages as soon as stage 1 is done."""
     sc = spark.sparkContext
     kept = records or {}
     files = [(s.path, s.segment, s.file_start + s.file_size > plan.end,
@@ -47,8 +49,11 @@ def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver
         return segment_items(*args[:3], plan, args[3]) if kind == "segment" \
             else index_source_items(args[0], plan, None, args[1], args[2])
     rdd = sc.parallelize(tasks, max(1, len(tasks))).flatMap(stage1)
+    early = None if on_lost is None else \
+        (lambda items: on_lost(lost_table(value for kind, value in items if kind == "lost")))
     return exchange(spark, plan.work_dir, rdd, driver_items, plan.partitions,
-                    lambda key, items: audit_partition(key, items, plan), to_driver=plan.driver_key)
+                    lambda key, items: audit_partition(key, items, plan), to_driver=plan.driver_key,
+                    on_driver=early)
 
 
 # -- segments ----------------------------------------------------------------------------------------------
@@ -100,12 +105,14 @@ class Findings:
 
 def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
           scan: Sequence[SegmentSummary] | None = None, records: dict[str, str] | None = None,
-          work_dir: str | None = None) -> Findings:
+          work_dir: str | None = None, on_lost: Callable[[pa.Table], None] | None = None) -> Findings:
     """Every finding for ``store`` given the broker's predicted recovery. ``scan``: the segments
     whose records are read (default all; --since-last passes only the new ones). ``records``: where
     the run's scan kept each segment's records (``store_reader.scanned``; the others are read).
     ``work_dir``: the run's scan directory, where the stages exchange their tables
-    (``jobs.exchange``; default: a temporary directory, which only local executors see)."""
+    (``jobs.exchange``; default: a temporary directory, which only local executors see).
+    ``on_lost``: given the ``lost_messages`` table as soon as the audit has it (while its second
+    stage runs), e.g. to start writing it."""
     scan = list(summaries if scan is None else scan)
     out = Findings()
     if len(scan) < len(summaries):       # --since-last: records read only in the new segments
@@ -117,7 +124,7 @@ def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[Se
         return out
     plan = audit_plan(spark.sparkContext.defaultParallelism, store, pred, summaries, scan, out.scope, work_dir)
     out.tables.update(audit_tables(store, pred, plan, run_audit_job(spark, plan, scan, driver_items(plan, pred),
-                                                                    records)))
+                                                                    records, on_lost)))
     return out
 
 
@@ -176,6 +183,14 @@ def run_row(job: str, mode: str, status: str, pred: recovery.Prediction, summari
             "detail": "; ".join(pred.load_problems) or None}
 
 
+def table_rows(name: str, t: pa.Table | None, run_id: str, store_id: str, audited_at) -> pa.Table:
+    """A findings table's rows for this run (``schemas.audit``), run keys filled in."""
+    from jobs.deltasink import audit_rows
+    from schemas import audit as A
+
+    return audit_rows(A.TABLES[name], t if t is not None and t.num_rows else [], run_id, store_id, audited_at)
+
+
 def run_tables(f: Findings, run: dict, segments: list[dict], run_id: str, store_id: str,
                audited_at) -> dict[str, pa.Table]:
     """Every audit table's rows for this run (``schemas.audit``), run keys filled in."""
@@ -188,18 +203,37 @@ def run_tables(f: Findings, run: dict, segments: list[dict], run_id: str, store_
     # them (salvaged_messages has rows only from recover --salvage, which fills it in afterwards)
     for name in ("queue_findings", "index_findings", "consumer_offset_findings", "lost_messages",
                  "flush_window", "store_findings", "salvaged_messages"):
-        t = f.tables.get(name)
-        rows = t if t is not None and t.num_rows else []
-        out[name] = audit_rows(A.TABLES[name], rows, run_id, store_id, audited_at)
+        out[name] = table_rows(name, f.tables.get(name), run_id, store_id, audited_at)
     return out
 
 
-def write_audit(audit_path: str, tables: dict[str, pa.Table], run_id: str, spark=None) -> list[str]:
+class EarlyWrites:
+    """Audit tables committed while the run goes on: ``lost_messages``, the largest (the lost
+    bodies), as soon as the audit's first stage has it (``audit(on_lost=...)``). ``write_audit``
+    then waits for them instead of writing them, and still commits ``runs`` last."""
+
+    def __init__(self, audit_path: str, run_id: str, store_id: str, audited_at, spark=None) -> None:
+        self.audit_path, self.run_id, self.store_id, self.audited_at = audit_path, run_id, store_id, audited_at
+        self.spark = spark
+        self.futures: dict[str, Future] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-early")
+
+    def lost(self, table: pa.Table) -> None:
+        from jobs.deltasink import table_uri, write_run_rows
+
+        rows = table_rows("lost_messages", table, self.run_id, self.store_id, self.audited_at)
+        self.futures["lost_messages"] = self._pool.submit(
+            write_run_rows, table_uri(self.audit_path, "lost_messages"), rows, self.run_id, self.spark)
+
+
+def write_audit(audit_path: str, tables: dict[str, pa.Table], run_id: str, spark=None,
+                early: EarlyWrites | None = None) -> list[str]:
     """Each table to ``<audit_path>/<table>`` (Delta), replacing the rows of ``run_id``; ``runs``
-    last, so a run row exists only once all its findings are committed."""
+    last, so a run row exists only once all its findings are committed. ``early``: the tables
+    already being written."""
     from jobs.deltasink import write_tables
 
-    return write_tables(audit_path, tables, run_id, spark)
+    return write_tables(audit_path, tables, run_id, spark, written=early.futures if early else None)
 
 
 def print_summary(f: Findings, out) -> None:

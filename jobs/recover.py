@@ -126,10 +126,13 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
         repair.check_repairable(store, pred, summaries)
     report.count_reads(store.config, writing)
     warming: threading.Thread | None = None
+    early: fnd.EarlyWrites | None = None
     if audit_path:      # delta-rs starts up while the audit runs, not at the commit
         warming = threading.Thread(target=deltasink.warm_up, args=(spark,), name="delta-warm-up", daemon=True)
         warming.start()
-    audit_and_write(spark, store, report, Path(out) if writing else None, overwrite)
+        early = fnd.EarlyWrites(audit_path, run_id, store_id_for(str(store.root)), audited_at, spark)
+    audit_and_write(spark, store, report, Path(out) if writing else None, overwrite,
+                    on_lost=early.lost if early else None)
     if writing:
         if backup is not None:
             publish.apply_repaired(store.root, Path(out), Path(backup))
@@ -150,7 +153,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
                                 run_id, store_id, audited_at)
         if report.salvaged is not None:
             tables["salvaged_messages"] = salvage_job.audit_rows(report.salvaged, run_id, store_id, audited_at)
-        report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark)
+        report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark, early)
         report.log_pass("write audit tables", t, audit_path)
     return report
 

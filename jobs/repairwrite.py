@@ -31,6 +31,8 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Sequence
 
+import pyarrow as pa
+
 from jobs import findings as fnd
 from jobs import salvage as salvage_job
 from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
@@ -185,12 +187,13 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         raise
 
 
-def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, overwrite: bool) -> None:
+def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, overwrite: bool,
+                    on_lost: Callable[[pa.Table], None] | None = None) -> None:
     """Pass 6 (the audit) and, with ``out``, passes 4-7 side by side: both only read the input
     store and the prediction. Their Spark jobs share the cores, the write's queued first (Spark
     schedules FIFO across threads). The repaired store is placed only once both succeeded; when
     either fails the other is cancelled (its Spark job group), nothing is left behind and the
-    first failure is raised."""
+    first failure is raised. ``on_lost``: given the audit's lost messages as soon as it has them."""
     pred = report.prediction
 
     def audit(group: str | None, after: Callable[[], object] | None = None) -> None:
@@ -199,7 +202,7 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
             after()
         t = time.monotonic()
         report.findings = fnd.audit(spark, store, pred, report.summaries, records=report.records or None,
-                                    work_dir=report.scan_dir)
+                                    work_dir=report.scan_dir, on_lost=on_lost)
         report.log_pass("audit", t, ", ".join(f"{v} {k}" for k, v in
                                               fnd.alerting_counts(report.findings).items()))
 

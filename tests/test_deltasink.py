@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
+from concurrent.futures import Future
 
 import pyarrow as pa
 import pytest
 
-from jobs.deltasink import read_table, write_run_rows
+from jobs.deltasink import read_table, table_uri, write_run_rows, write_tables
+from store_reader.exceptions import OutputError
 
 TS = dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc)
 
@@ -29,3 +32,37 @@ def test_rerun_replaces_rows(tmp_path):
 def test_rows_of_another_run_are_refused(tmp_path):
     with pytest.raises(ValueError, match="another run"):
         write_run_rows(str(tmp_path / "t"), _rows("r1", 2), "r2")
+
+
+def test_tables_written_earlier_are_waited_for_and_not_written_again(tmp_path):
+    """``write_tables(written=...)``: a table whose write started earlier (the lost messages, while
+    the audit's second stage runs) is committed once, and ``runs`` only after it."""
+    from deltalake import DeltaTable
+
+    audit = str(tmp_path / "audit")
+    early: Future = Future()
+
+    def finish():
+        write_run_rows(table_uri(audit, "lost_messages"), _rows("r1", 5), "r1")
+        early.set_result(None)
+
+    timer = threading.Timer(0.3, finish)
+    timer.start()
+    tables = {"lost_messages": _rows("r1", 5), "queue_findings": _rows("r1", 2), "runs": _rows("r1", 1)}
+    assert write_tables(audit, tables, "r1", written={"lost_messages": early}) == \
+        [table_uri(audit, n) for n in ("lost_messages", "queue_findings", "runs")]
+    timer.join()
+    lost, runs = DeltaTable(table_uri(audit, "lost_messages")), DeltaTable(table_uri(audit, "runs"))
+    assert lost.version() == 0 and read_table(table_uri(audit, "lost_messages")).num_rows == 5
+    assert runs.history()[0]["timestamp"] >= lost.history()[0]["timestamp"]
+
+
+def test_a_failed_earlier_write_is_raised_and_no_run_row_written(tmp_path):
+    audit = str(tmp_path / "audit")
+    early: Future = Future()
+    early.set_exception(OutputError("cannot write the Delta table: disk full", "lost_messages"))
+    with pytest.raises(OutputError, match="disk full"):
+        write_tables(audit, {"lost_messages": _rows("r1", 1), "queue_findings": _rows("r1", 1),
+                             "runs": _rows("r1", 1)}, "r1", written={"lost_messages": early})
+    assert read_table(table_uri(audit, "queue_findings")).num_rows == 1      # the others still finish
+    assert not (tmp_path / "audit" / "runs").exists()

@@ -260,9 +260,14 @@ def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_range
 
 
 
-def _by_phy(lost: pa.Table) -> pa.Table:
-    """The lost messages in phy order: the segments' rows arrive in it (each segment's in commitlog
-    order, the segments in file order), so the bodies are only copied to sort them when they do not."""
+def lost_table(parts: Iterable[pa.Table]) -> pa.Table:
+    """The ``lost_messages`` rows from stage 1's parts, in phy order: the segments' rows arrive in
+    it (each segment's in commitlog order, the segments in file order), so the bodies are only
+    copied to sort them when they do not."""
+    parts = [t for t in parts if t.num_rows]
+    if not parts:
+        return pa.table({})
+    lost = pa.concat_tables(parts).select(LOST_ORDER)
     phy = lost["phy_offset"].to_numpy()
     return lost if (np.diff(phy) > 0).all() else lost.sort_by("phy_offset")
 
@@ -283,8 +288,7 @@ def audit_tables(store: Store, pred: recovery.Prediction, plan: AuditPlan, resul
         + unfindable_rows(by_kind["unfindable"])
     out["index_findings"] = pa.Table.from_pylist(index_rows, schema=INDEX_FINDING_ROWS) \
         if index_rows else INDEX_FINDING_ROWS.empty_table()
-    lost = [t for t in by_kind["lost"] if t.num_rows]
-    out["lost_messages"] = _by_phy(pa.concat_tables(lost).select(LOST_ORDER)) if lost else pa.table({})
+    out["lost_messages"] = lost_table(by_kind["lost"])
     out["flush_window"] = flush_window(by_kind["flush"], plan.windows)
     disk_ranges = {k: d for part in by_kind["ranges"] for k, d, _ in part if d is not None}
     rebuilt_ranges = {k: r for part in by_kind["ranges"] for k, _, r in part if r is not None}
