@@ -7,7 +7,7 @@ import logging
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 
@@ -78,12 +78,13 @@ class QueueRebuild:
 
 def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_root: str,
                            expected_entries: int,
-                           kept_queues: dict[tuple[str, int], tuple[int, int]] | None = None,
+                           kept_queues: Callable[[], dict[tuple[str, int], tuple[int, int]]] | None = None,
                            records: dict[str, str] | None = None, work_dir: str | None = None) -> QueueRebuild:
     """Write every queue's CQ files under ``out_root/consumequeue`` (LMQ copies included when
     ``enableMultiDispatch``) from the records below ``end``, each entry at its record's own
-    queue offset (``repair.place_entries``). ``kept_queues``: (min, max) offset of each queue the
-    broker keeps; where its max is past the rebuilt queue's (the last records are gone), the
+    queue offset (``repair.place_entries``). ``kept_queues``: gives the (min, max) offset of each
+    queue the broker keeps, asked once the rebuild's jobs are done (the broker's replay may still
+    run while they do); where its max is past the rebuilt queue's (the last records are gone), the
     offsets up to it get filler units (``repair.extend_queue``).
 
     One task per bucket of parts, ``expected_entries / ENTRIES_PER_REBUILD_TASK`` buckets (at least
@@ -123,7 +124,7 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
     table = repair.queue_table(parts)
     rebuilt = {(t, q): (lo, hi) for t, q, lo, hi in zip(*(table[c].to_pylist() for c in (
         "topic", "queue_id", "min_offset", "max_offset")))}
-    for key, (lo, hi) in sorted((kept_queues or {}).items()):
+    for key, (lo, hi) in sorted((kept_queues() if kept_queues else {}).items()):
         have = rebuilt.get(key)
         if hi > (lo if have is None else have[1]):
             parts.append(repair.extend_queue(*key, os.path.join(out_root, "consumequeue", key[0], str(key[1])),

@@ -18,7 +18,7 @@ Passes (each a function the notebooks can call):
      (``store_reader.scanned``): its summary, and its records kept (Arrow, under ``--scan-dir``)
      for every later pass, none of which reads a segment again;
   3. decide on the driver what the broker would do (``store_reader.recovery.predict``; its replay
-     reads the kept records);
+     reads the kept records); passes 4-7 start as soon as it knows the cut, while its replay runs;
   4-7. the repaired store (``jobs.repairwrite``): consume queues (4) and index files (5) rebuilt
      from every record below the cut, the commitlog placed, with ``--salvage`` the lost records
      re-appended, the checkpoint, config and manifest (7), into a temporary directory of the run's
@@ -56,7 +56,7 @@ from jobs import deltasink
 from jobs import salvage as salvage_job
 from jobs.deltasink import store_id_for
 from jobs.recoverreport import RunReport, prediction_summary, print_report
-from jobs.repairwrite import audit_and_write
+from jobs.repairwrite import StartedWrite, abandon_write, audit_and_write, start_write
 from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
 from jobs.sparkutil import reports_store_errors
 
@@ -107,32 +107,50 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
     scan = scan_once(spark, store, opts, kept)
     summaries = scan.summaries
     scan_done = time.monotonic()
-    pred = recovery.predict(store, version, summaries=summaries, records=scanned.prefix_source(scan.records, opts),
-                            puts=scanned.prefix_puts(scan.records))
-    report = RunReport(run_id, str(store.root), out, version, pred, summaries,
-                       keep_consumer_offsets=keep_consumer_offsets, link_commitlog=link_commitlog,
-                       records=scan.records, scan_dir=kept, scans=dict(scan.scans),
-                       salvage=salvage and not dry_run and out is not None)
-    report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
-    report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scan_done)
-    t = scan_done
-    if pred.load_result:
-        offsets = read_consumer_offsets(store.root).value
-        report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)
-    report.log_pass("plan", t, f"{pred.recovery_path} path, start {pred.start_file}, "
-                    f"truncation point {pred.max_phy_offset}")
     writing = not dry_run and out is not None
-    if writing:
-        repair.check_repairable(store, pred, summaries)
-    report.count_reads(store.config, writing)
-    warming: threading.Thread | None = None
-    early: fnd.EarlyWrites | None = None
-    if audit_path:      # delta-rs starts up while the audit runs, not at the commit
-        warming = threading.Thread(target=deltasink.warm_up, args=(spark,), name="delta-warm-up", daemon=True)
-        warming.start()
-        early = fnd.EarlyWrites(audit_path, run_id, store_id_for(str(store.root)), audited_at, spark)
+    replayed = threading.Event()
+    made: list[RunReport] = []
+    write: StartedWrite | None = None
+
+    def cut_known(pred: recovery.Prediction) -> None:
+        # the repaired store is started as soon as the cut is known, while the broker's replay
+        # (most of the plan) runs on: what it reads of the replay waits for ``replayed``
+        nonlocal write
+        report = RunReport(run_id, str(store.root), out, version, pred, summaries,
+                           keep_consumer_offsets=keep_consumer_offsets, link_commitlog=link_commitlog,
+                           records=scan.records, scan_dir=kept, scans=dict(scan.scans),
+                           salvage=salvage and writing)
+        report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
+        report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scan_done)
+        made.append(report)
+        if writing:
+            repair.check_repairable(store, pred, summaries)
+            write = start_write(spark, report, store, Path(out), replayed)
+
+    try:
+        pred = recovery.predict(store, version, summaries=summaries,
+                                records=scanned.prefix_source(scan.records, opts),
+                                puts=scanned.prefix_puts(scan.records), on_cut=cut_known)
+        replayed.set()
+        report = made[0]
+        if pred.load_result:
+            offsets = read_consumer_offsets(store.root).value
+            report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)
+        report.log_pass("plan", scan_done, f"{pred.recovery_path} path, start {pred.start_file}, "
+                        f"truncation point {pred.max_phy_offset}")
+        report.count_reads(store.config, writing)
+        warming: threading.Thread | None = None
+        early: fnd.EarlyWrites | None = None
+        if audit_path:      # delta-rs starts up while the audit runs, not at the commit
+            warming = threading.Thread(target=deltasink.warm_up, args=(spark,), name="delta-warm-up", daemon=True)
+            warming.start()
+            early = fnd.EarlyWrites(audit_path, run_id, store_id_for(str(store.root)), audited_at, spark)
+    except BaseException:
+        if write is not None:
+            abandon_write(spark, write)
+        raise
     audit_and_write(spark, store, report, Path(out) if writing else None, overwrite,
-                    on_lost=early.lost if early else None)
+                    on_lost=early.lost if early else None, write=write)
     if writing:
         if backup is not None:
             publish.apply_repaired(store.root, Path(out), Path(backup))

@@ -27,7 +27,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -37,7 +38,7 @@ from jobs import findings as fnd
 from jobs import salvage as salvage_job
 from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
 from jobs.recoverreport import RunReport, manifest
-from jobs.sparkutil import Passes, await_tasks, cancel_job_group, join_job_group
+from jobs.sparkutil import Cancelled, Passes, await_tasks, cancel_job_group, join_job_group
 from store_reader import placement, publish, recovery, repair, scanned
 from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
@@ -68,20 +69,29 @@ def place_commitlog(spark, store: Store, kept: Sequence[recovery.CommitLogFileSt
 
 def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                          cancel: threading.Event | None = None, group: str | None = None,
-                         queued: threading.Event | None = None) -> Path:
+                         queued: threading.Event | None = None, replayed: threading.Event | None = None
+                         ) -> Path:
     """Passes 4-7 into this invocation's own ``<out>.tmp-<run id>-<nonce>``, MANIFEST.json
     included; returns that directory, still marked incomplete (``publish.TMP_MARKER``) until
     ``publish.publish`` renames it into place.
     On any failure nothing is left behind. ``cancel``: set when another pass of the run failed (no
     further Spark job starts); ``group``: the Spark job group of this
     build's jobs, which run on threads of their own; ``queued``: set once the rebuild jobs are
-    being submitted."""
+    being submitted; ``replayed``: set once ``report.prediction`` is whole (the build may start
+    as soon as the cut is known, ``recovery.predict(on_cut=...)``: what reads the broker's replay,
+    the kept queues' ranges, the salvage and the manifest, waits for it)."""
     pred = report.prediction
     version_5x = pred.broker_version == recovery.V5X
     cfg = store.config
     end = pred.max_phy_offset
     cancel = cancel or threading.Event()
     group = group or f"{report.run_id}-write-{uuid.uuid4().hex[:8]}"
+
+    def replay_done() -> None:
+        while replayed is not None and not replayed.wait(0.05):
+            if cancel.is_set():
+                raise Cancelled("another pass of the run failed")
+
     tmp = publish.new_temporary(out, report.run_id)
     try:
         # passes 4-5 and the commitlog placement write disjoint parts of tmp and run side by side:
@@ -125,7 +135,10 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                 if queued is not None:
                     queued.set()
                 t = time.monotonic()
-                kept = {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()}
+                def kept() -> dict[tuple[str, int], tuple[int, int]]:
+                    replay_done()
+                    return {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()}
+
                 rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected, kept, records,
                                                  report.scan_dir)
                 report.log_pass("rebuild consume queues", t, f"{rebuilt.queues.num_rows} queues, "
@@ -143,6 +156,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             headers, index_digests = passes.result(indexing)
             queues, queue_digests = passes.result(queueing)
             commitlog_digests = passes.result(copying)
+        replay_done()
         if report.salvage:
             t = time.monotonic()
             report.salvaged = salvage_job.reappend(spark, store, pred, report.summaries, str(tmp), queues)
@@ -187,13 +201,46 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         raise
 
 
+@dataclass
+class StartedWrite:
+    """Passes 4-7 (``build_repaired_store``) running on a thread of their own, their Spark jobs in
+    ``group``; ``cancel`` stops them, ``queued`` is set once their rebuild jobs are submitted."""
+
+    future: Future
+    group: str
+    cancel: threading.Event
+    queued: threading.Event
+
+
+def start_write(spark, report: RunReport, store: Store, out: Path,
+                replayed: threading.Event | None = None) -> StartedWrite:
+    """Start building the repaired store (``build_repaired_store``; ``replayed``: see there)."""
+    group, cancel, queued = f"{report.run_id}-write-{uuid.uuid4().hex[:8]}", threading.Event(), threading.Event()
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recover-build")
+    future = pool.submit(build_repaired_store, spark, store, report, out, cancel, group, queued, replayed)
+    pool.shutdown(wait=False)          # its one thread ends with the build
+    return StartedWrite(future, group, cancel, queued)
+
+
+def abandon_write(spark, write: StartedWrite) -> None:
+    """Stop a started write the run no longer wants (a pass before the audit failed): nothing of
+    it is left behind."""
+    write.cancel.set()
+    cancel_job_group(spark, write.group)
+    wait([write.future])
+    if write.future.exception() is None:
+        shutil.rmtree(write.future.result(), ignore_errors=True)
+
+
 def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, overwrite: bool,
-                    on_lost: Callable[[pa.Table], None] | None = None) -> None:
+                    on_lost: Callable[[pa.Table], None] | None = None,
+                    write: StartedWrite | None = None) -> None:
     """Pass 6 (the audit) and, with ``out``, passes 4-7 side by side: both only read the input
     store and the prediction. Their Spark jobs share the cores, the write's queued first (Spark
     schedules FIFO across threads). The repaired store is placed only once both succeeded; when
     either fails the other is cancelled (its Spark job group), nothing is left behind and the
-    first failure is raised. ``on_lost``: given the audit's lost messages as soon as it has them."""
+    first failure is raised. ``on_lost``: given the audit's lost messages as soon as it has them;
+    ``write``: the write, when it was started already (``start_write``)."""
     pred = report.prediction
 
     def audit(group: str | None, after: Callable[[], object] | None = None) -> None:
@@ -209,19 +256,17 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
     if out is None:
         audit(None)
         return
-    tag = uuid.uuid4().hex[:8]
-    groups = {"audit": f"{report.run_id}-audit-{tag}", "write": f"{report.run_id}-write-{tag}"}
-    cancel, queued = threading.Event(), threading.Event()
+    # the write's jobs first (Spark runs jobs FIFO): its single long task per index file starts
+    # at once, and the write never trails the audit; the audit's tasks fill the rest
+    write = write or start_write(spark, report, store, out)
+    building, cancel = write.future, write.cancel
+    groups = {"audit": f"{report.run_id}-audit-{uuid.uuid4().hex[:8]}", "write": write.group}
 
     def write_queued() -> None:
-        while not queued.wait(0.05) and not building.done():
+        while not write.queued.wait(0.05) and not building.done():
             pass
 
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="recover") as pool:
-        # the write's jobs first (Spark runs jobs FIFO): its single long task per index file
-        # starts at once, and the write never trails the audit; the audit's tasks fill the rest
-        building = pool.submit(build_repaired_store, spark, store, report, out, cancel, groups["write"],
-                               queued)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="recover") as pool:
         auditing = pool.submit(audit, groups["audit"], write_queued)
         futures = {building: "write", auditing: "audit"}
         first: BaseException | None = None

@@ -736,7 +736,8 @@ def _multi_dispatch_puts(config: BrokerConfig, broker_5x: bool, b: pa.RecordBatc
 
 def predict(store: Store, broker_version: str | None = None,
             summaries: Sequence[SegmentSummary] | None = None,
-            records: RecordSource | None = None, puts: PutsSource | None = None) -> Prediction:
+            records: RecordSource | None = None, puts: PutsSource | None = None,
+            on_cut: Callable[[Prediction], None] | None = None) -> Prediction:
     """The broker's recovery on ``store`` (R§1 phases 2-11) for ``broker_version``.
 
     Parameters
@@ -752,6 +753,10 @@ def predict(store: Store, broker_version: str | None = None,
         segment itself).
     puts
         The index puts of those records, where the run's scan kept them.
+    on_cut
+        Called once the commitlog's fate is known (the cut, the files kept and deleted, the start
+        file: step 2), before the replay, with the prediction so far; the rest of it is filled in
+        by the time ``predict`` returns.
     """
     version = broker_version or (V5X if store.looks_5x() else V49)
     if version not in (V49, V5X):
@@ -793,8 +798,12 @@ def predict(store: Store, broker_version: str | None = None,
         pred.reput_from_offset = 0
         pred.index_files, _ = predict_index(kept_index, ckpt.index_msg_timestamp, Dispatched())
         pred.checkpoint = ckpt
+        if on_cut is not None:
+            on_cut(pred)
         return pred
     pred.min_phy_offset = files[0].start if files else -1
+    if on_cut is not None:
+        on_cut(pred)
     # 3. dispatch during the scan (R§4.4); the index is built alongside (R§8)
     dispatched = Dispatched(index=index_dispatch)
     if abnormal:
