@@ -216,14 +216,15 @@ class EarlyWrites:
         self.audit_path, self.run_id, self.store_id, self.audited_at = audit_path, run_id, store_id, audited_at
         self.spark = spark
         self.futures: dict[str, Future] = {}
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-early")
 
     def lost(self, table: pa.Table) -> None:
         from jobs.deltasink import table_uri, write_run_rows
 
         rows = table_rows("lost_messages", table, self.run_id, self.store_id, self.audited_at)
-        self.futures["lost_messages"] = self._pool.submit(
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-early")
+        self.futures["lost_messages"] = pool.submit(
             write_run_rows, table_uri(self.audit_path, "lost_messages"), rows, self.run_id, self.spark)
+        pool.shutdown(wait=False)          # its one thread ends with the write
 
 
 def write_audit(audit_path: str, tables: dict[str, pa.Table], run_id: str, spark=None,

@@ -109,20 +109,19 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
     scan_done = time.monotonic()
     writing = not dry_run and out is not None
     replayed = threading.Event()
-    made: list[RunReport] = []
+    report: RunReport | None = None
     write: StartedWrite | None = None
 
     def cut_known(pred: recovery.Prediction) -> None:
         # the repaired store is started as soon as the cut is known, while the broker's replay
         # (most of the plan) runs on: what it reads of the replay waits for ``replayed``
-        nonlocal write
+        nonlocal report, write
         report = RunReport(run_id, str(store.root), out, version, pred, summaries,
                            keep_consumer_offsets=keep_consumer_offsets, link_commitlog=link_commitlog,
                            records=scan.records, scan_dir=kept, scans=dict(scan.scans),
                            salvage=salvage and writing)
         report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
         report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scan_done)
-        made.append(report)
         if writing:
             repair.check_repairable(store, pred, summaries)
             write = start_write(spark, report, store, Path(out), replayed)
@@ -132,7 +131,6 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
                                 records=scanned.prefix_source(scan.records, opts),
                                 puts=scanned.prefix_puts(scan.records), on_cut=cut_known)
         replayed.set()
-        report = made[0]
         if pred.load_result:
             offsets = read_consumer_offsets(store.root).value
             report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)

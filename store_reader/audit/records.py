@@ -158,7 +158,7 @@ def _flush_partials(rb: pa.RecordBatch, plan: AuditPlan) -> list[pa.Table]:
             "phy_from_min": np.minimum.reduceat(phy[rows], starts),
             "phy_to_max": np.maximum.reduceat(phy[rows] + size[rows], starts),
             "ts_min": np.minimum.reduceat(ts[rows], starts), "ts_max": np.maximum.reduceat(ts[rows], starts),
-            "topic": topics.dictionary.take(topics.indices.take(pa.array(first))),
+            "topic": rb.column("topic").take(pa.array(first)),
             "queue_id": rb.column("queue_id").take(pa.array(first))})
         out.append(g.append_column("window", pa.array([window] * g.num_rows, pa.string())))
     return out
