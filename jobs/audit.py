@@ -39,10 +39,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs import audittables
 from jobs import findings as fnd
 from jobs.deltasink import read_table, store_id_for
 from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
-from jobs.sparkutil import reports_store_errors
+from jobs.taskerrors import reports_store_errors
 from store_reader import open_store, publish, recovery
 from store_reader import scanned as scanned_records
 from store_reader.audit import state as audit_state
@@ -96,7 +97,7 @@ def plan_scan(store: Store, audit_path: str, store_id: str, since_last: bool
         return files, {}
     prev = previous_segments(audit_path, store_id)
     first = audit_state.unchanged_segments(store, prev)
-    carried = {f.name: dataclasses.replace(fnd.summary_from_row(prev[f.name]), path=f.path)
+    carried = {f.name: dataclasses.replace(audittables.summary_from_row(prev[f.name]), path=f.path)
                for f in files[:first]}
     return files[first:], carried
 
@@ -133,21 +134,17 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
         log.info("pass %-22s %7.2fs  %d of %d segments scanned, truncation point %d", "scan + plan",
                  passes[-1][1], len(scanned), len(summaries), pred.max_phy_offset)
         t = time.monotonic()
-        early = fnd.EarlyWrites(audit_path, run_id, store_id, audited_at, spark) if audit_path else None
+        early = audittables.EarlyWrites(audit_path, run_id, store_id, audited_at, spark) if audit_path else None
         f = fnd.audit(spark, store, pred, summaries, scan=[by_name[f.name] for f in to_scan], records=scan.records,
                       work_dir=kept, on_lost=early.lost if early else None)
         passes.append(("findings", time.monotonic() - t, ""))
     log.info("pass %-22s %7.2fs", "findings", passes[-1][1])
     run = AuditRun(run_id, store_id, audited_at, pred, summaries, [s.segment for s in scanned], f)
-    counts = fnd.alerting_counts(f)
-    row = fnd.run_row("audit", "since_last" if since_last else "full", run.status, pred, summaries, scanned,
-                  f, counts, started, passes, repaired=None)
-    written = audit_state.written_fingerprints(store, {s.segment: s.valid_bytes for s in summaries})
-    segments = fnd.segment_rows(summaries, pred, audit_state.commitlog_mtimes(store), set(by_name), written)
-    run.tables = fnd.run_tables(f, row, segments, run.run_id, store_id, audited_at)
+    run.tables = audittables.run_tables("audit", "since_last" if since_last else "full", store, pred, summaries,
+                                scanned, f, started, passes, None, run.run_id, store_id, audited_at)
     if audit_path:
         t = time.monotonic()
-        run.written = fnd.write_audit(audit_path, run.tables, run.run_id, spark, early)
+        run.written = audittables.write_audit(audit_path, run.tables, run.run_id, spark, early)
         log.info("pass %-22s %7.2fs  %s", "write audit tables", time.monotonic() - t, audit_path)
     return run
 
@@ -236,11 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             for v in versions]
     sides = [whatif.Side(r.prediction.broker_version, r.prediction, r.summaries, r.findings) for r in runs]
     if args.broker_version == "both":
-        doc = whatif.compare_json(runs[0].store_id, sides)
-        if args.json:
-            print(json.dumps(doc, indent=2))
-        else:
-            whatif.print_side_by_side(doc, sys.stdout)
+        whatif.print_both(runs[0].store_id, sides, args.json, sys.stdout)
     elif args.json:
         print(json.dumps({"store": runs[0].store_id, "versions": {s.version: whatif.side_json(s)
                                                                   for s in sides}}, indent=2))

@@ -51,14 +51,13 @@ from store_reader import open_store, publish, recovery, repair, scanned
 from store_reader.audit import state as audit_state
 from store_reader.config import read_consumer_offsets
 from store_reader.store import Store
-from jobs import findings as fnd
-from jobs import deltasink
+from jobs import audittables
 from jobs import salvage as salvage_job
 from jobs.deltasink import store_id_for
 from jobs.recoverreport import RunReport, prediction_summary, print_report
-from jobs.repairwrite import StartedWrite, abandon_write, audit_and_write, start_write
+from jobs.auditwrite import StartedWrite, abandon_write, audit_and_write, start_write
 from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
-from jobs.sparkutil import reports_store_errors
+from jobs.taskerrors import reports_store_errors
 
 log = logging.getLogger("jobs.recover")
 
@@ -137,12 +136,8 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
         report.log_pass("plan", scan_done, f"{pred.recovery_path} path, start {pred.start_file}, "
                         f"truncation point {pred.max_phy_offset}")
         report.count_reads(store.config, writing)
-        warming: threading.Thread | None = None
-        early: fnd.EarlyWrites | None = None
-        if audit_path:      # delta-rs starts up while the audit runs, not at the commit
-            warming = threading.Thread(target=deltasink.warm_up, args=(spark,), name="delta-warm-up", daemon=True)
-            warming.start()
-            early = fnd.EarlyWrites(audit_path, run_id, store_id_for(str(store.root)), audited_at, spark)
+        early = audittables.EarlyWrites(audit_path, run_id, store_id_for(str(store.root)), audited_at, spark) \
+            if audit_path else None
     except BaseException:
         if write is not None:
             abandon_write(spark, write)
@@ -155,31 +150,15 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
             report.applied_backup = backup
     if audit_path:
         t = time.monotonic()
-        if warming is not None:
-            warming.join()
-        counts = fnd.alerting_counts(report.findings)
-        row = fnd.run_row("recover", mode, fnd.run_status(pred, summaries, report.findings), pred,
-                                summaries, summaries, report.findings, counts, started, report.passes,
-                                repaired=str(Path(out).resolve()) if report.written else None)
         store_id = store_id_for(str(store.root))
-        mtimes = audit_state.commitlog_mtimes(store)
-        written = audit_state.written_fingerprints(store, {s.segment: s.valid_bytes for s in summaries if s.segment in mtimes})
-        tables = fnd.run_tables(report.findings, row,
-                                fnd.segment_rows(summaries, pred, mtimes, {s.segment for s in summaries}, written),
+        tables = audittables.run_tables("recover", mode, store, pred, summaries, summaries, report.findings, started,
+                                report.passes, str(Path(out).resolve()) if report.written else None,
                                 run_id, store_id, audited_at)
         if report.salvaged is not None:
             tables["salvaged_messages"] = salvage_job.audit_rows(report.salvaged, run_id, store_id, audited_at)
-        report.audit_tables = fnd.write_audit(audit_path, tables, run_id, spark, early)
+        report.audit_tables = audittables.write_audit(audit_path, tables, run_id, spark, early)
         report.log_pass("write audit tables", t, audit_path)
     return report
-
-
-def recover_both(spark, store_path: str, broker_config: str | None = None,
-                 audit_path: str | None = None, commitlog_gone: bool = False) -> list[RunReport]:
-    """The dry run for 4.9 and for 5.x (a scan and an audit each: the versions' record checks
-    differ), for ``whatif``."""
-    return [recover(spark, store_path, None, broker_config, v, dry_run=True, audit_path=audit_path,
-                    commitlog_gone=commitlog_gone) for v in (recovery.V49, recovery.V5X)]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -253,13 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.broker_version == "both":
         from jobs import whatif
 
-        reports = recover_both(spark, args.store, args.broker_config, args.audit_path, args.commitlog_gone)
-        doc = whatif.compare_json(reports[0].store, [whatif.Side(r.broker_version, r.prediction, r.summaries,
-                                                                 r.findings) for r in reports])
-        if args.json:
-            print(json.dumps(doc, indent=2))
-        else:
-            whatif.print_side_by_side(doc, sys.stdout)
+        # a scan and an audit per version: their record checks differ
+        reports = [recover(spark, args.store, None, args.broker_config, v, dry_run=True,
+                           audit_path=args.audit_path, commitlog_gone=args.commitlog_gone)
+                   for v in whatif.VERSIONS]
+        whatif.print_both(reports[0].store, [whatif.Side(r.broker_version, r.prediction, r.summaries,
+                                                         r.findings) for r in reports], args.json, sys.stdout)
         refused = [r for r in reports if not r.prediction.load_result]
         if refused:
             print(f"error: broker {refused[0].broker_version} would refuse to load this store: "

@@ -1,6 +1,6 @@
-"""Passes 4-7 of a recovery (``jobs.recover``): the repaired store (4, 5, 7) written side by side
-with the audit (6). Both only read the input store and the prediction; each runs on a Spark job
-group of its own, so that either failing cancels the other and nothing is left behind.
+"""Passes 4, 5 and 7 of a recovery (``jobs.recover``): the repaired store, written into a temporary
+directory of the run's own while the audit (6) runs beside it (``jobs.auditwrite``: each on a
+Spark job group of its own, either failing cancels the other and nothing is left behind).
 
   4. rebuild consume queues from every record below the cut: CQ files as parts packed into a bounded
      number of tasks (a huge queue is split by file, small queues share a task; a queue whose files
@@ -12,8 +12,7 @@ group of its own, so that either failing cancels the other and nothing is left b
      by a task per file, ``store_reader.placement``: cloned, copied or with ``--link`` hard-linked,
      the cut file rewritten, each hashed for the manifest; each committed consumer offset moved
      where the consumer's next pull on the rebuilt queues would move it, the originals in the
-     manifest) and, once the audit succeeded too, check it against its manifest and rename it
-     into place, all under the output's lock (``store_reader.publish``);
+     manifest); ``jobs.auditwrite`` renames it into place once the audit succeeded too;
   7b. with ``--salvage``, before the checkpoint and the manifest: the lost records a producer would
      send again re-appended after the truncation point and dispatched (``jobs.salvage.reappend``).
 """
@@ -27,18 +26,14 @@ import threading
 import time
 import uuid
 from collections import Counter
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
-import pyarrow as pa
-
-from jobs import findings as fnd
 from jobs import salvage as salvage_job
 from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
 from jobs.recoverreport import RunReport, manifest
-from jobs.sparkutil import Cancelled, Passes, await_tasks, cancel_job_group, join_job_group
+from jobs.sparkutil import Cancelled, Passes, await_tasks
 from store_reader import placement, publish, recovery, repair, scanned
 from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
@@ -199,95 +194,3 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             raise StoreReaderError("disk full while writing the repaired store; nothing was left "
                                    "behind", tmp) from None
         raise
-
-
-@dataclass
-class StartedWrite:
-    """Passes 4-7 (``build_repaired_store``) running on a thread of their own, their Spark jobs in
-    ``group``; ``cancel`` stops them, ``queued`` is set once their rebuild jobs are submitted."""
-
-    future: Future
-    group: str
-    cancel: threading.Event
-    queued: threading.Event
-
-
-def start_write(spark, report: RunReport, store: Store, out: Path,
-                replayed: threading.Event | None = None) -> StartedWrite:
-    """Start building the repaired store (``build_repaired_store``; ``replayed``: see there)."""
-    group, cancel, queued = f"{report.run_id}-write-{uuid.uuid4().hex[:8]}", threading.Event(), threading.Event()
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recover-build")
-    future = pool.submit(build_repaired_store, spark, store, report, out, cancel, group, queued, replayed)
-    pool.shutdown(wait=False)          # its one thread ends with the build
-    return StartedWrite(future, group, cancel, queued)
-
-
-def abandon_write(spark, write: StartedWrite) -> None:
-    """Stop a started write the run no longer wants (a pass before the audit failed): nothing of
-    it is left behind."""
-    write.cancel.set()
-    cancel_job_group(spark, write.group)
-    wait([write.future])
-    if write.future.exception() is None:
-        shutil.rmtree(write.future.result(), ignore_errors=True)
-
-
-def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, overwrite: bool,
-                    on_lost: Callable[[pa.Table], None] | None = None,
-                    write: StartedWrite | None = None) -> None:
-    """Pass 6 (the audit) and, with ``out``, passes 4-7 side by side: both only read the input
-    store and the prediction. Their Spark jobs share the cores, the write's queued first (Spark
-    schedules FIFO across threads). The repaired store is placed only once both succeeded; when
-    either fails the other is cancelled (its Spark job group), nothing is left behind and the
-    first failure is raised. ``on_lost``: given the audit's lost messages as soon as it has them;
-    ``write``: the write, when it was started already (``start_write``)."""
-    pred = report.prediction
-
-    def audit(group: str | None, after: Callable[[], object] | None = None) -> None:
-        join_job_group(spark, group)
-        if after is not None:
-            after()
-        t = time.monotonic()
-        report.findings = fnd.audit(spark, store, pred, report.summaries, records=report.records or None,
-                                    work_dir=report.scan_dir, on_lost=on_lost)
-        report.log_pass("audit", t, ", ".join(f"{v} {k}" for k, v in
-                                              fnd.alerting_counts(report.findings).items()))
-
-    if out is None:
-        audit(None)
-        return
-    # the write's jobs first (Spark runs jobs FIFO): its single long task per index file starts
-    # at once, and the write never trails the audit; the audit's tasks fill the rest
-    write = write or start_write(spark, report, store, out)
-    building, cancel = write.future, write.cancel
-    groups = {"audit": f"{report.run_id}-audit-{uuid.uuid4().hex[:8]}", "write": write.group}
-
-    def write_queued() -> None:
-        while not write.queued.wait(0.05) and not building.done():
-            pass
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="recover") as pool:
-        auditing = pool.submit(audit, groups["audit"], write_queued)
-        futures = {building: "write", auditing: "audit"}
-        first: BaseException | None = None
-        try:
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            first = next((f.exception() for f in done if f.exception() is not None), None)
-        except BaseException as exc:       # interrupted while waiting
-            first = exc
-        if first is not None:
-            cancel.set()
-            for f, name in futures.items():
-                if not f.done():
-                    cancel_job_group(spark, groups[name])
-        wait(futures)
-    if first is None:
-        first = next((f.exception() for f in futures if f.exception() is not None), None)
-    if first is not None:
-        if building.exception() is None:   # complete, but the run failed: it goes too
-            shutil.rmtree(building.result(), ignore_errors=True)
-        raise first
-    t = time.monotonic()
-    publish.publish(building.result(), out, overwrite)
-    report.log_pass("place repaired store", t, f"fsync'd, renamed to {out}")
-    report.written = True

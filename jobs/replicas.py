@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import pyarrow.compute as pc
 
 from jobs.deltasink import audit_rows, store_id_for, write_run_rows
-from jobs.sparkutil import reports_store_errors
+from jobs.taskerrors import reports_store_errors
 from schemas.replicas import REPLICA_FINDINGS
 from store_reader import open_store
 from store_reader import replicas

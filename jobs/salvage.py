@@ -36,7 +36,7 @@ from store_reader import open_store, recovery
 from store_reader import publish
 from store_reader import salvage as sv
 from store_reader.exceptions import StoreReaderError
-from jobs.sparkutil import reports_store_errors
+from jobs.taskerrors import reports_store_errors
 
 log = logging.getLogger("jobs.salvage")
 

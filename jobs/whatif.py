@@ -155,6 +155,15 @@ def _finding_counts(side: dict) -> dict[str, int]:
     return out
 
 
+def print_both(store: str, sides: Sequence[Side], as_json: bool, out) -> None:
+    """The two versions of ``store`` side by side on ``out``: as JSON (``compare_json``) or text."""
+    doc = compare_json(store, sides)
+    if as_json:
+        print(json.dumps(doc, indent=2), file=out)
+    else:
+        print_side_by_side(doc, out)
+
+
 def print_side_by_side(doc: dict, out) -> None:
     """The two predictions in two columns, a ``*`` on every line that differs, then the queues,
     consumer-offset corrections and findings that differ."""
@@ -211,4 +220,4 @@ def print_side_by_side(doc: dict, out) -> None:
         print(f"  (lists cut at {LIST_LIMIT} lines: --json has them all)", file=out)
 
 
-__all__ = ["VERSIONS", "Side", "side_json", "differences", "compare_json", "print_side_by_side"]
+__all__ = ["VERSIONS", "Side", "side_json", "differences", "compare_json", "print_both", "print_side_by_side"]

@@ -19,7 +19,7 @@ import support
 from jobs import deltasink
 from jobs import findings as fnd
 from jobs import recover as job
-from jobs import repairwrite
+from jobs import auditwrite, repairwrite
 from jobs.recoverreport import RunReport
 from jobs.scan import scan_segments
 from store_reader import open_store, placement, publish, recovery, repair, storefs
@@ -279,7 +279,7 @@ def test_audit_failure_removes_the_finished_write(spark, tmp_path, monkeypatch):
         assert built.wait(120)                  # fails only once the repaired store is complete
         raise StoreReaderError("audit could not read something", "somewhere")
 
-    monkeypatch.setattr(repairwrite, "build_repaired_store", build)
+    monkeypatch.setattr(auditwrite, "build_repaired_store", build)
     monkeypatch.setattr(fnd, "audit", audit)
     with pytest.raises(StoreReaderError, match="audit could not read"):
         job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "4.9")
