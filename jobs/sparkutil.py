@@ -5,6 +5,8 @@ inside Spark tasks are turned back into the package's own by ``jobs.taskerrors``
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import importlib
 import logging
@@ -18,9 +20,11 @@ from pathlib import Path
 
 from jobs import cds
 from jobs.taskerrors import quiet_task_failures
+from store_reader import publish
 
 SPARK_CONF_DIR = Path(__file__).resolve().parent.parent / "spark-conf"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+LOCAL_DIR_KIND = "rocketmq-spark-"
 
 
 def read_conf(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -106,15 +110,26 @@ class JobSpark:
             self.sparkContext.stop()
 
 
+# the embedded sessions' local directories, each removed when its process exits
+_local_dirs = contextlib.ExitStack()
+atexit.register(_local_dirs.close)
+
+
 def embedded_settings(conf_file: str | os.PathLike[str] | None = None,
                       extra: dict[str, str] | None = None) -> dict[str, str]:
     """An embedded session's settings: ``conf_file`` (default ``spark-conf/local.conf``), this
-    interpreter for the Python workers, ``extra``, and the driver JVM's class-data-sharing archive
-    when one exists and no archive option is given already."""
+    interpreter for the Python workers, ``extra``, the driver JVM's class-data-sharing archive
+    when one exists and no archive option is given already, and unless one is given, a
+    ``spark.local.dir`` of this process's own (``publish.work_directory``): Spark's block manager
+    and scratch files go there, and when the process is killed (its JVM with it, which would have
+    removed its own) the next session removes them."""
     settings = read_conf(conf_file or SPARK_CONF_DIR / "local.conf")
     settings.setdefault("spark.pyspark.python", sys.executable)
     settings.setdefault("spark.pyspark.driver.python", sys.executable)
     settings.update(extra or {})
+    if "spark.local.dir" not in settings and not os.environ.get("SPARK_LOCAL_DIRS"):
+        settings["spark.local.dir"] = _local_dirs.enter_context(
+            publish.work_directory(LOCAL_DIR_KIND, str(os.getpid())))
     archive = cds.archive_path()
     options = settings.get(JAVA_OPTIONS, "")
     if archive is not None and cds.archive_ready(archive) and "Archive" not in options:
