@@ -49,3 +49,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 .venv/bin/python -c "import store_reader._native" || {
     echo "error: the native scanner did not build; see the pip output above." >&2; exit 3; }
+# The project's bytecode, compiled ahead (only what changed): an editable install compiles none, and
+# where PYTHONDONTWRITEBYTECODE is set every process (the driver, Spark's Python daemon, each CLI)
+# would compile the project's modules again at each start.
+.venv/bin/python -m compileall -q jobs store_reader schemas >/dev/null
