@@ -6,12 +6,12 @@ inside Spark tasks are turned back into the package's own by ``jobs.taskerrors``
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
 import importlib
 import logging
 import os
 import re
+import shutil
 import sys
 import threading
 import time
@@ -69,6 +69,9 @@ def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str
     conf = SparkConf().setAppName(app_name)
     if "SPARK_SUBMIT_OPTS" not in os.environ and not os.environ.get("SPARK_ENV_LOADED"):
         conf.setAll(list(embedded_settings(conf_file, extra).items()))
+        # spark-submit's launcher is a JVM of its own that only prints the driver's command line:
+        # the JIT's C1 tier is all it needs (benchmarks/README.md)
+        os.environ.setdefault("SPARK_LAUNCHER_OPTS", "-XX:TieredStopAtLevel=1")
     elif "log4j2.configurationFile" not in (conf.get(JAVA_OPTIONS) or ""):
         # spark-submit without spark-conf/log4j2.properties: Spark's INFO lines (~450 a run) off
         # from the context's start on, unless the submit asks for them
@@ -110,9 +113,19 @@ class JobSpark:
             self.sparkContext.stop()
 
 
-# the embedded sessions' local directories, each removed when its process exits
-_local_dirs = contextlib.ExitStack()
-atexit.register(_local_dirs.close)
+@functools.cache
+def _local_dir() -> str:
+    """This process's directory for its sessions' ``spark.local.dir`` (each session's JVM makes
+    directories of its own in it), removed when the process exits (not when a forked child does)."""
+    owner = os.getpid()
+    path, fd = publish.claim_work_directory(LOCAL_DIR_KIND, str(owner))
+
+    def remove() -> None:
+        if os.getpid() == owner:
+            shutil.rmtree(path, ignore_errors=True)
+            os.close(fd)
+    atexit.register(remove)
+    return path
 
 
 def embedded_settings(conf_file: str | os.PathLike[str] | None = None,
@@ -128,8 +141,7 @@ def embedded_settings(conf_file: str | os.PathLike[str] | None = None,
     settings.setdefault("spark.pyspark.driver.python", sys.executable)
     settings.update(extra or {})
     if "spark.local.dir" not in settings and not os.environ.get("SPARK_LOCAL_DIRS"):
-        settings["spark.local.dir"] = _local_dirs.enter_context(
-            publish.work_directory(LOCAL_DIR_KIND, str(os.getpid())))
+        settings["spark.local.dir"] = _local_dir()
     archive = cds.archive_path()
     options = settings.get(JAVA_OPTIONS, "")
     if archive is not None and cds.archive_ready(archive) and "Archive" not in options:

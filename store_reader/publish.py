@@ -180,6 +180,18 @@ def work_directory(kind: str, run_id: str, parent: str | None = None) -> Iterato
     system's temporary directory), removed with everything in it when the run ends. A killed run
     cannot remove its own: each run holds a ``flock`` on its directory's owner file, and first
     removes the directories of its ``kind`` whose lock is free (their runs are dead)."""
+    path, fd = claim_work_directory(kind, run_id, parent)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def claim_work_directory(kind: str, run_id: str, parent: str | None = None) -> tuple[str, int]:
+    """``work_directory`` made and locked, for an owner that outlives a ``with`` block: returns
+    the directory and the descriptor whose ``flock`` claims it (the owner removes the directory
+    and then closes it)."""
     root = parent or tempfile.gettempdir()
     remove_abandoned(root, kind)
     path = tempfile.mkdtemp(prefix=f"{kind}{run_id}-", dir=root)
@@ -191,10 +203,11 @@ def work_directory(kind: str, run_id: str, parent: str | None = None) -> Iterato
         except OSError:
             pass        # a filesystem without locks: the directory is left alone by other runs
         os.rename(os.path.join(path, WORK_OWNER + ".new"), os.path.join(path, WORK_OWNER))
-        yield path
-    finally:
+    except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         os.close(fd)
+        raise
+    return path, fd
 
 
 def remove_abandoned(root: str, kind: str) -> list[str]:
