@@ -14,13 +14,13 @@ import pyarrow.compute as pc
 from jobs.deltasink import read_table, store_id_for
 from schemas import audit as A
 from store_reader import recovery
-from store_reader.config import CONSUMER_OFFSET_FILES
+from store_reader.config import CONSUMER_OFFSET_GENERATIONS
 from store_reader.store import Store
 
 FINDING_TABLES = ("segments", "queue_findings", "index_findings", "consumer_offset_findings",
                   "lost_messages", "flush_window")
 # The broker loads consumerOffset.json and falls back to the .bak only when it cannot.
-PRIMARY_OFFSETS, BACKUP_OFFSETS = CONSUMER_OFFSET_FILES[:2]
+PRIMARY_OFFSETS, BACKUP_OFFSETS = CONSUMER_OFFSET_GENERATIONS
 
 
 @dataclass

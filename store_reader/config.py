@@ -34,6 +34,7 @@ from .storefs import PathRef, StoreLocation, location
 
 __all__ = [
     "CONSUMER_OFFSET_FILES",
+    "CONSUMER_OFFSET_GENERATIONS",
     "CONSUMER_OFFSET_SCHEMA",
     "ConfigLoad",
     "parse_fastjson",
@@ -388,6 +389,12 @@ def _config_file(path: PathRef, default_name: str) -> StoreLocation:
         raise ConfigError(f"cannot look at the config path: {exc.strerror}", str(loc)) from None
 
 
+# ConfigManager's generations of the committed offsets: the broker reads <f>, else <f>.bak (R§9.1);
+# the plain ones, then the LMQ ones
+CONSUMER_OFFSET_GENERATIONS = ("consumerOffset.json", "consumerOffset.json.bak")
+CONSUMER_OFFSET_FILES = CONSUMER_OFFSET_GENERATIONS + ("lmqConsumerOffset.json", "lmqConsumerOffset.json.bak")
+
+
 def read_consumer_offsets(path: PathRef) -> ConfigLoad[pa.Table]:
     """``consumerOffset.json`` -> table (topic, group, queue_id, offset, lmq=False), sorted.
 
@@ -395,14 +402,9 @@ def read_consumer_offsets(path: PathRef) -> ConfigLoad[pa.Table]:
     a key without ``@`` keeps the whole key as topic and a null group. Other top-level fields
     (``dataVersion``, 5.x getter-derived keys) are ignored.
     """
-    return load_config(_config_file(path, "consumerOffset.json"),
+    return load_config(_config_file(path, CONSUMER_OFFSET_GENERATIONS[0]),
                        lambda doc, p: _offset_rows(doc, p, lmq=False),
                        lambda: CONSUMER_OFFSET_SCHEMA.empty_table())
-
-
-# ConfigManager's generations of the committed offsets: the broker reads <f>, else <f>.bak (R§9.1)
-CONSUMER_OFFSET_FILES = ("consumerOffset.json", "consumerOffset.json.bak",
-                         "lmqConsumerOffset.json", "lmqConsumerOffset.json.bak")
 
 
 def rewrite_consumer_offsets(path: str | os.PathLike[str],

@@ -16,7 +16,7 @@ from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.plan import AuditPlan
 from store_reader.audit.queues import BROKER, DISK, REBUILT, compare_queue
 from store_reader.audit.records import entry_rows, timestamps
-from store_reader.config import read_consumer_offsets
+from store_reader.config import CONSUMER_OFFSET_GENERATIONS, read_consumer_offsets
 from store_reader.consumequeue import CQEntries, decode_entries, read_queue_head
 from store_reader.ranges import consecutive_runs
 from store_reader.store import Store
@@ -235,7 +235,7 @@ def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_range
                            lost["queue_id"].to_numpy()[keep], lost["queue_offset"].to_numpy()[keep]):
             lost_by_queue.setdefault((t, int(q)), []).append(int(o))
     rows = []
-    for source in ("consumerOffset.json", "consumerOffset.json.bak"):
+    for source in CONSUMER_OFFSET_GENERATIONS:
         path = store.config_dir / source
         if not path.is_file():
             continue
