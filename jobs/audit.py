@@ -140,8 +140,9 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
         passes.append(("findings", time.monotonic() - t, ""))
     log.info("pass %-22s %7.2fs", "findings", passes[-1][1])
     run = AuditRun(run_id, store_id, audited_at, pred, summaries, [s.segment for s in scanned], f)
-    run.tables = audittables.run_tables("audit", "since_last" if since_last else "full", store, pred, summaries,
-                                scanned, f, started, passes, None, run.run_id, store_id, audited_at)
+    run.tables = audittables.run_tables("audit", "since_last" if since_last else "full", store, pred,
+                                        summaries, scanned, f, started, passes, None, run.run_id, store_id,
+                                        audited_at)
     if audit_path:
         t = time.monotonic()
         run.written = audittables.write_audit(audit_path, run.tables, run.run_id, spark, early)

@@ -151,9 +151,10 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
     if audit_path:
         t = time.monotonic()
         store_id = store_id_for(str(store.root))
-        tables = audittables.run_tables("recover", mode, store, pred, summaries, summaries, report.findings, started,
-                                report.passes, str(Path(out).resolve()) if report.written else None,
-                                run_id, store_id, audited_at)
+        tables = audittables.run_tables("recover", mode, store, pred, summaries, summaries, report.findings,
+                                        started, report.passes,
+                                        str(Path(out).resolve()) if report.written else None,
+                                        run_id, store_id, audited_at)
         if report.salvaged is not None:
             tables["salvaged_messages"] = salvage_job.audit_rows(report.salvaged, run_id, store_id, audited_at)
         report.audit_tables = audittables.write_audit(audit_path, tables, run_id, spark, early)

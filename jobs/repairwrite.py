@@ -33,7 +33,7 @@ from typing import Sequence
 from jobs import salvage as salvage_job
 from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
 from jobs.recoverreport import RunReport, manifest
-from jobs.sparkutil import Cancelled, Passes, await_tasks
+from jobs.sparkutil import Passes, await_tasks
 from store_reader import placement, publish, recovery, repair, scanned
 from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
@@ -82,11 +82,6 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
     cancel = cancel or threading.Event()
     group = group or f"{report.run_id}-write-{uuid.uuid4().hex[:8]}"
 
-    def replay_done() -> None:
-        while replayed is not None and not replayed.wait(0.05):
-            if cancel.is_set():
-                raise Cancelled("another pass of the run failed")
-
     tmp = publish.new_temporary(out, report.run_id)
     try:
         # passes 4-5 and the commitlog placement write disjoint parts of tmp and run side by side:
@@ -103,9 +98,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             passes = Passes(spark, pool, group, cancel)
 
             def commitlog() -> dict[str, str]:
-                while not index_submitted.wait(0.05):   # queued behind the index files' long tasks
-                    passes.check()
-                passes.check()
+                passes.wait(index_submitted)   # queued behind the index files' long tasks
                 t = time.monotonic()
                 placed = place_commitlog(spark, store, pred.commitlog_files, str(tmp / "commitlog"),
                                          report.link_commitlog)
@@ -124,14 +117,12 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                 return headers, _digests(tmp, "index")
 
             def consume_queues():
-                while not index_submitted.wait(0.05):
-                    passes.check()
-                passes.check()
+                passes.wait(index_submitted)
                 if queued is not None:
                     queued.set()
                 t = time.monotonic()
                 def kept() -> dict[tuple[str, int], tuple[int, int]]:
-                    replay_done()
+                    passes.wait(replayed)
                     return {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()}
 
                 rebuilt = rebuild_consume_queues(spark, store, end, version_5x, str(tmp), expected, kept, records,
@@ -151,7 +142,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             headers, index_digests = passes.result(indexing)
             queues, queue_digests = passes.result(queueing)
             commitlog_digests = passes.result(copying)
-        replay_done()
+        passes.wait(replayed)
         if report.salvage:
             t = time.monotonic()
             report.salvaged = salvage_job.reappend(spark, store, pred, report.summaries, str(tmp), queues)

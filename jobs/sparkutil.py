@@ -133,7 +133,7 @@ def embedded_settings(conf_file: str | os.PathLike[str] | None = None,
     """An embedded session's settings: ``conf_file`` (default ``spark-conf/local.conf``), this
     interpreter for the Python workers, ``extra``, the driver JVM's class-data-sharing archive
     when one exists and no archive option is given already, and unless one is given, a
-    ``spark.local.dir`` of this process's own (``publish.work_directory``): Spark's block manager
+    ``spark.local.dir`` of this process's own (``publish.claim_work_directory``): Spark's block manager
     and scratch files go there, and when the process is killed (its JVM with it, which would have
     removed its own) the next session removes them."""
     settings = read_conf(conf_file or SPARK_CONF_DIR / "local.conf")
@@ -201,6 +201,13 @@ class Passes:
     def check(self) -> None:
         if self.cancel.is_set():
             raise Cancelled("another pass of the run failed")
+
+    def wait(self, event: threading.Event | None) -> None:
+        """Wait for ``event`` (None: nothing to wait for), stopping as soon as another pass
+        failed."""
+        while event is not None and not event.wait(0.05):
+            self.check()
+        self.check()
 
     def fail(self, exc: BaseException) -> None:
         """Record a pass's failure; the first one stops the others."""

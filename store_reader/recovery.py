@@ -788,22 +788,19 @@ def predict(store: Store, broker_version: str | None = None,
         summaries, version, store.config, abnormal, ckpt.min_timestamp, ckpt.min_timestamp_index, cq_max)
     pred.start_file = summaries[start].segment if summaries else None
     pred.max_phy_offset, pred.commitlog_files, pred.deleted_commitlog_files = end, files, deleted
+    pred.min_phy_offset = files[0].start if files else -1
     kept_index, index_dispatch = index_files_at_load(store, abnormal, ckpt.index_msg_timestamp)
+    if on_cut is not None:
+        on_cut(pred)
     if not summaries:           # R§4.6: every consume queue is destroyed (the queues stay, empty)
         for q in queues.values():
             q.deleted_files += [f.start for f in q.files]
             q.files, q.min_logic_offset, q.max_physic_offset = [], 0, -1
         pred.consume_queues = queues
-        pred.min_phy_offset = -1
         pred.reput_from_offset = 0
         pred.index_files, _ = predict_index(kept_index, ckpt.index_msg_timestamp, Dispatched())
         pred.checkpoint = ckpt
-        if on_cut is not None:
-            on_cut(pred)
         return pred
-    pred.min_phy_offset = files[0].start if files else -1
-    if on_cut is not None:
-        on_cut(pred)
     # 3. dispatch during the scan (R§4.4); the index is built alongside (R§8)
     dispatched = Dispatched(index=index_dispatch)
     if abnormal:
