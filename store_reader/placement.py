@@ -14,7 +14,12 @@ manifest, and the output is byte for byte the same whichever way a segment was p
   and written from it; the tail past the kept bytes is left a hole. The bytes have to be read for
   the digest anyway, so ``copy_file_range`` would not spare that read: on a filesystem that cannot
   reflink it copies the pages a second time in the kernel, which costs more CPU than writing the
-  buffer already read (benchmarks/README.md, "Commitlog placement").
+  buffer already read (benchmarks/README.md, "Commitlog placement"). The buffer is written with
+  direct I/O (``O_DIRECT``) where the filesystem takes it: nothing reads the copy again, and
+  through the page cache every written byte is copied once more into a page the kernel must first
+  find, which on a store of many gigabytes means reclaiming the page cache the other passes read
+  the input from. The last piece, of a length the device cannot take directly, goes through the
+  page cache.
 - a segment of a remote store (``storefs``) is read in ranges and written the same way.
 """
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +42,8 @@ FICLONE = 0x40049409
 # Bytes read, hashed and written at a time: small enough to stay in the core's cache between the
 # read and the hash.
 HASH_CHUNK = 1 << 20
+# Lengths a direct write takes: a multiple of the largest logical block size of common devices.
+DIRECT_ALIGN = 4096
 
 # How a segment was placed, as the job counts them.
 LINKED, CLONED, COPIED, REWRITTEN = "linked", "cloned", "copied", "rewritten"
@@ -134,18 +142,39 @@ def _copy_hashed(src_fd: int, dest_fd: int, keep: int) -> tuple["hashlib._Hash",
     """``[0, keep)`` of the source read into a buffer, hashed there and written from it, up to
     where the source ends; returns the digest so far and the bytes copied."""
     digest = hashlib.sha256()
-    view = memoryview(bytearray(HASH_CHUNK))
+    view = memoryview(mmap.mmap(-1, HASH_CHUNK))      # page-aligned, as direct I/O needs
+    direct = _set_direct(dest_fd, True)
     done = 0
     while done < keep:
         n = os.preadv(src_fd, [view[:min(len(view), keep - done)]], done)
         if not n:
             break                         # the source ends early: the rest is zeros as well
         digest.update(view[:n])
+        if direct and n % DIRECT_ALIGN:
+            direct = _set_direct(dest_fd, False)
         written = 0
         while written < n:
-            written += os.pwrite(dest_fd, view[written:n], done + written)
+            try:
+                written += os.pwrite(dest_fd, view[written:n], done + written)
+            except OSError as exc:
+                if not (direct and exc.errno == errno.EINVAL):
+                    raise
+                direct = _set_direct(dest_fd, False)   # an alignment the device refuses
         done += n
     return digest, done
+
+
+def _set_direct(fd: int, on: bool) -> bool:
+    """Direct I/O on ``fd`` switched on or off; returns whether it is on (False where the
+    filesystem has none, e.g. tmpfs on older kernels)."""
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, (flags | os.O_DIRECT) if on else (flags & ~os.O_DIRECT))
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        return False
+    return on
 
 
 def _copy_remote(src: StoreLocation, dest: str, keep: int, file_size: int) -> str:

@@ -80,6 +80,72 @@ def test_where_the_filesystem_cannot_clone_a_whole_segment_is_read_hashed_and_wr
     assert os.stat(tmp_path / "dest").st_ino != os.stat(src).st_ino and os.stat(src).st_nlink == 1
 
 
+def _direct_io(directory) -> bool:
+    """Whether ``directory``'s filesystem takes ``O_DIRECT``."""
+    try:
+        os.close(os.open(os.path.join(directory, "probe"), os.O_WRONLY | os.O_CREAT | os.O_DIRECT))
+    except OSError as exc:
+        assert exc.errno == errno.EINVAL
+        return False
+    return True
+
+
+def _record_writes(monkeypatch) -> list[tuple[int, int, bool]]:
+    """Every ``pwrite`` of the copy as (offset, length, with direct I/O)."""
+    writes, real_pwrite = [], os.pwrite
+
+    def pwrite(fd, data, offset):
+        writes.append((offset, len(data), bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    return writes
+
+
+def test_a_copy_is_written_with_direct_io_but_its_unaligned_last_piece(tmp_path, monkeypatch):
+    monkeypatch.setattr(placement, "HASH_CHUNK", 8192)
+    src, data = _source(tmp_path, 5 * 4096 + 100)
+    _refuse_clone(monkeypatch)
+    writes = _record_writes(monkeypatch)
+    placed = placement.place_segment(src, str(tmp_path / "dest"), len(data), len(data))
+    assert (tmp_path / "dest").read_bytes() == data and placed.sha256 == _sha(data)
+    direct = _direct_io(tmp_path)       # this machine's ext4 and tmpfs take it
+    assert writes == [(0, 8192, direct), (8192, 8192, direct), (16384, 4196, False)]
+
+
+@pytest.mark.parametrize("refusal", ["filesystem", "alignment"])
+def test_where_direct_io_is_refused_the_copy_goes_through_the_page_cache(tmp_path, monkeypatch, refusal):
+    monkeypatch.setattr(placement, "HASH_CHUNK", 8192)
+    src, data = _source(tmp_path, 5 * 4096 + 100)
+    _refuse_clone(monkeypatch)
+    if refusal == "filesystem":          # e.g. tmpfs before Linux 6.6: F_SETFL refuses O_DIRECT
+        real_fcntl = fcntl.fcntl
+
+        def no_direct(fd, cmd, arg=0):
+            if cmd == fcntl.F_SETFL and arg & os.O_DIRECT:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return real_fcntl(fd, cmd, arg)
+
+        monkeypatch.setattr(fcntl, "fcntl", no_direct)
+        writes = _record_writes(monkeypatch)
+    else:                                # a device whose blocks are larger than DIRECT_ALIGN
+        writes, real_pwrite = [], os.pwrite
+
+        def pwrite(fd, buf, offset):
+            direct = bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
+            writes.append((offset, len(buf), direct))
+            if direct:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return real_pwrite(fd, buf, offset)
+
+        monkeypatch.setattr(os, "pwrite", pwrite)
+    placed = placement.place_segment(src, str(tmp_path / "dest"), len(data), len(data))
+    assert (tmp_path / "dest").read_bytes() == data and placed.sha256 == _sha(data)
+    buffered = [(0, 8192, False), (8192, 8192, False), (16384, 4196, False)]
+    assert writes == (buffered if refusal == "filesystem" or not _direct_io(tmp_path)
+                      else [(0, 8192, True)] + buffered)
+
+
 def test_this_machines_filesystem_places_a_whole_segment_with_the_same_bytes(tmp_path):
     src, data = _source(tmp_path)
     placed = placement.place_segment(src, str(tmp_path / "dest"), SIZE, SIZE)
