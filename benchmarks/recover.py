@@ -431,8 +431,8 @@ def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session
         (a, ra), (b, rb) = (sizes[0], runs[0]), (sizes[-1], runs[-1])
         slope = (b["written_end"] - a["written_end"]) / max(rb["wall"] - ra["wall"], 1e-9)
         fixed = ra["wall"] - a["written_end"] / slope
-        print(f"marginal throughput      {slope / GB:.3f} GB/s  (target >= 1 GB/s: "
-              f"{'met' if slope >= GB else 'MISSED'})")
+        print(f"marginal throughput      {slope / GB:.3f} GB/s  (target >= 0.5 GB/s: "
+              f"{'met' if slope >= GB / 2 else 'MISSED'})")
         print(f"fixed overhead           {fixed:.1f} s extrapolated to 0 bytes (target <= 8 s: "
               f"{'met' if fixed <= 8 else 'MISSED'})")
         for name in PASSES:
