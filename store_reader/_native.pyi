@@ -48,6 +48,11 @@ def resync(buf: Buffer, file_start: int, start: int, end: int, opts: NativeOpts)
 def java_hashes(offsets: Buffer, data: Buffer, length: int, offset: int, mode: int) -> bytes:
     """Native int32 per string of a StringArray: mode 0 ``String.hashCode``, mode 1 index keyHash."""
 
+def index_put_all(data: Buffer, slots_pos: int, entries_pos: int, hash_slot_num: int, first_entry: int,
+                  key_hash: Buffer, phy_offset: Buffer, time_diff: Buffer) -> int:
+    """``IndexFile#putKey`` for every put in order into the writable index file image ``data``
+    (entry ``first_entry + i``; int64 inputs); returns how many puts found their slot invalid."""
+
 def _crc32(data: Buffer) -> int:
     """``UtilAll#crc32`` (CRC-32 & 0x7FFFFFFF) with the kernel the scanner uses (tests)."""
 

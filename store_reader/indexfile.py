@@ -615,6 +615,48 @@ def _put_all(data: np.ndarray, start: IndexHeader, kh: np.ndarray, phy: np.ndarr
     """Apply ``putKey`` for every element to ``data`` (in place); returns the resulting header."""
     m = len(kh)
     n0 = start.index_count                             # entry number of the first put
+    time_diff = np.zeros(m, dtype=np.int64)
+    begin_ts, begin_phy = start.begin_timestamp, start.begin_phy_offset
+    rest = 0
+    if n0 <= 1:
+        # the file's first put: timeDiff computed against the inherited begin, then begin reset
+        if begin_ts > 0:
+            time_diff[0] = _clamp_diff(ts[:1] - np.int64(begin_ts))[0]
+        begin_ts, begin_phy = int(ts[0]), int(phy[0])
+        rest = 1
+    if begin_ts > 0:
+        with np.errstate(over="ignore"):  # Java long arithmetic wraps as NumPy's does
+            time_diff[rest:] = _clamp_diff(ts[rest:] - np.int64(begin_ts))
+
+    native = _native_index_put_all()
+    if native is not None:
+        invalid = native(data, INDEX_HEADER_SIZE, _entries_pos(hash_slot_num), hash_slot_num, n0,
+                         np.ascontiguousarray(kh, np.int64), np.ascontiguousarray(phy, np.int64), time_diff)
+    else:
+        invalid = _put_entries(data, n0, kh, phy, time_diff, hash_slot_num)
+    header = IndexHeader(begin_ts, int(ts[-1]), begin_phy, int(phy[-1]), start.hash_slot_count + invalid, n0 + m)
+    data[:INDEX_HEADER_SIZE] = np.frombuffer(header.pack(), dtype=np.uint8)
+    return header
+
+
+def _native_index_put_all():
+    """``store_reader._native.index_put_all``, or None when the extension is not built or
+    ``STORE_READER_PURE=1`` (then ``_put_entries``, its NumPy twin, does the puts)."""
+    if os.environ.get("STORE_READER_PURE") == "1":
+        return None
+    try:
+        from . import _native  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return getattr(_native, "index_put_all", None)
+
+
+def _put_entries(data: np.ndarray, n0: int, kh: np.ndarray, phy: np.ndarray, time_diff: np.ndarray,
+                 hash_slot_num: int) -> int:
+    """The puts' entries and slot heads, vectorised: each slot's puts as one run, the first one
+    chained to the slot's head when ``putKey``'s validity test accepts it. Returns how many puts
+    found their slot invalid."""
+    m = len(kh)
     slots_view = data[INDEX_HEADER_SIZE:_entries_pos(hash_slot_num)].view(_SLOT_DTYPE)
     entries_view = data[_entries_pos(hash_slot_num):].view(ENTRY_DTYPE)
 
@@ -639,29 +681,12 @@ def _put_all(data: np.ndarray, start: IndexHeader, kh: np.ndarray, phy: np.ndarr
     prev[heads] = np.where(valid, existing, 0)
     slots_view[run_slot[last_of_run]] = entry_no[order[last_of_run]]  # slot -> newest entry
 
-    time_diff = np.zeros(m, dtype=np.int64)
-    begin_ts, begin_phy = start.begin_timestamp, start.begin_phy_offset
-    rest = 0
-    if n0 <= 1:
-        # the file's first put: timeDiff computed against the inherited begin, then begin reset
-        if begin_ts > 0:
-            time_diff[0] = _clamp_diff(ts[:1] - np.int64(begin_ts))[0]
-        begin_ts, begin_phy = int(ts[0]), int(phy[0])
-        rest = 1
-    if begin_ts > 0:
-        with np.errstate(over="ignore"):  # Java long arithmetic wraps as NumPy's does
-            time_diff[rest:] = _clamp_diff(ts[rest:] - np.int64(begin_ts))
-
     e = entries_view[n0:n0 + m]
     e["key_hash"] = kh
     e["phy_offset"] = phy
     e["time_diff"] = time_diff
     e["prev_index"] = prev
-
-    header = IndexHeader(begin_ts, int(ts[-1]), begin_phy, int(phy[-1]),
-                         start.hash_slot_count + int(np.count_nonzero(~valid)), n0 + m)
-    data[:INDEX_HEADER_SIZE] = np.frombuffer(header.pack(), dtype=np.uint8)
-    return header
+    return int(np.count_nonzero(~valid))
 
 
 def append_puts(path: str, hash_slot_num: int, index_num: int, key_hash: np.ndarray, phy: np.ndarray,

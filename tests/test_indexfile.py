@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import support
 from schemas import INDEX_ENTRY
+from store_reader import _native
 from store_reader import indexfile as ix
 from store_reader.brokerconf import load_broker_config
 from store_reader.exceptions import CorruptEntryError, FileSizeError, StrayFileError
@@ -238,6 +239,43 @@ def test_builder_parses_back_and_every_key_is_queryable(puts, slots, index_num, 
         else:                                    # base was full: the broker starts a fresh file
             pieces = first + rest
         assert [bytes(p.data) for p in pieces] == [bytes(b.data) for b in built]
+
+
+@given(puts=st.lists(st.tuples(st.integers(0, (1 << 31) - 1), st.integers(0, 1 << 50), st.integers(0, 1 << 31)),
+                     min_size=1, max_size=80),
+       slots=st.integers(1, 9),
+       heads=st.lists(st.one_of(st.integers(-2, 130), st.integers(-(1 << 31), (1 << 31) - 1)), min_size=9, max_size=9),
+       first=st.integers(1, 40), batches=st.integers(1, 4))
+def test_native_puts_give_the_bytes_of_the_numpy_twin(puts, slots, heads, first, batches):
+    """``_native.index_put_all`` and ``_put_entries`` on the same image: slot heads already there
+    (valid, negative, past the entry count), several batches continuing one another."""
+    native = _native.index_put_all        # the package build always compiles it (STORE_READER_PURE aside)
+    kh, phy, td = (np.array(x, dtype=np.int64) for x in zip(*puts))
+    start = ix.INDEX_HEADER_SIZE
+    size = start + 4 * slots + 20 * (first + len(kh))
+    images = [np.zeros(size, np.uint8) for _ in range(2)]
+    for image in images:
+        image[start:start + 4 * slots] = np.frombuffer(np.array(heads[:slots], ">i4").tobytes(), np.uint8)
+    invalid = [0, 0]
+    for part in np.array_split(np.arange(len(kh)), batches):
+        if not len(part):
+            continue
+        n0 = first + int(part[0])
+        invalid[0] += native(images[0], start, start + 4 * slots, slots, n0, kh[part], phy[part], td[part])
+        invalid[1] += ix._put_entries(images[1], n0, kh[part], phy[part], td[part], slots)
+    assert invalid[0] == invalid[1]
+    assert bytes(images[0]) == bytes(images[1])
+
+
+def test_native_puts_refuse_an_image_too_small():
+    native = _native.index_put_all
+    one = np.ones(1, np.int64)
+    with pytest.raises(ValueError, match="outside the index file image"):
+        native(np.zeros(ix.INDEX_HEADER_SIZE + 4 * 10 + 20, np.uint8), ix.INDEX_HEADER_SIZE,
+               ix.INDEX_HEADER_SIZE + 40, 10, 1, one, one, one)        # entry 1 ends past the image
+    with pytest.raises(ValueError, match="one length"):
+        native(np.zeros(1000, np.uint8), ix.INDEX_HEADER_SIZE, ix.INDEX_HEADER_SIZE + 40, 10, 1, one,
+               np.ones(2, np.int64), one)
 
 
 def test_builder_rejects_bad_input():

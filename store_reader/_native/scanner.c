@@ -1971,6 +1971,92 @@ done:
     return out;
 }
 
+/* ---- index files: IndexFile#putKey over a batch (F§7.4, R§8) ------------------------------- */
+
+static inline void put_be32(uint8_t *q, int32_t v) {
+    uint32_t u = __builtin_bswap32((uint32_t)v);
+    memcpy(q, &u, 4);
+}
+static inline void put_be64(uint8_t *q, int64_t v) {
+    uint64_t u = __builtin_bswap64((uint64_t)v);
+    memcpy(q, &u, 8);
+}
+
+static const char index_put_all_doc[] =
+    "index_put_all(data, slots_pos, entries_pos, hash_slot_num, first_entry, key_hash, phy_offset,\n"
+    "              time_diff) -> int\n\n"
+    "IndexFile#putKey for every put in order, into the index file image ``data`` (writable): put i\n"
+    "is entry ``first_entry + i`` (key hash, phy offset, timeDiff, the slot's previous head when\n"
+    "0 < head <= the entry number, else 0) and becomes its slot's head. ``key_hash``, ``phy_offset``\n"
+    "and ``time_diff`` are native int64 arrays of one length. Returns how many puts found their slot\n"
+    "invalid (the header's hashSlotCount increments).";
+
+static PyObject *py_index_put_all(PyObject *self, PyObject *args) {
+    PyObject *data_obj, *kh_obj, *phy_obj, *td_obj;
+    long long slots_pos, entries_pos, hash_slot_num, first;
+    if (!PyArg_ParseTuple(args, "OLLLLOOO:index_put_all", &data_obj, &slots_pos, &entries_pos,
+                          &hash_slot_num, &first, &kh_obj, &phy_obj, &td_obj))
+        return NULL;
+    Py_buffer d, k, p, t;
+    if (PyObject_GetBuffer(data_obj, &d, PyBUF_WRITABLE) < 0) return NULL;
+    if (PyObject_GetBuffer(kh_obj, &k, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&d);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(phy_obj, &p, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&k);
+        PyBuffer_Release(&d);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(td_obj, &t, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&p);
+        PyBuffer_Release(&k);
+        PyBuffer_Release(&d);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    int64_t n = k.len / 8;
+    if (k.len % 8 || p.len != k.len || t.len != k.len) {
+        PyErr_SetString(PyExc_ValueError, "index_put_all: key_hash, phy_offset and time_diff must be int64 arrays of one length");
+        goto done;
+    }
+    if (hash_slot_num <= 0 || slots_pos < 0 || first < 0 || first > INT32_MAX - n
+        || slots_pos > d.len - 4 * hash_slot_num || entries_pos < slots_pos + 4 * hash_slot_num
+        || entries_pos > d.len - 20 * (first + n)) {
+        PyErr_SetString(PyExc_ValueError, "index_put_all: the slots or entries lie outside the index file image");
+        goto done;
+    }
+    uint8_t *base = d.buf;
+    const int64_t *kh = k.buf, *phy = p.buf, *td = t.buf;
+    int64_t invalid = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < n; i++) {
+        int64_t slot = kh[i] % hash_slot_num;
+        if (slot < 0) slot += hash_slot_num;
+        uint8_t *head = base + slots_pos + 4 * slot;
+        int64_t entry = first + i;
+        int32_t prev = be_i32(head);
+        if (prev <= 0 || prev > entry) {
+            prev = 0;
+            invalid++;
+        }
+        uint8_t *e = base + entries_pos + 20 * entry;
+        put_be32(e, (int32_t)kh[i]);
+        put_be64(e + 4, phy[i]);
+        put_be32(e + 12, (int32_t)td[i]);
+        put_be32(e + 16, prev);
+        put_be32(head, (int32_t)entry);
+    }
+    Py_END_ALLOW_THREADS
+    out = PyLong_FromLongLong(invalid);
+done:
+    PyBuffer_Release(&t);
+    PyBuffer_Release(&p);
+    PyBuffer_Release(&k);
+    PyBuffer_Release(&d);
+    return out;
+}
+
 static PyObject *py_crc32(PyObject *self, PyObject *arg) {
     Py_buffer b;
     if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
@@ -1988,6 +2074,7 @@ static PyMethodDef methods[] = {
     {"is_zero", py_is_zero, METH_VARARGS, is_zero_doc},
     {"resync", py_resync, METH_VARARGS, resync_doc},
     {"java_hashes", py_java_hashes, METH_VARARGS, java_hashes_doc},
+    {"index_put_all", py_index_put_all, METH_VARARGS, index_put_all_doc},
     {NULL, NULL, 0, NULL},
 };
 
