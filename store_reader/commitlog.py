@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import mmap
-import os
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -24,6 +23,7 @@ import pyarrow as pa
 from schemas import MESSAGE, SEGMENT
 
 from . import recordformat as rf
+from .kernels import use_pure
 from .storefs import FileReader, PathRef, SegmentBuffer, StoreLocation, location
 
 DEFAULT_BATCH_SIZE = 16384
@@ -32,13 +32,9 @@ DEFAULT_BATCH_SIZE = 16384
 SCANNED_COLUMNS = tuple(n for n in MESSAGE.names if n != "valid_prefix")
 
 
-def _use_pure() -> bool:
-    return os.environ.get("STORE_READER_PURE", "") not in ("", "0")
-
-
 def scanner_impl() -> Any:
     """The native scanner, or the pure-Python twin when ``STORE_READER_PURE=1``."""
-    if _use_pure():
+    if use_pure():
         from . import _pyscan
         return _pyscan
     from . import _native  # built by the package build; no silent fallback to the slow twin

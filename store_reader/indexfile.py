@@ -28,6 +28,7 @@ from schemas import INDEX_ENTRY, INDEX_HEADER
 from .exceptions import CorruptEntryError, FileSizeError, StrayFileError, UnreadableFileError
 from .fsutil import list_dir
 from .javahash import index_key, index_key_hash
+from .kernels import native_kernel
 from .ranges import stable_order
 from .storefs import FileReader, PathRef, RangedRecords, StoreLocation, location
 
@@ -628,7 +629,7 @@ def _put_all(data: np.ndarray, start: IndexHeader, kh: np.ndarray, phy: np.ndarr
         with np.errstate(over="ignore"):  # Java long arithmetic wraps as NumPy's does
             time_diff[rest:] = _clamp_diff(ts[rest:] - np.int64(begin_ts))
 
-    native = _native_index_put_all()
+    native = native_kernel("index_put_all")         # else its NumPy twin, _put_entries
     if native is not None:
         invalid = native(data, INDEX_HEADER_SIZE, _entries_pos(hash_slot_num), hash_slot_num, n0,
                          np.ascontiguousarray(kh, np.int64), np.ascontiguousarray(phy, np.int64), time_diff)
@@ -637,18 +638,6 @@ def _put_all(data: np.ndarray, start: IndexHeader, kh: np.ndarray, phy: np.ndarr
     header = IndexHeader(begin_ts, int(ts[-1]), begin_phy, int(phy[-1]), start.hash_slot_count + invalid, n0 + m)
     data[:INDEX_HEADER_SIZE] = np.frombuffer(header.pack(), dtype=np.uint8)
     return header
-
-
-def _native_index_put_all():
-    """``store_reader._native.index_put_all``, or None when the extension is not built or
-    ``STORE_READER_PURE=1`` (then ``_put_entries``, its NumPy twin, does the puts)."""
-    if os.environ.get("STORE_READER_PURE") == "1":
-        return None
-    try:
-        from . import _native  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return getattr(_native, "index_put_all", None)
 
 
 def _put_entries(data: np.ndarray, n0: int, kh: np.ndarray, phy: np.ndarray, time_diff: np.ndarray,

@@ -15,12 +15,13 @@ Three layers, all giving identical results:
 """
 from __future__ import annotations
 
-import os
 import sys
 from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
+
+from .kernels import native_kernel
 
 __all__ = [
     "INT32_MIN",
@@ -94,17 +95,7 @@ def index_key(topic: str, key: str) -> str:
 
 def native_available() -> bool:
     """True when the compiled ``java_hashes`` will be used (extension present, not forced pure)."""
-    return _native_java_hashes() is not None
-
-
-def _native_java_hashes():
-    if os.environ.get("STORE_READER_PURE") == "1":
-        return None
-    try:
-        from . import _native  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return getattr(_native, "java_hashes", None)
+    return native_kernel("java_hashes") is not None
 
 
 def _as_string_chunks(keys: pa.Array | pa.ChunkedArray | Sequence[str]) -> list[pa.StringArray]:
@@ -202,7 +193,7 @@ def _hash_numpy(arr: pa.StringArray) -> np.ndarray:
 
 def _hashes(keys: pa.Array | pa.ChunkedArray | Sequence[str], mode: int) -> np.ndarray:
     chunks = _as_string_chunks(keys)
-    native = _native_java_hashes()
+    native = native_kernel("java_hashes")
     parts = []
     for arr in chunks:
         if native is not None:
