@@ -1,8 +1,8 @@
-"""Typed stub of the native commitlog scanner (``store_reader/_native/scanner.c``).
+"""Typed stub of the native commitlog scanner and its kernels (``store_reader/_native/scanner.c``).
 
-Same semantics as the pure-Python twin ``store_reader._pyscan``, except that ``opts`` is the tuple
-built by ``commitlog._native_opts`` and columns come back as Arrow buffers (little-endian ``bytes``
-for ``pa.Array.from_buffers``) instead of Python lists.
+The scanner has the semantics of its pure-Python twin ``store_reader._pyscan``, except that
+``opts`` is the tuple built by ``commitlog._native_opts`` and columns come back as Arrow buffers
+(little-endian ``bytes`` for ``pa.Array.from_buffers``) instead of Python lists.
 """
 from typing import Optional, Tuple, Union
 

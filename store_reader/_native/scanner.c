@@ -1,5 +1,6 @@
 /*
- * store_reader._native: the native commitlog scanner.
+ * store_reader._native: the native commitlog scanner, and beside it two kernels with NumPy twins
+ * (Java string hashes: javahash.py; IndexFile#putKey batches: indexfile.py).
  *
  * Validates commitlog records exactly as the broker's recovery does (spec recovery.md §3,
  * CommitLog#checkMessageAndReturnSize) and materialises the requested MESSAGE columns as Arrow
@@ -164,6 +165,14 @@ static inline int64_t be_i64(const uint8_t *q) {
 }
 static inline int16_t be_i16(const uint8_t *q) {
     return (int16_t)(uint16_t)(((uint16_t)q[0] << 8) | q[1]);
+}
+static inline void put_be32(uint8_t *q, int32_t v) {
+    uint32_t u = __builtin_bswap32((uint32_t)v);
+    memcpy(q, &u, 4);
+}
+static inline void put_be64(uint8_t *q, int64_t v) {
+    uint64_t u = __builtin_bswap64((uint64_t)v);
+    memcpy(q, &u, 8);
 }
 
 /* ============================================================================================== */
@@ -1973,15 +1982,6 @@ done:
 
 /* ---- index files: IndexFile#putKey over a batch (F§7.4, R§8) ------------------------------- */
 
-static inline void put_be32(uint8_t *q, int32_t v) {
-    uint32_t u = __builtin_bswap32((uint32_t)v);
-    memcpy(q, &u, 4);
-}
-static inline void put_be64(uint8_t *q, int64_t v) {
-    uint64_t u = __builtin_bswap64((uint64_t)v);
-    memcpy(q, &u, 8);
-}
-
 static const char index_put_all_doc[] =
     "index_put_all(data, slots_pos, entries_pos, hash_slot_num, first_entry, key_hash, phy_offset,\n"
     "              time_diff) -> int\n\n"
@@ -2080,7 +2080,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "store_reader._native",
-    "Native commitlog scanner (C). Pure-Python twin: store_reader._pyscan.", -1, methods,
+    "Native commitlog scanner (C), Java string hashes and index putKey batches. Pure twins: "
+    "store_reader._pyscan, javahash and indexfile.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 
