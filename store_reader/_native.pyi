@@ -53,6 +53,15 @@ def index_put_all(data: Buffer, slots_pos: int, entries_pos: int, hash_slot_num:
     """``IndexFile#putKey`` for every put in order into the writable index file image ``data``
     (entry ``first_entry + i``; int64 inputs); returns how many puts found their slot invalid."""
 
+def index_pairs_repeated(key_hash: Buffer, phy_offset: Buffer) -> bytes:
+    """A byte per (key hash, phy offset) pair: 1 where an earlier pair is equal (key hashes as 32
+    bits; int64 arrays, in put order within each phy offset, the phy offsets ascending)."""
+
+def index_pairs_held(have_key_hash: Buffer, have_phy_offset: Buffer, key_hash: Buffer,
+                     phy_offset: Buffer) -> bytes:
+    """A byte per (key_hash, phy_offset) pair: 1 where the have pairs hold an equal one (key
+    hashes as 32 bits; int64 arrays, each side's phy offsets ascending)."""
+
 def _crc32(data: Buffer) -> int:
     """``UtilAll#crc32`` (CRC-32 & 0x7FFFFFFF) with the kernel the scanner uses (tests)."""
 

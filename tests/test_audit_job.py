@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs import findings as fnd
-from store_reader import open_store, recovery
-from store_reader.audit import compare, plan, queues
+from store_reader import _native, open_store, recovery
+from store_reader.audit import compare, index, plan, queues
 from store_reader.audit.records import INDEX_PUTS
 from store_reader.commitlog import SegmentScan
 from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
@@ -77,6 +77,47 @@ def test_aligner_dense_and_sparse_agree(a, b, far):
         has, (p, s, t) = align(cols)
         assert has.tolist() == [k in set(v.tolist()) for k in keys.tolist()]
         assert (p[has] == keys[has] * 7).all() and (t[has] == keys[has] + 1).all()
+
+
+_KH = st.integers(-3, 3) | st.integers(-(1 << 31), (1 << 31) - 1)
+_PAIRS = st.lists(st.tuples(_KH, st.integers(0, 6)), max_size=100)
+
+
+@given(have=_PAIRS, want=_PAIRS, crowd=st.just([]) | st.lists(st.integers(-4, 40), min_size=33, max_size=90),
+       in_phy_order=st.booleans())
+def test_native_index_pair_checks_and_their_numpy_twins_agree_with_the_rule(have, want, crowd, in_phy_order):
+    """``index.held`` and ``index.repeated_pairs``, native kernels and NumPy twins, against the rule
+    itself: a pair is held when an entry is equal (a negative key hash never is), repeated when an
+    earlier pair is. Pairs in phy order or not; ``crowd``: one phy offset with more pairs than
+    the kernels search linearly."""
+    have = have + [(k, 3) for k in crowd]
+    want = want + [(k, 3) for k in reversed(crowd)]
+    if in_phy_order:
+        have, want = sorted(have, key=lambda p: p[1]), sorted(want, key=lambda p: p[1])
+
+    def arrays(pairs):
+        return (np.array([k for k, _ in pairs], np.int32), np.array([p for _, p in pairs], np.int64))
+
+    (hk, hp), (wk, wp) = arrays(have), arrays(want)
+    entries = set(have)
+    held = [k >= 0 and (k, p) in entries for k, p in want]
+    repeated = [(k, p) in set(have[:i]) for i, (k, p) in enumerate(have)]
+    for pure in (False, True):
+        with pytest.MonkeyPatch.context() as m:
+            if pure:
+                m.setenv("STORE_READER_PURE", "1")
+            else:
+                m.delenv("STORE_READER_PURE", raising=False)
+            assert index.held(hk, hp, wk.astype(np.int64), wp).tolist() == held
+            assert index.repeated_pairs(hk, hp).tolist() == repeated
+
+
+def test_native_index_pair_kernels_refuse_pairs_out_of_phy_order():
+    one, two = np.ones(1, np.int64), np.array([5, 4], np.int64)
+    with pytest.raises(ValueError, match="ascending"):
+        _native.index_pairs_repeated(two, two)
+    with pytest.raises(ValueError, match="one length"):
+        _native.index_pairs_held(one, one, one, two)
 
 
 def _ranges_of(puts: pa.Table, lenses, cuts):

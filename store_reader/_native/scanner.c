@@ -1,6 +1,7 @@
 /*
- * store_reader._native: the native commitlog scanner, and beside it two kernels with NumPy twins
- * (Java string hashes: javahash.py; IndexFile#putKey batches: indexfile.py).
+ * store_reader._native: the native commitlog scanner, and beside it kernels with NumPy twins
+ * (Java string hashes: javahash.py; IndexFile#putKey batches: indexfile.py; the audit's index
+ * pair checks: audit/index.py).
  *
  * Validates commitlog records exactly as the broker's recovery does (spec recovery.md §3,
  * CommitLog#checkMessageAndReturnSize) and materialises the requested MESSAGE columns as Arrow
@@ -2057,6 +2058,166 @@ done:
     return out;
 }
 
+/* ---- the audit's index checks: (key hash, phy offset) pairs grouped by phy offset ----------- */
+
+/* Entries and puts come in commitlog order, so the pairs arrive sorted by phy offset and a pair's
+ * equals share its group (its record's keys): one walk over the groups replaces a sort of all of
+ * them. A group is searched linearly up to SMALL_GROUP pairs, sorted above (a damaged index file
+ * can hold any number of entries at one phy offset). Key hashes compare as 32 bits. */
+#define SMALL_GROUP 32
+
+typedef struct {
+    uint32_t kh;
+    int64_t at;
+} kh_at_t;
+
+static int cmp_kh_at(const void *x, const void *y) {
+    const kh_at_t *a = x, *b = y;
+    if (a->kh != b->kh) return a->kh < b->kh ? -1 : 1;
+    return (a->at > b->at) - (a->at < b->at);
+}
+
+static int cmp_u32(const void *x, const void *y) {
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* out[i] = 1 where an earlier pair of the group (kh[0..n), in order) has kh[i]; false: no memory */
+static bool group_repeated(const int64_t *kh, int64_t n, uint8_t *out) {
+    if (n <= SMALL_GROUP) {
+        for (int64_t i = 1; i < n; i++)
+            for (int64_t j = 0; j < i; j++)
+                if ((uint32_t)kh[j] == (uint32_t)kh[i]) {
+                    out[i] = 1;
+                    break;
+                }
+        return true;
+    }
+    kh_at_t *s = malloc(n * sizeof *s);
+    if (!s) return false;
+    for (int64_t i = 0; i < n; i++) s[i] = (kh_at_t){(uint32_t)kh[i], i};
+    qsort(s, n, sizeof *s, cmp_kh_at);
+    for (int64_t i = 1; i < n; i++)
+        if (s[i].kh == s[i - 1].kh) out[s[i].at] = 1;
+    free(s);
+    return true;
+}
+
+/* out[i] = 1 where have[0..nh) holds want[i] (i < nw); false: no memory */
+static bool group_held(const int64_t *have, int64_t nh, const int64_t *want, int64_t nw, uint8_t *out) {
+    if (nh <= SMALL_GROUP) {
+        for (int64_t i = 0; i < nw; i++)
+            for (int64_t j = 0; j < nh; j++)
+                if ((uint32_t)have[j] == (uint32_t)want[i]) {
+                    out[i] = 1;
+                    break;
+                }
+        return true;
+    }
+    uint32_t *s = malloc(nh * sizeof *s);
+    if (!s) return false;
+    for (int64_t j = 0; j < nh; j++) s[j] = (uint32_t)have[j];
+    qsort(s, nh, sizeof *s, cmp_u32);
+    for (int64_t i = 0; i < nw; i++) {
+        uint32_t k = (uint32_t)want[i];
+        out[i] = bsearch(&k, s, nh, sizeof *s, cmp_u32) != NULL;
+    }
+    free(s);
+    return true;
+}
+
+/* the int64 arrays of a pairs call: n key hashes and n phy offsets, the phy offsets ascending */
+static int get_pairs(PyObject *kh_obj, PyObject *phy_obj, Py_buffer *k, Py_buffer *p, const char *fn) {
+    if (PyObject_GetBuffer(kh_obj, k, PyBUF_SIMPLE) < 0) return -1;
+    if (PyObject_GetBuffer(phy_obj, p, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(k);
+        return -1;
+    }
+    const int64_t *phy = p->buf;
+    bool ok = k->len % 8 == 0 && p->len == k->len;
+    for (int64_t i = 1; ok && i < p->len / 8; i++) ok = phy[i - 1] <= phy[i];
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "%s: key hashes and phy offsets must be int64 arrays of one length, "
+                     "the phy offsets ascending", fn);
+        PyBuffer_Release(p);
+        PyBuffer_Release(k);
+        return -1;
+    }
+    return 0;
+}
+
+static const char index_pairs_repeated_doc[] =
+    "index_pairs_repeated(key_hash, phy_offset) -> bytes\n\n"
+    "One byte per pair: 1 where an earlier pair is equal (key hashes as 32 bits). The pairs are\n"
+    "in put order within each phy offset, the phy offsets ascending (int64 arrays).";
+
+static PyObject *py_index_pairs_repeated(PyObject *self, PyObject *args) {
+    PyObject *kh_obj, *phy_obj;
+    if (!PyArg_ParseTuple(args, "OO:index_pairs_repeated", &kh_obj, &phy_obj)) return NULL;
+    Py_buffer k, p;
+    if (get_pairs(kh_obj, phy_obj, &k, &p, "index_pairs_repeated") < 0) return NULL;
+    int64_t n = k.len / 8;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (out) {
+        uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+        const int64_t *kh = k.buf, *phy = p.buf;
+        bool ok = true;
+        memset(o, 0, n);
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t a = 0, b; ok && a < n; a = b) {
+            for (b = a + 1; b < n && phy[b] == phy[a]; b++) {}
+            ok = group_repeated(kh + a, b - a, o + a);
+        }
+        Py_END_ALLOW_THREADS
+        if (!ok) Py_SETREF(out, PyErr_NoMemory());
+    }
+    PyBuffer_Release(&p);
+    PyBuffer_Release(&k);
+    return out;
+}
+
+static const char index_pairs_held_doc[] =
+    "index_pairs_held(have_key_hash, have_phy_offset, key_hash, phy_offset) -> bytes\n\n"
+    "One byte per pair of (key_hash, phy_offset): 1 where the have pairs hold an equal one (key\n"
+    "hashes as 32 bits). int64 arrays, each side's phy offsets ascending.";
+
+static PyObject *py_index_pairs_held(PyObject *self, PyObject *args) {
+    PyObject *hk_obj, *hp_obj, *wk_obj, *wp_obj;
+    if (!PyArg_ParseTuple(args, "OOOO:index_pairs_held", &hk_obj, &hp_obj, &wk_obj, &wp_obj)) return NULL;
+    Py_buffer hk, hp, wk, wp;
+    if (get_pairs(hk_obj, hp_obj, &hk, &hp, "index_pairs_held") < 0) return NULL;
+    if (get_pairs(wk_obj, wp_obj, &wk, &wp, "index_pairs_held") < 0) {
+        PyBuffer_Release(&hp);
+        PyBuffer_Release(&hk);
+        return NULL;
+    }
+    int64_t nh = hk.len / 8, nw = wk.len / 8;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, nw);
+    if (out) {
+        uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+        const int64_t *hkh = hk.buf, *hphy = hp.buf, *wkh = wk.buf, *wphy = wp.buf;
+        bool ok = true;
+        memset(o, 0, nw);
+        Py_BEGIN_ALLOW_THREADS
+        int64_t h = 0;
+        for (int64_t a = 0, b; ok && a < nw; a = b) {
+            for (b = a + 1; b < nw && wphy[b] == wphy[a]; b++) {}
+            while (h < nh && hphy[h] < wphy[a]) h++;
+            int64_t e = h;
+            while (e < nh && hphy[e] == wphy[a]) e++;
+            ok = group_held(hkh + h, e - h, wkh + a, b - a, o + a);
+            h = e;
+        }
+        Py_END_ALLOW_THREADS
+        if (!ok) Py_SETREF(out, PyErr_NoMemory());
+    }
+    PyBuffer_Release(&wp);
+    PyBuffer_Release(&wk);
+    PyBuffer_Release(&hp);
+    PyBuffer_Release(&hk);
+    return out;
+}
+
 static PyObject *py_crc32(PyObject *self, PyObject *arg) {
     Py_buffer b;
     if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
@@ -2075,13 +2236,15 @@ static PyMethodDef methods[] = {
     {"resync", py_resync, METH_VARARGS, resync_doc},
     {"java_hashes", py_java_hashes, METH_VARARGS, java_hashes_doc},
     {"index_put_all", py_index_put_all, METH_VARARGS, index_put_all_doc},
+    {"index_pairs_repeated", py_index_pairs_repeated, METH_VARARGS, index_pairs_repeated_doc},
+    {"index_pairs_held", py_index_pairs_held, METH_VARARGS, index_pairs_held_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "store_reader._native",
-    "Native commitlog scanner (C), Java string hashes and index putKey batches. Pure twins: "
-    "store_reader._pyscan, javahash and indexfile.", -1, methods,
+    "Native commitlog scanner (C), Java string hashes, index putKey batches and the audit's index "
+    "pair checks. Pure twins: store_reader._pyscan, javahash, indexfile and audit.index.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -93,7 +93,8 @@ def _index_range(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) 
     entries, puts = [], []
     for _, (kind, meta, table) in items:
         (entries if kind == "entries" else puts).append((meta, table))
-    source = np.concatenate([np.full(t.num_rows, i, np.int64) for (i, _), t in entries] or [np.zeros(0, np.int64)])
+    sources = np.array([i for (i, _), _ in entries], np.int64)
+    sizes = np.array([t.num_rows for _, t in entries], np.int64)
     # a part holds at most its chunk's entries, in entry order: numbers that order the entries of a file
     entry_number = np.concatenate([lo + np.arange(t.num_rows) for (_, lo), t in entries]
                                   or [np.zeros(0, np.int64)])
@@ -103,12 +104,13 @@ def _index_range(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) 
     for lens in ("on_disk", "recovered"):
         order = np.array([getattr(s, lens) for s in plan.index_sources] or [-1], np.int64)
         names = {getattr(s, lens): s.name for s in plan.index_sources}
-        file_order = order[source]
+        file_order = np.repeat(order[sources], sizes)
         sel = file_order >= 0
+        whole = bool(sel.all())        # the usual range: every file is in the lens, nothing to copy
         if seen is None or not np.array_equal(sel, seen[0]):     # the lenses often hold the same entries
-            seen = (sel, kh[sel], phy[sel])
-        rows += entry_findings(seen[1], seen[2], entry_number[sel], file_order[sel], names, lens,
-                                plan.min_phy, plan.end)
+            seen = (sel, kh, phy) if whole else (sel, kh[sel], phy[sel])
+        rows += entry_findings(seen[1], seen[2], entry_number if whole else entry_number[sel],
+                               file_order if whole else file_order[sel], names, lens, plan.min_phy, plan.end)
         lenses[lens] = seen[1:]
     yield "index_rows", rows
     if puts:
@@ -148,7 +150,7 @@ def unfindable_runs(puts: list[tuple[list[str], pa.Table]], lenses: dict[str, tu
     records, runs = {}, []
     for topic, c in topic_no.items():
         sel = np.flatnonzero(code == c)
-        uphy, inv = np.unique(phy[sel], return_inverse=True)
+        uphy, inv = _distinct(phy[sel])
         records[topic] = len(uphy)
         for lens, miss_put in missing.items():
             miss = np.bincount(inv, weights=miss_put[sel], minlength=len(uphy))
@@ -158,6 +160,15 @@ def unfindable_runs(puts: list[tuple[list[str], pa.Table]], lenses: dict[str, tu
                 runs.append((lens, topic, int(run[0]), int(run[-1]) + 1, int(uphy[run[0]]),
                              int(uphy[run[-1]]) + 1, int(miss[run].sum())))
     return {"records": records, "runs": runs}
+
+
+def _distinct(phy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(phy, return_inverse=True)``, without its sort where the puts ascend (they come
+    in commitlog order)."""
+    if len(phy) and bool((phy[1:] >= phy[:-1]).all()):
+        first = np.r_[True, phy[1:] != phy[:-1]]
+        return phy[first], np.cumsum(first) - 1
+    return np.unique(phy, return_inverse=True)
 
 
 def unfindable_rows(parts: list[tuple[int, dict]]) -> list[dict]:

@@ -8,6 +8,10 @@ counts, slot chains, dangling entries, coverage of the dispatched records).
 One rule set for the header (``header_checks``) serves both; the audit sees the entries in parts
 (the lowest and highest phy offset, whether a timeDiff is negative, how many slots point too far),
 dump walks the whole file and also checks the hash-slot chains entry by entry.
+
+The pair checks the audit runs over every entry and put (``held``, ``repeated_pairs``) run in the
+native module's kernels (``_native.index_pairs_held``, ``index_pairs_repeated``), their NumPy
+twins here where the twins are selected (``store_reader.kernels``).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from store_reader.exceptions import CannotRead, FileSizeError, StoreReaderError
 from store_reader.fsutil import list_dir
 from store_reader.indexfile import (HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile,
                                     IndexHeader)
+from store_reader.kernels import native_kernel
 from store_reader.storefs import PathRef, location
 
 
@@ -90,14 +95,15 @@ def entry_findings(kh: np.ndarray, phy: np.ndarray, entry_number: np.ndarray, fi
     pairs (all but the first in put order), per index file of the lens."""
     if not len(phy):
         return []
-    in_order = bool(np.all((np.diff(file_order) > 0) | ((np.diff(file_order) == 0) & (np.diff(entry_number) > 0))))
-    order = np.arange(len(phy)) if in_order else np.lexsort((entry_number, file_order))    # put order
-    pair = index_pairs([kh[order]], [phy[order]])[0]
-    by_pair = np.argsort(pair, kind="stable")        # equal pairs in put order
-    pair = pair[by_pair]
-    masks = {"dangling_below_min": phy < lo, "dangling_beyond_end": phy >= end,
-             "duplicate_entry": np.zeros(len(phy), bool)}
-    masks["duplicate_entry"][order[by_pair[1:][pair[1:] == pair[:-1]]]] = True
+    put = (file_order.astype(np.int64) << 32) + entry_number      # entry numbers stay below 2^31
+    in_order = bool((put[1:] > put[:-1]).all())
+    masks = {"dangling_below_min": phy < lo, "dangling_beyond_end": phy >= end}
+    if in_order:
+        masks["duplicate_entry"] = repeated_pairs(kh, phy)
+    else:
+        order = np.lexsort((entry_number, file_order))      # put order
+        masks["duplicate_entry"] = np.zeros(len(phy), bool)
+        masks["duplicate_entry"][order[repeated_pairs(kh[order], phy[order])]] = True
     out = []
     for kind, m in masks.items():
         for fo in np.unique(file_order[m]):
@@ -113,10 +119,50 @@ def held(lens_kh: np.ndarray, lens_phy: np.ndarray, key_hash: np.ndarray, phy: n
     never negative; an entry with a negative one matches nothing)."""
     if not len(lens_kh) or not len(key_hash):
         return np.zeros(len(key_hash), bool)
-    have, want = index_pairs([lens_kh, key_hash], [lens_phy, phy])
-    have = np.sort(have, kind="stable")
-    at = np.minimum(np.searchsorted(have, want), len(have) - 1)
-    return (have[at] == want) & (key_hash >= 0)
+    kernel = native_kernel("index_pairs_held")
+    if kernel is None:
+        have, want = index_pairs([lens_kh, key_hash], [lens_phy, phy])
+        have = np.sort(have, kind="stable")
+        at = np.minimum(np.searchsorted(have, want), len(have) - 1)
+        found = have[at] == want
+    else:
+        hk, hp, _ = _by_phy(lens_kh, lens_phy)
+        wk, wp, order = _by_phy(key_hash, phy)
+        found = _in_order(np.frombuffer(kernel(hk, hp, wk, wp), np.bool_), order)
+    return found & (key_hash >= 0)
+
+
+def repeated_pairs(key_hash: np.ndarray, phy: np.ndarray) -> np.ndarray:
+    """Whether each (key hash, phy offset) pair, in put order, equals an earlier one."""
+    kernel = native_kernel("index_pairs_repeated")
+    if kernel is None:
+        pair = index_pairs([key_hash], [phy])[0]
+        by_pair = np.argsort(pair, kind="stable")        # equal pairs in put order
+        pair = pair[by_pair]
+        out = np.zeros(len(phy), bool)
+        out[by_pair[1:][pair[1:] == pair[:-1]]] = True
+        return out
+    k, p, order = _by_phy(key_hash, phy)
+    return _in_order(np.frombuffer(kernel(k, p), np.bool_), order)
+
+
+def _by_phy(key_hash: np.ndarray, phy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The pairs as int64 arrays in phy order, their order kept within a phy offset (the native
+    kernels' input), and the permutation that took them there (None: they were in it)."""
+    key_hash, phy = key_hash.astype(np.int64, copy=False), phy.astype(np.int64, copy=False)
+    if len(phy) < 2 or bool((phy[1:] >= phy[:-1]).all()):
+        return key_hash, phy, None
+    order = np.argsort(phy, kind="stable")
+    return key_hash[order], phy[order], order
+
+
+def _in_order(values: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    """``values`` given in the ``_by_phy`` permutation ``order``, back in the pairs' own order."""
+    if order is None:
+        return values
+    out = np.empty_like(values)
+    out[order] = values
+    return out
 
 
 # -- dump --verify ------------------------------------------------------------------------------------
