@@ -69,6 +69,8 @@ def _aligner(*offsets: np.ndarray):
             rank = np.cumsum(present) - 1          # offset -> position in keys
 
             def align(v):
+                if len(v[0]) == len(keys) and np.array_equal(v[0], keys):     # the view holds every offset
+                    return np.ones(len(keys), bool), list(v[1:4])
                 has = np.zeros(len(keys), bool)
                 pos = np.zeros(len(keys), np.int64)
                 at = rank[v[0] - lo]
@@ -97,13 +99,11 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
     size, tags = t["size"].to_numpy().astype(np.int64), t["tags_code"].to_numpy()
     flag = t["flag"].to_numpy()
 
-    by_offset = np.argsort(off, kind="stable")     # timsort: the parts arrive as sorted runs
-    src_by_offset = src[by_offset]
-
     def view(s: int):
-        i = by_offset[(src_by_offset & s) != 0]
+        """The view's rows by queue offset, then phy offset (rows equal in both in table order)."""
+        i = np.flatnonzero(src & s)
         o = off[i]
-        if len(o) > 1 and not (np.diff(o) > 0).all():      # repeated offsets: lowest phy first
+        if len(o) > 1 and not (o[1:] > o[:-1]).all():      # out of order, or repeated offsets
             i = i[np.lexsort((phy[i], o))]
         return off[i], phy[i], size[i], tags[i], flag[i]
 
