@@ -2082,27 +2082,6 @@ static int cmp_u32(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
-/* out[i] = 1 where an earlier pair of the group (kh[0..n), in order) has kh[i]; false: no memory */
-static bool group_repeated(const int64_t *kh, int64_t n, uint8_t *out) {
-    if (n <= SMALL_GROUP) {
-        for (int64_t i = 1; i < n; i++)
-            for (int64_t j = 0; j < i; j++)
-                if ((uint32_t)kh[j] == (uint32_t)kh[i]) {
-                    out[i] = 1;
-                    break;
-                }
-        return true;
-    }
-    kh_at_t *s = malloc(n * sizeof *s);
-    if (!s) return false;
-    for (int64_t i = 0; i < n; i++) s[i] = (kh_at_t){(uint32_t)kh[i], i};
-    qsort(s, n, sizeof *s, cmp_kh_at);
-    for (int64_t i = 1; i < n; i++)
-        if (s[i].kh == s[i - 1].kh) out[s[i].at] = 1;
-    free(s);
-    return true;
-}
-
 /* out[i] = 1 where have[0..nh) holds want[i] (i < nw); false: no memory */
 static bool group_held(const int64_t *have, int64_t nh, const int64_t *want, int64_t nw, uint8_t *out) {
     if (nh <= SMALL_GROUP) {
@@ -2122,6 +2101,23 @@ static bool group_held(const int64_t *have, int64_t nh, const int64_t *want, int
         uint32_t k = (uint32_t)want[i];
         out[i] = bsearch(&k, s, nh, sizeof *s, cmp_u32) != NULL;
     }
+    free(s);
+    return true;
+}
+
+/* out[i] = 1 where an earlier pair of the group (kh[0..n), in order) has kh[i]: held by the
+ * pairs before it; false: no memory */
+static bool group_repeated(const int64_t *kh, int64_t n, uint8_t *out) {
+    if (n <= SMALL_GROUP) {
+        for (int64_t i = 1; i < n; i++) group_held(kh, i, kh + i, 1, out + i);
+        return true;
+    }
+    kh_at_t *s = malloc(n * sizeof *s);
+    if (!s) return false;
+    for (int64_t i = 0; i < n; i++) s[i] = (kh_at_t){(uint32_t)kh[i], i};
+    qsort(s, n, sizeof *s, cmp_kh_at);
+    for (int64_t i = 1; i < n; i++)
+        if (s[i].kh == s[i - 1].kh) out[s[i].at] = 1;
     free(s);
     return true;
 }
