@@ -1,6 +1,6 @@
 """Range encoding: a sorted set of queue offsets, entry numbers or record numbers as runs of
 consecutive values, the form every finding that spans many of them is reported in; and the
-stable grouping of rows by an integer key that precedes it."""
+stable grouping of rows by an integer key that precedes it (with whether they are in order already)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,6 +14,12 @@ def consecutive_runs(values: np.ndarray) -> list[tuple[int, int]]:
     cut = np.flatnonzero(np.diff(values) != 1) + 1
     bounds = np.concatenate([[0], cut, [len(values)]]).tolist()
     return list(zip(bounds[:-1], bounds[1:]))
+
+
+def ascending(values: np.ndarray) -> bool:
+    """Whether ``values`` never decrease (sorted, repeats allowed): rows that come in commitlog
+    order usually are, and then need no sort."""
+    return len(values) < 2 or bool((values[1:] >= values[:-1]).all())
 
 
 def stable_order(keys: np.ndarray) -> np.ndarray:

@@ -6,9 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store_reader.ranges import consecutive_runs, stable_order
+from store_reader.ranges import ascending, consecutive_runs, stable_order
 
 pytestmark = pytest.mark.reader
+
+
+@given(st.lists(st.integers(-3, 3), max_size=8))
+def test_ascending_allows_repeats_but_not_a_step_down(values):
+    assert ascending(np.array(values, np.int64)) == (values == sorted(values))
 
 
 @given(st.lists(st.integers(-(1 << 62), (1 << 62) - 1), max_size=200), st.integers(1, 64))

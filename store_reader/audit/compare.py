@@ -18,7 +18,7 @@ from store_reader.audit.queues import BROKER, DISK, REBUILT, compare_queue
 from store_reader.audit.records import entry_rows, timestamps
 from store_reader.config import CONSUMER_OFFSET_GENERATIONS, read_consumer_offsets
 from store_reader.consumequeue import CQEntries, decode_entries, read_queue_head
-from store_reader.ranges import consecutive_runs
+from store_reader.ranges import ascending, consecutive_runs
 from store_reader.store import Store
 
 QUEUE_FINDING_ROWS, INDEX_FINDING_ROWS = QUEUE_FINDING_ROW.arrow(), INDEX_FINDING_ROW.arrow()
@@ -165,7 +165,7 @@ def unfindable_runs(puts: list[tuple[list[str], pa.Table]], lenses: dict[str, tu
 def _distinct(phy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(phy, return_inverse=True)``, without its sort where the puts ascend (they come
     in commitlog order)."""
-    if len(phy) and bool((phy[1:] >= phy[:-1]).all()):
+    if len(phy) and ascending(phy):
         first = np.r_[True, phy[1:] != phy[:-1]]
         return phy[first], np.cumsum(first) - 1
     return np.unique(phy, return_inverse=True)

@@ -28,6 +28,7 @@ from store_reader.fsutil import list_dir
 from store_reader.indexfile import (HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile,
                                     IndexHeader)
 from store_reader.kernels import native_kernel
+from store_reader.ranges import ascending
 from store_reader.storefs import PathRef, location
 
 
@@ -150,7 +151,7 @@ def _by_phy(key_hash: np.ndarray, phy: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """The pairs as int64 arrays in phy order, their order kept within a phy offset (the native
     kernels' input), and the permutation that took them there (None: they were in it)."""
     key_hash, phy = key_hash.astype(np.int64, copy=False), phy.astype(np.int64, copy=False)
-    if len(phy) < 2 or bool((phy[1:] >= phy[:-1]).all()):
+    if ascending(phy):
         return key_hash, phy, None
     order = np.argsort(phy, kind="stable")
     return key_hash[order], phy[order], order

@@ -16,7 +16,7 @@ from store_reader.audit.queues import BEHIND_BAD, BROKER, CRC_BAD, REBUILT, REC
 from store_reader.commitlog import SegmentScan
 from store_reader.consumequeue import CQEntries, decode_entries
 from store_reader.indexfile import IndexFile
-from store_reader.ranges import stable_order
+from store_reader.ranges import ascending, stable_order
 from store_reader.repair import INDEX_COLUMNS, index_puts
 from store_reader.salvage import lost_mask
 from store_reader.scanned import LOST_COLUMNS, RECORD_COLUMNS, read_puts, read_records
@@ -35,7 +35,7 @@ def _keyed(keys: np.ndarray, table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
     """``table``'s rows grouped by ``keys`` (one int per row), each group in row order."""
     if not table.num_rows:
         return
-    if (keys[1:] >= keys[:-1]).all():          # in order already (puts and entries by phy range)
+    if ascending(keys):          # in order already (puts and entries by phy range)
         k, grouped = keys, table
     else:
         order = stable_order(keys)
