@@ -29,7 +29,8 @@ import fcntl
 import hashlib
 import mmap
 import os
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -140,28 +141,53 @@ def _clone(src_fd: int, dest_fd: int) -> bool:
 
 def _copy_hashed(src_fd: int, dest_fd: int, keep: int) -> tuple["hashlib._Hash", int]:
     """``[0, keep)`` of the source read into a buffer, hashed there and written from it, up to
-    where the source ends; returns the digest so far and the bytes copied."""
+    where the source ends; returns the digest so far and the bytes copied.
+
+    The writes run on a thread of their own, a chunk behind the reads: a direct write waits on the
+    device, and meanwhile the next chunk is read and hashed (both leave the GIL), so one task keeps
+    the disk and a core busy instead of each in turn."""
     digest = hashlib.sha256()
-    view = memoryview(mmap.mmap(-1, HASH_CHUNK))      # page-aligned, as direct I/O needs
-    direct = _set_direct(dest_fd, True)
-    done = 0
-    while done < keep:
-        n = os.preadv(src_fd, [view[:min(len(view), keep - done)]], done)
-        if not n:
-            break                         # the source ends early: the rest is zeros as well
-        digest.update(view[:n])
-        if direct and n % DIRECT_ALIGN:
-            direct = _set_direct(dest_fd, False)
-        written = 0
-        while written < n:
-            try:
-                written += os.pwrite(dest_fd, view[written:n], done + written)
-            except OSError as exc:
-                if not (direct and exc.errno == errno.EINVAL):
-                    raise
-                direct = _set_direct(dest_fd, False)   # an alignment the device refuses
-        done += n
+    # page-aligned, as direct I/O needs: one written while the other is read and hashed
+    buffers = [memoryview(mmap.mmap(-1, HASH_CHUNK)) for _ in range(2)]
+    writes: deque[Future] = deque()          # in flight, oldest first: one per buffer at most
+    write = _ChunkWriter(dest_fd)
+    done = chunk = 0
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="placement-write") as writer:
+        while done < keep:
+            if len(writes) == len(buffers):
+                writes.popleft().result()          # the write of the buffer read into next
+            view = buffers[chunk % len(buffers)]
+            n = os.preadv(src_fd, [view[:min(len(view), keep - done)]], done)
+            if not n:
+                break                         # the source ends early: the rest is zeros as well
+            digest.update(view[:n])
+            writes.append(writer.submit(write, view[:n], done))
+            done += n
+            chunk += 1
+        for future in writes:
+            future.result()
     return digest, done
+
+
+class _ChunkWriter:
+    """Writes chunks to ``fd`` in order (one thread), with direct I/O while the device takes it:
+    a last chunk of a length it cannot take, or a refused write, goes through the page cache."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.direct = _set_direct(fd, True)
+
+    def __call__(self, data: memoryview, at: int) -> None:
+        if self.direct and len(data) % DIRECT_ALIGN:
+            self.direct = _set_direct(self.fd, False)
+        written = 0
+        while written < len(data):
+            try:
+                written += os.pwrite(self.fd, data[written:], at + written)
+            except OSError as exc:
+                if not (self.direct and exc.errno == errno.EINVAL):
+                    raise
+                self.direct = _set_direct(self.fd, False)   # an alignment the device refuses
 
 
 def _set_direct(fd: int, on: bool) -> bool:

@@ -13,6 +13,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import threading
 
 import pytest
 
@@ -111,6 +112,53 @@ def test_a_copy_is_written_with_direct_io_but_its_unaligned_last_piece(tmp_path,
     assert (tmp_path / "dest").read_bytes() == data and placed.sha256 == _sha(data)
     direct = _direct_io(tmp_path)       # this machine's ext4 and tmpfs take it
     assert writes == [(0, 8192, direct), (8192, 8192, direct), (16384, 4196, False)]
+
+
+def test_the_next_chunk_is_read_and_hashed_while_a_write_waits_on_the_device(tmp_path, monkeypatch):
+    monkeypatch.setattr(placement, "HASH_CHUNK", 4096)
+    src, data = _source(tmp_path)
+    _refuse_clone(monkeypatch)
+    read_ahead, real_preadv, real_pwrite = threading.Event(), os.preadv, os.pwrite
+
+    def preadv(fd, buffers, offset):
+        if offset == 4096:
+            read_ahead.set()
+        return real_preadv(fd, buffers, offset)
+
+    def pwrite(fd, buf, offset):
+        # the first write returns only once the second chunk has been read: a copy that reads
+        # only after each write would fail here
+        assert offset or read_ahead.wait(10), "the second chunk was not read during the first write"
+        return real_pwrite(fd, buf, offset)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    placed = placement.place_segment(src, str(tmp_path / "dest"), SIZE, SIZE)
+    assert (tmp_path / "dest").read_bytes() == data and placed.sha256 == _sha(data)
+
+
+def test_a_failed_write_behind_the_reads_stops_the_copy_naming_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(placement, "HASH_CHUNK", 4096)
+    src, _ = _source(tmp_path, 20 * 4096)
+    _refuse_clone(monkeypatch)
+    reads, real_preadv, real_pwrite = [], os.preadv, os.pwrite
+
+    def preadv(fd, buffers, offset):
+        reads.append(offset)
+        return real_preadv(fd, buffers, offset)
+
+    def pwrite(fd, buf, offset):
+        if offset >= 4096:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_pwrite(fd, buf, offset)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    with pytest.raises(OutputError, match="cannot write commitlog file: No space left on device") as exc:
+        placement.place_segment(src, str(tmp_path / "dest"), 20 * 4096, 20 * 4096)
+    assert exc.value.path == str(tmp_path / "dest")
+    # the second write failed; the third chunk was read before its buffer was needed again
+    assert reads == [0, 4096, 8192]
 
 
 @pytest.mark.parametrize("refusal", ["filesystem", "alignment"])
