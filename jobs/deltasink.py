@@ -22,6 +22,10 @@ log = logging.getLogger("jobs.deltasink")
 
 # Tables committed at a time by ``write_tables``.
 WRITE_THREADS = 4
+# About the bytes of rows in a Parquet row group delta-rs writes: it holds a row group in memory
+# (encoded and not) until it is written, so rows of lost message bodies in groups of the default
+# million rows would take several times the table's own size.
+ROW_GROUP_BYTES = 16 << 20
 
 
 _HAS_DELTA: dict[str, bool] = {}
@@ -57,9 +61,11 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
         (spark.createDataFrame(rows).write.format("delta").mode("overwrite")
          .option("replaceWhere", predicate).option("mergeSchema", "true").save(table_uri))
         return
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import DeltaTable, WriterProperties, write_deltalake
     from deltalake.exceptions import DeltaError
 
+    row_bytes = max(1, rows.nbytes // max(1, rows.num_rows))
+    props = WriterProperties(max_row_group_size=max(1024, min(1 << 20, ROW_GROUP_BYTES // row_bytes)))
     try:
         DeltaTable(table_uri, storage_options=storage_options)
         exists = True
@@ -68,9 +74,10 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
     try:
         if exists:      # merge: tables written before a column was added take it (null in old rows)
             write_deltalake(table_uri, rows, mode="overwrite", predicate=predicate, schema_mode="merge",
-                            storage_options=storage_options)
+                            storage_options=storage_options, writer_properties=props)
         else:
-            write_deltalake(table_uri, rows, mode="append", storage_options=storage_options)
+            write_deltalake(table_uri, rows, mode="append", storage_options=storage_options,
+                            writer_properties=props)
     except (OSError, DeltaError) as exc:    # the filesystem's or object store's answer, on one line
         reason = " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", str(exc)).split())
         raise OutputError(f"cannot write the Delta table: {reason[:500]}", table_uri) from None

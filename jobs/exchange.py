@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import uuid
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
@@ -56,6 +57,7 @@ def _store(items: Iterable[Item], directory: str) -> Iterator[Item]:
                     writer.write_batch(b)
                 item = (*item[:-1], Stored(path, written[0], len(batches)))
                 written[0] += len(batches)
+                del table, batches        # written: not held while the next item is made
             yield key, item
     finally:
         for _, sink, writer, _ in writers.values():
@@ -79,20 +81,24 @@ def _loader() -> Callable[[tuple], tuple]:
     return load
 
 
-def exchange(spark, work_dir: str | None, stage1, driver_items: list[Item], keys: int,
+def exchange(spark, work_dir: str | None, stage1, driver_items: Iterable[Item], keys: int,
              stage2: Callable[[int, Iterator[Item]], Iterable], to_driver: int | None = None,
              on_driver: Callable[[list], None] | None = None) -> list:
     """``stage2(key, items)`` for every key in ``range(keys)`` but ``to_driver``, a task each, the
-    items those of the RDD ``stage1`` (``(key, item)`` pairs) and then ``driver_items``; returns
+    items those of the RDD ``stage1`` (``(key, item)`` pairs) and then ``driver_items`` (written
+    away one by one while stage 1 runs, so the driver never holds them all); returns
     stage 2's results in key order, then the items keyed ``to_driver`` as they are (rows stage 1
     makes for the driver: they reach it from the files, not through Spark), which ``on_driver``
     is also given as soon as stage 1 is done. ``work_dir``: the run's scan directory (None: a
     temporary directory, which only local executors see)."""
     directory = tempfile.mkdtemp(prefix="exchange-", dir=work_dir)
     try:
-        produced = stage1.mapPartitions(lambda items: _store(items, directory)).collect()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="exchange-driver") as pool:
+            from_driver = pool.submit(lambda: list(_store(driver_items, directory)))
+            produced = stage1.mapPartitions(lambda items: _store(items, directory)).collect()
+            produced += from_driver.result()
         by_key: dict[int, list[tuple]] = defaultdict(list)
-        for key, item in [*produced, *_store(driver_items, directory)]:
+        for key, item in produced:
             by_key[key].append(item)
         groups = [(key, by_key.get(key, [])) for key in range(keys) if key != to_driver]
         load = _loader()

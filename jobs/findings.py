@@ -8,7 +8,7 @@ stages (the audit tables' rows: ``jobs.audittables``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,7 +25,7 @@ from store_reader.scanned import lost_columns_cover
 from store_reader.store import Store
 
 
-def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver_items: list,
+def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver_items: Iterable,
                   records: dict[str, str] | None = None,
                   on_lost: Callable[[pa.Table], None] | None = None) -> list:
     """The audit's two stages: stage 1 (a task per segment and per index file part, then the

@@ -29,6 +29,28 @@ def test_rerun_replaces_rows(tmp_path):
     assert t.schema.field("audited_at").type == pa.timestamp("us", tz="UTC")
 
 
+def test_row_groups_hold_about_row_group_bytes_of_rows(tmp_path):
+    """Message bodies (the lost messages) are written in row groups of about ``ROW_GROUP_BYTES``:
+    delta-rs holds a whole row group in memory, and a table of bodies in one group would cost the
+    driver several times its size. Narrow rows still go in one group."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    from jobs.deltasink import ROW_GROUP_BYTES
+
+    n = 3 * ROW_GROUP_BYTES // 1024
+    bodies = _rows("r1", n).append_column("body", pa.array([b"x" * 1000] * n, pa.binary()))
+    write_run_rows(str(tmp_path / "lost"), bodies, "r1")
+    groups = [g for f in glob.glob(str(tmp_path / "lost" / "*.parquet"))
+              for m in [pq.ParquetFile(f).metadata] for g in (m.row_group(i) for i in range(m.num_row_groups))]
+    assert sum(g.num_rows for g in groups) == n and len(groups) >= 3
+    assert max(g.num_rows for g in groups) * bodies.nbytes // n <= ROW_GROUP_BYTES
+    write_run_rows(str(tmp_path / "narrow"), _rows("r1", n), "r1")
+    assert [pq.ParquetFile(f).metadata.num_row_groups for f in glob.glob(str(tmp_path / "narrow" / "*.parquet"))] == [1]
+    assert read_table(str(tmp_path / "lost")).sort_by("value").equals(bodies.sort_by("value"))
+
+
 def test_rows_of_another_run_are_refused(tmp_path):
     with pytest.raises(ValueError, match="another run"):
         write_run_rows(str(tmp_path / "t"), _rows("r1", 2), "r2")

@@ -264,18 +264,17 @@ def entry_rows(first_offset: int | np.ndarray, e: CQEntries, src: int) -> pa.Tab
                      pa.array(np.full(n, src, np.int8)), pa.array(np.zeros(n, np.int8))], schema=QUEUE_ROWS)
 
 
-def driver_items(plan: AuditPlan, pred: recovery.Prediction) -> list[tuple[int, tuple]]:
+def driver_items(plan: AuditPlan, pred: recovery.Prediction) -> Iterator[tuple[int, tuple]]:
     """The shuffle items only the driver has: the entries the broker's predicted recovery wrote
     into its queues (the rest are read from the CQ files, ``AuditPlan.broker_on_disk``) and the
-    index files its re-dispatch builds (in memory)."""
-    items = []
+    index files its re-dispatch builds (in memory). Made one at a time: the exchange writes each
+    away before the next is made."""
     for key, q in pred.consume_queues.items():
         wrote = [entry_rows(r.first, decode_entries(r.slots), BROKER)
                  for r in q.entry_runs() if r.slots is not None]
         if wrote:
-            items.append((plan.queue_key(*key), ("queue", key, pa.concat_tables(wrote))))
+            yield plan.queue_key(*key), ("queue", key, pa.concat_tables(wrote))
     for i, src in enumerate(plan.index_sources):
         if src.path is None:
             with pred.index_files[src.recovered].view(plan.config) as idx:
-                items += index_source_items(i, plan, idx)
-    return items
+                yield from index_source_items(i, plan, idx)
