@@ -129,7 +129,7 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
         summaries = [by_name.get(f.name) or carried[f.name] for f in store.commitlog_files]
         pred = recovery.predict(store, version, summaries=summaries,
                                 records=scanned_records.prefix_source(scan.records, opts),
-                                puts=scanned_records.prefix_puts(scan.records))
+                                puts=scanned_records.prefix_puts(scan.records), scratch=kept)
         passes.append(("scan + plan", time.monotonic() - t, ""))
         log.info("pass %-22s %7.2fs  %d of %d segments scanned, truncation point %d", "scan + plan",
                  passes[-1][1], len(scanned), len(summaries), pred.max_phy_offset)

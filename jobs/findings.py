@@ -36,15 +36,15 @@ def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver
     kept = records or {}
     files = [(s.path, s.segment, s.file_start + s.file_size > plan.end,
               kept.get(s.segment) if lost_columns_cover(s, plan.end) else None) for s in scan]
-    disk_parts = [(i, lo, hi) for i, s in enumerate(plan.index_sources) if s.path is not None
-                  for lo, hi in s.parts(plan.index_part_entries, plan.config.maxIndexNum)]
+    index_parts = [(i, lo, hi) for i, s in enumerate(plan.index_sources)
+                   for lo, hi in s.parts(plan.index_part_entries, plan.config.maxIndexNum)]
     # one task per segment, then one per index file part
-    tasks = [("segment", f) for f in files] + [("index", p) for p in disk_parts]
+    tasks = [("segment", f) for f in files] + [("index", p) for p in index_parts]
 
     def stage1(task):
         kind, args = task
         return segment_items(*args[:3], plan, args[3]) if kind == "segment" \
-            else index_source_items(args[0], plan, None, args[1], args[2])
+            else index_source_items(args[0], plan, args[1], args[2])
     rdd = sc.parallelize(tasks, max(1, len(tasks))).flatMap(stage1)
     early = None if on_lost is None else \
         (lambda items: on_lost(lost_table(value for kind, value in items if kind == "lost")))

@@ -128,7 +128,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
     try:
         pred = recovery.predict(store, version, summaries=summaries,
                                 records=scanned.prefix_source(scan.records, opts),
-                                puts=scanned.prefix_puts(scan.records), on_cut=cut_known)
+                                puts=scanned.prefix_puts(scan.records), on_cut=cut_known, scratch=kept)
         replayed.set()
         if pred.load_result:
             offsets = read_consumer_offsets(store.root).value

@@ -145,8 +145,8 @@ def repeated_index_entries(spark: "SparkSession", store: Store, pred: recovery.P
                                                                  strict=False))}
         built = []
     else:
-        disk = {f.name: i for i, f in enumerate(pred.index_files) if f.data is None and f.path}
-        built = [(i, f) for i, f in enumerate(pred.index_files) if f.data is not None]
+        disk = {f.name: i for i, f in enumerate(pred.index_files) if f.built is None and f.path}
+        built = [(i, f) for i, f in enumerate(pred.index_files) if f.built is not None]
     parts = []
     if disk:
         order = F.create_map(*[F.lit(x) for name, i in disk.items() for x in (name, i)])

@@ -43,6 +43,7 @@ __all__ = [
     "IndexFileRef",
     "IndexFile",
     "BuiltIndexFile",
+    "unmap_entries",
     "index_file_size",
     "index_file_name",
     "list_index_files",
@@ -401,14 +402,11 @@ class IndexFile:
         chunk of the file (~20 MiB), not all of it (~420 MB at the default size)."""
         used = min(self.header.entries_in_use, self.index_num - 1)
         end = used + 1 if end is None else min(end, used + 1)
-        mm = getattr(self._data, "_mmap", None)
-        base = INDEX_HEADER_SIZE + 4 * self.hash_slot_num
         for lo in range(first, end, chunk):
             hi = min(lo + chunk, end)
             yield lo, self.entries[lo:hi]
-            if mm is not None:    # the file's pages stay in the page cache; only the mapping drops them
-                a = (base + lo * ENTRY_DTYPE.itemsize) // mmap.PAGESIZE * mmap.PAGESIZE
-                mm.madvise(mmap.MADV_DONTNEED, a, base + hi * ENTRY_DTYPE.itemsize - a)
+            if self._data is not None:
+                unmap_entries(self._data, self.hash_slot_num, lo, hi)
 
     def entries_table(self) -> pa.Table:
         """Entries 1 .. indexCount-1 as an ``INDEX_ENTRY`` table (vectorised)."""
@@ -676,6 +674,18 @@ def _put_entries(data: np.ndarray, n0: int, kh: np.ndarray, phy: np.ndarray, tim
     e["time_diff"] = time_diff
     e["prev_index"] = prev
     return int(np.count_nonzero(~valid))
+
+
+def unmap_entries(data: np.ndarray, hash_slot_num: int, lo: int, hi: int) -> None:
+    """Hand back this process's pages of entries ``[lo, hi)`` of an index file mapped shared
+    (``np.memmap``; nothing to do for bytes in memory): they stay in the page cache and the file,
+    written or not, and are read again from there if touched."""
+    mm = getattr(data, "_mmap", None)
+    if mm is None or hi <= lo:
+        return
+    base = _entries_pos(hash_slot_num)
+    a = (base + lo * ENTRY_DTYPE.itemsize) // mmap.PAGESIZE * mmap.PAGESIZE
+    mm.madvise(mmap.MADV_DONTNEED, a, base + hi * ENTRY_DTYPE.itemsize - a)
 
 
 def append_puts(path: str, hash_slot_num: int, index_num: int, key_hash: np.ndarray, phy: np.ndarray,

@@ -9,6 +9,10 @@ Versions: ``"4.9"`` (rocketmq-all-4.9.7) and ``"5.x"`` (5.3.3 semantics).
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
@@ -23,8 +27,8 @@ from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, l
                            list_queues, range_status, read_queue_slots)
 from .dispatch import dispatchable, index_put_keys, multi_dispatch_rows
 from .exceptions import StoreReaderError
-from .indexfile import (BuiltIndexFile, IndexFile, IndexHeader, _put_all,
-                        list_index_files, query_key_hash, read_header)
+from .indexfile import (IndexFile, IndexHeader, _put_all, list_index_files, query_key_hash, read_header,
+                        unmap_entries)
 from .javahash import index_key, index_key_hash, index_key_hashes_of, java_string_hashes
 from .store import Store
 from .storefs import PathRef, location
@@ -64,6 +68,24 @@ class _CQFile:
     def written(self, slot: int) -> None:
         """The recovery wrote from ``slot`` on."""
         self.dirty_from = min(self.dirty_from, slot)
+
+    def read(self, lo: int, hi: int) -> np.ndarray:
+        """Slots ``[lo, hi)``, read from the file unless the slots are held (a few entries looked
+        at do not load a whole file)."""
+        if self._slots is not None or self.path is None:
+            return self.slots[lo:hi]
+        raw = location(self.path).read_bytes(lo * CQ_STORE_UNIT_SIZE, (hi - lo) * CQ_STORE_UNIT_SIZE)
+        out = np.zeros(hi - lo, CQ_ENTRY_DTYPE)
+        got = np.frombuffer(raw, CQ_ENTRY_DTYPE, len(raw) // CQ_STORE_UNIT_SIZE)
+        out[:len(got)] = got
+        return out
+
+    def release(self) -> None:
+        """Forget the slots while they still equal the file on disk (read again if used): the
+        recovery reads a queue's last three files, and all of them held would grow with the
+        store's queues and files rather than with what the recovery writes."""
+        if self.path is not None and self.dirty_from >= self._capacity:
+            self._slots = None
 
 
 def _leading(n: int, ok: Callable[[int, int], np.ndarray]) -> int:
@@ -165,6 +187,12 @@ class ConsumeQueueState:
             if n < len(phys):
                 break
         self._truncate_dirty_files(process)
+        self.release()
+
+    def release(self) -> None:
+        """``_CQFile.release`` for every file."""
+        for f in self.files:
+            f.release()
 
     # R§5.1 MappedFileQueue#truncateDirtyFiles
     def _truncate_dirty_files(self, offset: int) -> None:
@@ -505,10 +533,36 @@ def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config:
     return start, end, files, deleted
 
 
+class ScratchDir:
+    """Where the replay writes the index files it builds: a directory of the caller's (the run's
+    scan directory, which executors see too) or, with None, a temporary one removed once nothing
+    refers to this object (the predicted files built in it hold it)."""
+
+    def __init__(self, path: str | None) -> None:
+        if path is None:
+            path = tempfile.mkdtemp(prefix="rocketmq-predict-")
+            weakref.finalize(self, shutil.rmtree, path, True)
+        self.path = path
+
+    def new_file(self, stem: str) -> str:
+        return tempfile.mkstemp(prefix=f"{stem}-", dir=self.path)[1]
+
+
+@dataclass(frozen=True)
+class _BuiltFile:
+    header: IndexHeader
+    path: str              # in the scratch directory
+    continued: bool        # the last file kept at load, continued (else a fresh file)
+
+
 class IndexDispatch:
     """``IndexService#buildIndex`` fed batch by batch as the records are dispatched (R§8, F§7.4),
-    on a thread of its own so the key hashing and slot chains overlap the consume queue puts:
-    the index files ``build_index_files`` makes from the same puts, without holding them.
+    on a thread of its own so the key hashing and slot chains overlap the consume queue puts.
+
+    Like the broker, it writes each index file through a shared mapping of a file (in
+    ``scratch``): the entries are appended in order, so once a batch is in, its entries' pages are
+    handed back to the page cache and the process holds the hash slots and one batch, whatever
+    the number of records replayed.
 
     A record below the current file's endPhyOffset is skipped; that end is the phy of the last
     record that put keys and only grows, so it is a running max over the records with keys
@@ -516,19 +570,21 @@ class IndexDispatch:
 
     PENDING = 4          # batches queued for the thread at most
 
-    def __init__(self, config: BrokerConfig, start_header: IndexHeader, base: bytes | None) -> None:
-        """``start_header``: where the puts start (``IndexHeader.after_load``); ``base``: the bytes
-        of the file it heads when that file is continued, None for a fresh file."""
+    def __init__(self, config: BrokerConfig, start_header: IndexHeader, base: PathRef | None,
+                 scratch: ScratchDir) -> None:
+        """``start_header``: where the puts start (``IndexHeader.after_load``); ``base``: the file
+        it heads when that file is continued, None for a fresh file."""
         from concurrent.futures import ThreadPoolExecutor
 
         self.hash_slot_num, self.index_num = config.maxHashSlotNum, config.maxIndexNum
         self.size = config.index_file_size
         self.end_phy = start_header.end_phy_offset
-        self.built: list[BuiltIndexFile] = []
-        self.header, self.data, self.continued = start_header, None, base is not None
-        if base is not None:
-            self.data = np.frombuffer(base, dtype=np.uint8).copy()
-        self.puts = self.file_first_put = 0
+        self.scratch = scratch
+        self.built: list[_BuiltFile] = []
+        self.header, self.base = start_header, base
+        self.path: str | None = None
+        self.data: np.ndarray | None = None
+        self.released = 0                  # entries whose pages were handed back
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-dispatch")
         self._pending: list = []
 
@@ -564,33 +620,49 @@ class IndexDispatch:
         self._put(kh.astype(np.int64), np.repeat(phy[indexed], n),
                   np.repeat(batch.column("store_timestamp").to_numpy()[indexed], n))
 
+    def _open_file(self) -> None:
+        self.path = self.scratch.new_file("index")
+        if self.base is not None and not self.built:         # the last file kept at load, continued
+            loc = location(self.base)
+            if loc.is_local:
+                shutil.copyfile(loc.path, self.path)
+            else:
+                with loc.open_input() as src, open(self.path, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+        else:
+            os.truncate(self.path, self.size)
+        self.data = np.memmap(self.path, dtype=np.uint8, mode="r+")
+        self.released = 0
+
     def _put(self, kh: np.ndarray, phy: np.ndarray, ts: np.ndarray) -> None:
         lo = 0
         while lo < len(kh):
             if self.data is None:
-                self.data, self.continued = np.zeros(self.size, np.uint8), False
-                self.file_first_put = self.puts
+                self._open_file()
             hi = min(len(kh), lo + self.header.room(self.index_num))
             self.header = _put_all(self.data, self.header, kh[lo:hi], phy[lo:hi], ts[lo:hi],
                                    self.hash_slot_num)
-            self.puts += hi - lo
             lo = hi
             if self.header.is_full(self.index_num):
                 self._close_file()
+            else:                          # the last entry's page is written again by the next batch
+                unmap_entries(self.data, self.hash_slot_num, self.released, self.header.index_count - 1)
+                self.released = self.header.index_count - 1
 
     def _close_file(self) -> None:
-        self.built.append(BuiltIndexFile(self.header, self.data, self.file_first_put,
-                                         self.puts - self.file_first_put, self.continued))
-        self.header, self.data = self.header.successor(), None
+        assert self.data is not None and self.path is not None
+        self.data.flush()                  # written through to the file for executors that read it
+        self.built.append(_BuiltFile(self.header, self.path, self.base is not None and not self.built))
+        self.header, self.data, self.path = self.header.successor(), None, None
 
-    def finish(self) -> list[BuiltIndexFile]:
+    def finish(self) -> list[_BuiltFile]:
         """The files that got puts, in creation order (the last one possibly not full)."""
         try:
             for f in self._pending:
                 f.result()
         finally:
             self._pool.shutdown()
-        if self.data is not None and self.puts > self.file_first_put:
+        if self.data is not None:
             self._close_file()
         return self.built
 
@@ -737,7 +809,7 @@ def _multi_dispatch_puts(config: BrokerConfig, broker_5x: bool, b: pa.RecordBatc
 def predict(store: Store, broker_version: str | None = None,
             summaries: Sequence[SegmentSummary] | None = None,
             records: RecordSource | None = None, puts: PutsSource | None = None,
-            on_cut: Callable[[Prediction], None] | None = None) -> Prediction:
+            on_cut: Callable[[Prediction], None] | None = None, scratch: str | None = None) -> Prediction:
     """The broker's recovery on ``store`` (R§1 phases 2-11) for ``broker_version``.
 
     Parameters
@@ -757,6 +829,9 @@ def predict(store: Store, broker_version: str | None = None,
         Called once the commitlog's fate is known (the cut, the files kept and deleted, the start
         file: step 2), before the replay, with the prediction so far; the rest of it is filled in
         by the time ``predict`` returns.
+    scratch
+        The directory the replay writes the index files it builds in (a run's scan directory:
+        executors read them there); default a temporary one, removed with the prediction.
     """
     version = broker_version or (V5X if store.looks_5x() else V49)
     if version not in (V49, V5X):
@@ -789,7 +864,8 @@ def predict(store: Store, broker_version: str | None = None,
     pred.start_file = summaries[start].segment if summaries else None
     pred.max_phy_offset, pred.commitlog_files, pred.deleted_commitlog_files = end, files, deleted
     pred.min_phy_offset = files[0].start if files else -1
-    kept_index, index_dispatch = index_files_at_load(store, abnormal, ckpt.index_msg_timestamp)
+    kept_index, index_dispatch = index_files_at_load(store, abnormal, ckpt.index_msg_timestamp,
+                                                     ScratchDir(scratch))
     if on_cut is not None:
         on_cut(pred)
     if not summaries:           # R§4.6: every consume queue is destroyed (the queues stay, empty)
@@ -834,6 +910,7 @@ def predict(store: Store, broker_version: str | None = None,
         pred.load_result = pred.load_result and not thrown
     for q in queues.values():
         q.correct_min_offset(pred.min_phy_offset, version)
+        q.release()
     pred.consume_queues = queues
     # 7. index files: dropped at load after a crash, then fed by the same dispatch (R§8)
     pred.index_files, index_msg_ts = predict_index(kept_index, ckpt.index_msg_timestamp, dispatched)
@@ -853,17 +930,20 @@ class PredictedIndexFile:
 
     name: str | None                  # None for a file the broker would create (named by its clock)
     header: IndexHeader
-    data: np.ndarray | None = None    # file bytes when built here; None = unchanged on disk
-    path: str | None = None
+    path: PathRef | None = None       # the file on disk it was loaded from
+    built: str | None = None          # the file as the re-dispatch left it (None: unchanged on disk)
+    scratch: ScratchDir | None = field(default=None, repr=False, compare=False)   # keeps ``built``
+
+    @property
+    def data(self) -> np.ndarray | None:
+        """The built file's bytes, read whole (None for a file unchanged on disk)."""
+        return None if self.built is None else np.fromfile(self.built, np.uint8)
 
     def view(self, config: BrokerConfig) -> IndexFile:
-        if self.data is not None:
-            return IndexFile.from_buffer(self.data, config.maxHashSlotNum, config.maxIndexNum,
-                                         name=self.name or "<new>")
-        return IndexFile(self.path, config.maxHashSlotNum, config.maxIndexNum)
+        return IndexFile(self.built or self.path, config.maxHashSlotNum, config.maxIndexNum)
 
 
-def index_files_at_load(store: Store, abnormal: bool, index_msg_timestamp: int
+def index_files_at_load(store: Store, abnormal: bool, index_msg_timestamp: int, scratch: ScratchDir
                         ) -> tuple[list[PredictedIndexFile], IndexDispatch | None]:
     """R§8: the index files ``IndexService#load`` keeps (after a crash, none that ends after the
     checkpoint's indexMsgTimestamp) and the index dispatch that continues them (None when
@@ -879,28 +959,31 @@ def index_files_at_load(store: Store, abnormal: bool, index_msg_timestamp: int
         return files, None
     last = files[-1] if files else None
     if last is None:
-        return files, IndexDispatch(cfg, IndexHeader.first(), None)   # a fresh first file
+        return files, IndexDispatch(cfg, IndexHeader.first(), None, scratch)   # a fresh first file
     header, continued = last.header.after_load(cfg.maxIndexNum)
-    return files, IndexDispatch(cfg, header, location(last.path).read_bytes() if continued else None)
+    return files, IndexDispatch(cfg, header, last.path if continued else None, scratch)
 
 
 def predict_index(files: list[PredictedIndexFile], index_msg_timestamp: int, dispatched: Dispatched
                   ) -> tuple[list[PredictedIndexFile], int]:
     """R§8 and F§7.4: (index files after recovery, checkpoint indexMsgTimestamp), from the files
     kept at load (``index_files_at_load``) and what the dispatch built."""
-    built = dispatched.index.finish() if dispatched.index is not None else []
+    if dispatched.index is None:
+        return files, index_msg_timestamp
+    scratch = dispatched.index.scratch
+    built = dispatched.index.finish()
     if not built:
         return files, index_msg_timestamp
     last = files[-1] if files else None
     files = list(files)
     for b in built:
         if b.continued:
-            files[-1] = PredictedIndexFile(last.name, b.header, data=b.data, path=last.path)
+            files[-1] = PredictedIndexFile(last.name, b.header, path=last.path, built=b.path, scratch=scratch)
         else:
             # the file before a new one was full: IndexService#flush moves indexMsgTimestamp
             if files:
                 index_msg_timestamp = files[-1].header.end_timestamp
-            files.append(PredictedIndexFile(None, b.header, data=b.data))
+            files.append(PredictedIndexFile(None, b.header, built=b.path, scratch=scratch))
     return files, index_msg_timestamp
 
 
@@ -964,7 +1047,7 @@ def check_offset(pred: Prediction, config: BrokerConfig, topic: str, group: str 
         next_file = logic + q.file_size - logic % q.file_size
         return result("OFFSET_FOUND_NULL", next_file // CQ_STORE_UNIT_SIZE)
     first = (logic - f.start) // CQ_STORE_UNIT_SIZE
-    slots = f.slots[first: min(f.wrote // CQ_STORE_UNIT_SIZE, first + 16000 // CQ_STORE_UNIT_SIZE)]
+    slots = f.read(first, min(f.wrote // CQ_STORE_UNIT_SIZE, first + 16000 // CQ_STORE_UNIT_SIZE))
     status, next_phy_file = "NO_MATCHED_MESSAGE", None
     fsize = config.mappedFileSizeCommitLog
     for i, e in enumerate(slots):

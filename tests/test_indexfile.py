@@ -414,3 +414,38 @@ def test_fixture_continue_last_file(version):
                                  index_num=cfg.maxIndexNum, base=last._data)
     assert [b.continued for b in built] == [True]
     assert bytes(built[0].data) == bytes(_open_all(support.expected_store(*case), cfg)[-1]._data)
+
+
+def _mapped_kib(path) -> int:
+    """Resident KiB of this process's mapping of ``path`` (``/proc/self/smaps``)."""
+    rss, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if "-" in line.split(" ", 1)[0]:
+                inside = line.rstrip("\n").endswith(" " + str(path))
+            elif inside and line.startswith("Rss:"):
+                rss += int(line.split()[1])
+    return rss
+
+
+def test_entries_written_through_a_shared_map_are_handed_back_and_kept(tmp_path):
+    """``unmap_entries``: the pages of entries written through a shared mapping leave the process
+    (what the replay's index dispatch does behind its write position) and read back unchanged."""
+    slots, index_num = 1024, 200_000
+    path = tmp_path / "index"
+    path.write_bytes(b"")
+    os.truncate(path, ix.index_file_size(slots, index_num))
+    data = np.memmap(path, np.uint8, mode="r+")
+    rng = np.random.default_rng(7)
+    kh, phy = rng.integers(0, 1 << 31, index_num - 1), np.arange(1, index_num, dtype=np.int64) * 100
+    header = ix._put_all(data, ix.IndexHeader.first(), kh, phy, phy, slots)
+    written = _mapped_kib(path)
+    assert written * 1024 >= ix.ENTRY_DTYPE.itemsize * (index_num - 1)
+    ix.unmap_entries(data, slots, 0, header.index_count)
+    assert _mapped_kib(path) * 1024 <= 4 * slots + 2 * 4096 + ix.INDEX_HEADER_SIZE
+    data.flush()
+    del data
+    with ix.IndexFile(path, slots, index_num) as f:
+        assert f.header == header
+        e = f.entries[1:index_num]
+        assert np.array_equal(e["key_hash"], kh) and np.array_equal(e["phy_offset"], phy)

@@ -1,6 +1,9 @@
 """The broker's predicted recovery (store_reader.recovery) against the real broker's own answers."""
 from __future__ import annotations
 
+import gc
+import os
+
 import numpy as np
 import pytest
 
@@ -123,3 +126,52 @@ def test_leading_slots_tested_in_chunks_match_one_test_of_all(n):
             ok[bad_at] = False
             ok[rng.integers(bad_at, n, 3)] = False       # later failures do not matter
         assert _leading(n, lambda lo, hi: ok[lo:hi]) == bad_at
+
+
+# -- what the replay holds: the index files it builds are files, the CQ files it only read are not kept ---
+
+LOADED = [c for c in CASES if support.expected(*c)["afterLoad"]["loadResult"]]
+
+
+def _mapped(path) -> bool:
+    """Whether this process maps ``path`` (``/proc/self/maps``)."""
+    with open("/proc/self/maps") as maps:
+        return any(line.rstrip("\n").endswith(" " + str(path)) for line in maps)
+
+
+def test_the_replay_writes_its_index_files_in_the_scratch_directory_and_maps_none_after(tmp_path):
+    built = []
+    for case in LOADED:
+        store = open_store(support.input_store(*case), support.broker_conf(*case))
+        scratch = tmp_path / support.case_id(case).replace("/", "-")
+        scratch.mkdir()
+        pred = predict(store, "5.x" if case[0].endswith("5.3.3") else "4.9", scratch=str(scratch))
+        for f in pred.index_files:
+            if f.built is not None:
+                assert os.path.dirname(f.built) == str(scratch)
+                assert not _mapped(f.built), f.built
+                with f.view(store.config) as idx:           # the file holds what the header says
+                    assert idx.header == f.header
+                built.append(f.built)
+    assert built                        # the fixtures' crash cases re-dispatch into index files
+
+
+def test_a_prediction_without_scratch_directory_removes_its_own_when_dropped():
+    case = next(c for c in LOADED if any(f.built for f in _predict(c).index_files))
+    pred = _predict(case)
+    directory = os.path.dirname(next(f.built for f in pred.index_files if f.built))
+    assert os.path.isdir(directory)
+    del pred
+    gc.collect()
+    assert not os.path.exists(directory)
+
+
+@pytest.mark.parametrize("case", LOADED, ids=support.case_id)
+def test_the_recovery_holds_only_the_consume_queue_slots_it_wrote(case):
+    """The recovery reads a queue's last three files; what it did not write is read again from
+    the file when needed, not held (``_CQFile.release``)."""
+    pred = _predict(case)
+    for q in pred.consume_queues.values():
+        for f in q.files:
+            if f.path is not None and f.dirty_from >= q.per_file:
+                assert f._slots is None, (q.topic, q.queue_id, f.start)

@@ -99,19 +99,19 @@ def audit_scan_options(store: Store, broker_5x: bool) -> rf.ScanOptions:
 @dataclass(frozen=True)
 class IndexSource:
     """One index file whose entries the audit reads: its place in each lens (-1: not in it) and
-    where its bytes are (``path`` on disk; None: built by the predicted re-dispatch, read on the
-    driver)."""
+    where its bytes are (``path``: the file on disk, or the one the predicted re-dispatch built
+    in the run's scan directory)."""
 
     name: str | None
     on_disk: int
     recovered: int
-    path: str | None
-    header: IndexHeader | None = None     # read by the driver for a file on disk
+    path: str
+    header: IndexHeader
 
     def parts(self, per_part: int, index_num: int) -> list[tuple[int, int]]:
-        """[first, end) entry numbers of the stage-1 tasks reading this file on disk (one at least:
-        it checks the hash slots)."""
-        end = min(self.header.entries_in_use, index_num - 1) + 1 if self.header else 1
+        """[first, end) entry numbers of the stage-1 tasks reading this file (one at least: it
+        checks the hash slots of a file on disk)."""
+        end = min(self.header.entries_in_use, index_num - 1) + 1
         return [(lo, min(lo + per_part, end)) for lo in range(1, end, per_part)] or [(1, 1)]
 
 
@@ -187,10 +187,11 @@ def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summar
     first = summaries[0].file_start // file_size if summaries else 0
     last = (summaries[-1].file_start // file_size) if summaries else -1
     sources: list[IndexSource] = []
-    recovered = {f.path: i for i, f in enumerate(pred.index_files) if f.data is None and f.path}
+    recovered = {f.path: i for i, f in enumerate(pred.index_files) if f.built is None and f.path}
     for i, ref in enumerate(list_index_files(store.index_dir, cfg.index_file_size, strict=False)):
         sources.append(IndexSource(ref.name, i, recovered.get(ref.path, -1), ref.path, read_header(ref.path)))
-    sources += [IndexSource(f.name, -1, i, None) for i, f in enumerate(pred.index_files) if f.data is not None]
+    sources += [IndexSource(f.name, -1, i, f.built, f.header) for i, f in enumerate(pred.index_files)
+                if f.built is not None]
     return AuditPlan(
         end=pred.max_phy_offset, min_phy=pred.min_phy_offset, broker_5x=broker_5x, config=cfg,
         opts=audit_scan_options(store, broker_5x), buckets=buckets, file_size=file_size,

@@ -218,18 +218,15 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
         yield plan.driver_key, ("flush", pa.concat_tables(flush))
 
 
-def index_source_items(source: int, plan: AuditPlan, idx: IndexFile | None = None, first: int = 1,
-                       end: int | None = None) -> Iterator[tuple[int, tuple]]:
+def index_source_items(source: int, plan: AuditPlan, first: int = 1, end: int | None = None
+                       ) -> Iterator[tuple[int, tuple]]:
     """Stage 1 for an index file's entries ``[first, end)`` (default all): keyed by the commitlog
     file they point into, each part with the number of its chunk's first entry (entry order across
     tasks). For a file on disk, what its header is checked against goes to the driver: the part's
     phy range and negative timeDiffs, and (from the part starting at entry 1) the hash slots
     pointing outside ``[0, indexCount]``."""
     src = plan.index_sources[source]
-    own = idx is None
-    if own:
-        idx = IndexFile(src.path, plan.config.maxHashSlotNum, plan.config.maxIndexNum)
-    try:
+    with IndexFile(src.path, plan.config.maxHashSlotNum, plan.config.maxIndexNum) as idx:
         lows, highs, negative = [], [], False
         for lo, e in idx.entry_chunks(plan.index_part_entries, first, end):
             phy = e["phy_offset"].astype(np.int64)
@@ -247,11 +244,6 @@ def index_source_items(source: int, plan: AuditPlan, idx: IndexFile | None = Non
                 over = int(((slots < 0) | (slots > count)).sum())
             yield plan.driver_key, ("index_part", (source, min(lows, default=None), max(highs, default=None),
                                                    negative, over))
-    finally:
-        if own:
-            idx.close()
-
-
 
 
 def entry_rows(first_offset: int | np.ndarray, e: CQEntries, src: int) -> pa.Table:
@@ -266,15 +258,10 @@ def entry_rows(first_offset: int | np.ndarray, e: CQEntries, src: int) -> pa.Tab
 
 def driver_items(plan: AuditPlan, pred: recovery.Prediction) -> Iterator[tuple[int, tuple]]:
     """The shuffle items only the driver has: the entries the broker's predicted recovery wrote
-    into its queues (the rest are read from the CQ files, ``AuditPlan.broker_on_disk``) and the
-    index files its re-dispatch builds (in memory). Made one at a time: the exchange writes each
-    away before the next is made."""
+    into its queues (the rest are read from the CQ files, ``AuditPlan.broker_on_disk``). Made one
+    at a time: the exchange writes each away before the next is made."""
     for key, q in pred.consume_queues.items():
         wrote = [entry_rows(r.first, decode_entries(r.slots), BROKER)
                  for r in q.entry_runs() if r.slots is not None]
         if wrote:
             yield plan.queue_key(*key), ("queue", key, pa.concat_tables(wrote))
-    for i, src in enumerate(plan.index_sources):
-        if src.path is None:
-            with pred.index_files[src.recovered].view(plan.config) as idx:
-                yield from index_source_items(i, plan, idx)
