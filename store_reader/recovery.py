@@ -26,7 +26,7 @@ from .commitlog import SegmentSummary
 from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, list_queue_files,
                            list_queues, range_status, read_queue_slots)
 from .dispatch import dispatchable, index_put_keys, multi_dispatch_rows
-from .exceptions import StoreReaderError
+from .exceptions import OutputError, StoreReaderError
 from .indexfile import (IndexFile, IndexHeader, _put_all, list_index_files, query_key_hash, read_header,
                         unmap_entries)
 from .javahash import index_key, index_key_hash, index_key_hashes_of, java_string_hashes
@@ -621,16 +621,22 @@ class IndexDispatch:
                   np.repeat(batch.column("store_timestamp").to_numpy()[indexed], n))
 
     def _open_file(self) -> None:
+        """The next file, its blocks allocated first: a write through the map to a block the
+        filesystem cannot allocate would kill the process (SIGBUS) instead of raising."""
         self.path = self.scratch.new_file("index")
-        if self.base is not None and not self.built:         # the last file kept at load, continued
-            loc = location(self.base)
-            if loc.is_local:
-                shutil.copyfile(loc.path, self.path)
+        try:
+            if self.base is not None and not self.built:     # the last file kept at load, continued
+                loc = location(self.base)
+                if loc.is_local:
+                    shutil.copyfile(loc.path, self.path)
+                else:
+                    with loc.open_input() as src, open(self.path, "wb") as dst:
+                        shutil.copyfileobj(src, dst, 1 << 20)
             else:
-                with loc.open_input() as src, open(self.path, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-        else:
-            os.truncate(self.path, self.size)
+                with open(self.path, "r+b") as fh:
+                    os.posix_fallocate(fh.fileno(), 0, self.size)
+        except OSError as exc:
+            raise OutputError(f"cannot write the replayed index file: {exc.strerror or exc}", self.path) from None
         self.data = np.memmap(self.path, dtype=np.uint8, mode="r+")
         self.released = 0
 

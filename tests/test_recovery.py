@@ -175,3 +175,32 @@ def test_the_recovery_holds_only_the_consume_queue_slots_it_wrote(case):
         for f in q.files:
             if f.path is not None and f.dirty_from >= q.per_file:
                 assert f._slots is None, (q.topic, q.queue_id, f.start)
+
+
+def test_a_replayed_index_file_the_scratch_filesystem_cannot_hold_is_one_clear_error(tmp_path):
+    """A scratch file the filesystem refuses (here in a real process whose file size limit is
+    below the index file's size) is an ``OutputError`` naming it, before anything is mapped."""
+    import subprocess
+    import sys
+
+    case = next(c for c in LOADED if any(f.built for f in _predict(c).index_files))
+    store = open_store(support.input_store(*case), support.broker_conf(*case))
+    limit = store.config.index_file_size // 2
+    code = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+        "from store_reader import open_store\n"
+        "from store_reader.exceptions import OutputError\n"
+        "from store_reader.recovery import predict\n"
+        f"store = open_store({str(support.input_store(*case))!r}, {str(support.broker_conf(*case))!r})\n"
+        "try:\n"
+        f"    predict(store, {'5.x' if case[0].endswith('5.3.3') else '4.9'!r}, scratch={str(tmp_path)!r})\n"
+        "except OutputError as exc:\n"
+        "    print('OutputError:', exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"OutputError: {tmp_path}/index-"), done.stdout
+    assert ": cannot write the replayed index file: File too large" in done.stdout
