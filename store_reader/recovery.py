@@ -225,6 +225,7 @@ class ConsumeQueueState:
             f.wrote = kept * CQ_STORE_UNIT_SIZE
             last = f.slots[kept - 1]
             self.max_physic_offset = int(last["phy_offset"]) + int(last["size"])
+            f.release()
             return
 
     # R§5.3 ConsumeQueue#putMessagePositionInfo
