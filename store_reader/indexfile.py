@@ -44,6 +44,7 @@ __all__ = [
     "IndexFile",
     "BuiltIndexFile",
     "unmap_entries",
+    "create_index_file",
     "index_file_size",
     "index_file_name",
     "list_index_files",
@@ -688,6 +689,17 @@ def unmap_entries(data: np.ndarray, hash_slot_num: int, lo: int, hi: int) -> Non
     mm.madvise(mmap.MADV_DONTNEED, a, base + hi * ENTRY_DTYPE.itemsize - a)
 
 
+def create_index_file(path: str, size: int, header: IndexHeader | None = None, mode: str = "xb") -> None:
+    """A new index file of ``size`` bytes to be written through a map (``header`` at its start, or
+    zeros), its blocks allocated now: a write through a map to a block the filesystem cannot
+    allocate kills the process (SIGBUS) where this raises ``OSError``."""
+    with open(path, mode) as fh:
+        if header is not None:
+            fh.write(header.pack())
+            fh.flush()
+        os.posix_fallocate(fh.fileno(), 0, size)
+
+
 def append_puts(path: str, hash_slot_num: int, index_num: int, key_hash: np.ndarray, phy: np.ndarray,
                 store_timestamp: np.ndarray, start: IndexHeader | None = None) -> tuple[IndexHeader, int]:
     """``putKey`` for the puts that fit (a file is full at ``index_num`` entries) into the index file
@@ -695,9 +707,7 @@ def append_puts(path: str, hash_slot_num: int, index_num: int, key_hash: np.ndar
     created with that header (``IndexHeader.successor`` of the file before it). Returns the file's
     header and how many puts went in."""
     if start is not None:
-        with open(path, "xb") as fh:
-            fh.write(start.pack())
-            fh.truncate(index_file_size(hash_slot_num, index_num))
+        create_index_file(path, index_file_size(hash_slot_num, index_num), start)
     with open(path, "r+b") as fh, mmap.mmap(fh.fileno(), 0) as mm:
         data = np.frombuffer(mm, np.uint8)
         header = IndexHeader.unpack(mm[:INDEX_HEADER_SIZE], path=path)

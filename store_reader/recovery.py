@@ -9,7 +9,6 @@ Versions: ``"4.9"`` (rocketmq-all-4.9.7) and ``"5.x"`` (5.3.3 semantics).
 """
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import weakref
@@ -27,8 +26,8 @@ from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, l
                            list_queues, range_status, read_queue_slots)
 from .dispatch import dispatchable, index_put_keys, multi_dispatch_rows
 from .exceptions import OutputError, StoreReaderError
-from .indexfile import (IndexFile, IndexHeader, _put_all, list_index_files, query_key_hash, read_header,
-                        unmap_entries)
+from .indexfile import (IndexFile, IndexHeader, _put_all, create_index_file, list_index_files,
+                        query_key_hash, read_header, unmap_entries)
 from .javahash import index_key, index_key_hash, index_key_hashes_of, java_string_hashes
 from .store import Store
 from .storefs import PathRef, location
@@ -622,8 +621,6 @@ class IndexDispatch:
                   np.repeat(batch.column("store_timestamp").to_numpy()[indexed], n))
 
     def _open_file(self) -> None:
-        """The next file, its blocks allocated first: a write through the map to a block the
-        filesystem cannot allocate would kill the process (SIGBUS) instead of raising."""
         self.path = self.scratch.new_file("index")
         try:
             if self.base is not None and not self.built:     # the last file kept at load, continued
@@ -634,8 +631,7 @@ class IndexDispatch:
                     with loc.open_input() as src, open(self.path, "wb") as dst:
                         shutil.copyfileobj(src, dst, 1 << 20)
             else:
-                with open(self.path, "r+b") as fh:
-                    os.posix_fallocate(fh.fileno(), 0, self.size)
+                create_index_file(self.path, self.size, mode="wb")
         except OSError as exc:
             raise OutputError(f"cannot write the replayed index file: {exc.strerror or exc}", self.path) from None
         self.data = np.memmap(self.path, dtype=np.uint8, mode="r+")

@@ -449,3 +449,32 @@ def test_entries_written_through_a_shared_map_are_handed_back_and_kept(tmp_path)
         assert f.header == header
         e = f.entries[1:index_num]
         assert np.array_equal(e["key_hash"], kh) and np.array_equal(e["phy_offset"], phy)
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A real 1 MiB filesystem (tmpfs), where this process may mount one."""
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a small filesystem here: {done.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_an_index_file_the_filesystem_cannot_hold_is_refused_when_created(small_filesystem):
+    """``create_index_file`` allocates the blocks: a 2 MB file on a 1 MiB filesystem is an
+    ``OSError`` at once (a sparse file would be created and its writes through the map would kill
+    the process later); one that fits is created whole, header first."""
+    import errno
+
+    with pytest.raises(OSError) as exc:
+        ix.create_index_file(str(small_filesystem / "big"), 2_000_040, ix.IndexHeader.first())
+    assert exc.value.errno == errno.ENOSPC
+    path = small_filesystem / "fits"
+    ix.create_index_file(str(path), 500_040, ix.IndexHeader.first())
+    assert path.stat().st_size == 500_040 and path.stat().st_blocks * 512 >= 500_040
+    assert ix.read_header(path) == ix.IndexHeader.first()
