@@ -9,6 +9,7 @@ Versions: ``"4.9"`` (rocketmq-all-4.9.7) and ``"5.x"`` (5.3.3 semantics).
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import weakref
@@ -545,7 +546,9 @@ class ScratchDir:
         self.path = path
 
     def new_file(self, stem: str) -> str:
-        return tempfile.mkstemp(prefix=f"{stem}-", dir=self.path)[1]
+        fd, path = tempfile.mkstemp(prefix=f"{stem}-", dir=self.path)
+        os.close(fd)
+        return path
 
 
 @dataclass(frozen=True)
@@ -583,6 +586,7 @@ class IndexDispatch:
         self.built: list[_BuiltFile] = []
         self.header, self.base = start_header, base
         self.path: str | None = None
+        self.continued = False             # the open file is ``base`` continued
         self.data: np.ndarray | None = None
         self.released = 0                  # entries whose pages were handed back
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-dispatch")
@@ -622,8 +626,9 @@ class IndexDispatch:
 
     def _open_file(self) -> None:
         self.path = self.scratch.new_file("index")
+        self.continued = self.base is not None and not self.built   # the last file kept at load
         try:
-            if self.base is not None and not self.built:     # the last file kept at load, continued
+            if self.continued:
                 loc = location(self.base)
                 if loc.is_local:
                     shutil.copyfile(loc.path, self.path)
@@ -655,7 +660,7 @@ class IndexDispatch:
     def _close_file(self) -> None:
         assert self.data is not None and self.path is not None
         self.data.flush()                  # written through to the file for executors that read it
-        self.built.append(_BuiltFile(self.header, self.path, self.base is not None and not self.built))
+        self.built.append(_BuiltFile(self.header, self.path, self.continued))
         self.header, self.data, self.path = self.header.successor(), None, None
 
     def finish(self) -> list[_BuiltFile]:

@@ -141,6 +141,7 @@ def _mapped(path) -> bool:
 
 def test_the_replay_writes_its_index_files_in_the_scratch_directory_and_maps_none_after(tmp_path):
     built = []
+    fds = len(os.listdir("/proc/self/fd"))
     for case in LOADED:
         store = open_store(support.input_store(*case), support.broker_conf(*case))
         scratch = tmp_path / support.case_id(case).replace("/", "-")
@@ -154,6 +155,7 @@ def test_the_replay_writes_its_index_files_in_the_scratch_directory_and_maps_non
                     assert idx.header == f.header
                 built.append(f.built)
     assert built                        # the fixtures' crash cases re-dispatch into index files
+    assert len(os.listdir("/proc/self/fd")) == fds          # no file left open
 
 
 def test_a_prediction_without_scratch_directory_removes_its_own_when_dropped():
