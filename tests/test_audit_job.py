@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from jobs import findings as fnd
 from store_reader import _native, open_store, recovery
-from store_reader.audit import compare, index, plan, queues
+from store_reader.audit import compare, index, plan, queues, records
 from store_reader.audit.records import INDEX_PUTS
 from store_reader.commitlog import SegmentScan
 from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
@@ -77,6 +77,22 @@ def test_aligner_dense_and_sparse_agree(a, b, far):
         has, (p, s, t) = align(cols)
         assert has.tolist() == [k in set(v.tolist()) for k in keys.tolist()]
         assert (p[has] == keys[has] * 7).all() and (t[has] == keys[has] + 1).all()
+
+
+@given(st.lists(st.sampled_from(["A", "B", "C", "%RETRY%G", "D"]), max_size=40),
+       st.lists(st.integers(0, 39), max_size=60), st.lists(st.sampled_from(["B", "Z", "A"]), max_size=3, unique=True))
+def test_topic_codes_number_topics_in_the_order_rows_first_name_them(topics, rows, known):
+    """A put's topic code: the number the task gave its topic, topics new to the task numbered in
+    the order the rows first name them (rows may repeat and go backwards)."""
+    rows = np.array([r for r in rows if r < len(topics)], np.int64)
+    topic_no = {name: i for i, name in enumerate(known)}
+    want = dict(topic_no)
+    for r in rows.tolist():
+        want.setdefault(topics[r], len(want))
+    codes = records._topic_codes(pa.array(topics, pa.string()), rows, topic_no)
+    assert topic_no == want
+    assert codes.tolist() == [want[topics[r]] for r in rows.tolist()]
+    assert codes.dtype == np.int32
 
 
 _KH = st.integers(-3, 3) | st.integers(-(1 << 31), (1 << 31) - 1)

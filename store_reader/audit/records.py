@@ -170,8 +170,10 @@ def _topic_codes(topics: pa.Array, rows: np.ndarray, topic_no: dict[str, int]) -
     enc = topics.dictionary_encode()
     at = enc.indices.to_numpy(zero_copy_only=False)[rows]
     names = enc.dictionary.to_pylist()
-    seen, first = np.unique(at, return_index=True)
-    for i in seen[np.argsort(first)]:
+    # each name's first row (len(at): none), without sorting the rows: a batch names few topics
+    first = np.full(len(names), len(at), np.int64)
+    np.minimum.at(first, at, np.arange(len(at), dtype=np.int64))
+    for i in np.argsort(first, kind="stable")[:np.count_nonzero(first < len(at))]:
         topic_no.setdefault(names[i], len(topic_no))
     return np.array([topic_no.get(n, 0) for n in names] or [0], np.int32)[at]
 
