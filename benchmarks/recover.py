@@ -1,7 +1,7 @@
 """End-to-end recovery at two store sizes: ``jobs.recover`` on Spark vs the same passes in one process.
 
     .venv/bin/python benchmarks/recover.py [--sizes 1.5GiB,6GiB] [--dir DIR] [--no-reference] [--no-cds]
-                                           [--fixed-size 8MiB] [--fixed-runs 5]
+                                           [--fixed-size 8MiB] [--fixed-runs 5] [--baseline REV] [--task-cpu]
 
 Makes (or reuses, keyed by their spec) two crashed synthetic stores with ``store_reader.synthetic``:
 about 1 KiB messages, 256 MiB segments, 32 queues over four topics, keys on every message, killed
@@ -17,6 +17,10 @@ write passes run concurrently, so their seconds overlap), the wall total, the ma
 whole job on an 8 MiB store of the same kind, five times: the median and the range, and the
 session start measured alone), peak RSS of
 the driver JVM, the driver Python and the Python workers, and per-core CPU during the scan pass.
+The process tree's CPU counts every process once: a parent's children times (the kernel's, for the
+children it waited for) less the children sampled here (``Sampler.cpu_seconds``). ``--task-cpu``
+runs this tree once more per size with each Spark task's CPU logged (``benchmarks/taskcpu.py``) and
+prints the Python tasks' CPU by what they run, with its slope between the sizes.
 The driver JVM starts from its class-data-sharing archive (built first if missing, as ``python -m
 jobs.buildcds`` would; ``--no-cds`` measures without it). Next to it the reference:
 the same passes in ONE process without Spark (segment summaries, ``recovery.predict``, the ``repair`` functions writing
@@ -39,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
@@ -47,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
+from benchmarks import taskcpu  # noqa: E402
 from scripts.worktree import baseline_tree  # noqa: E402
 from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, parse_size, write_store  # noqa: E402
 
@@ -116,7 +122,12 @@ class Sampler(threading.Thread):
         self.stop = threading.Event()
         self.peak_one: dict[str, int] = {}
         self.peak_sum: dict[str, int] = {}
-        self.cpu_seconds: dict[int, float] = {}
+        self.own: dict[int, float] = {}        # a process's own CPU seconds
+        self.reaped: dict[int, float] = {}     # its waited-for children's (the kernel's children times)
+        self.parent: dict[int, int] = {}
+        self.last_tick: dict[int, int] = {}    # the last sample that saw it
+        self.ticks = 0
+        self.kinds: dict[int, str] = {}
         self.cores: list[tuple[float, list[float]]] = []
         self.tree_cpu: list[tuple[float, float]] = []
         psutil.cpu_percent(percpu=True)
@@ -134,23 +145,54 @@ class Sampler(threading.Thread):
         except psutil.Error:
             procs = []
         sums: dict[str, int] = {}
+        self.ticks += 1
         for p in procs:
             kind = _kind(p, self.root.pid)
             try:
                 rss = p.memory_info().rss
                 cpu = p.cpu_times()
+                ppid = p.ppid()
             except psutil.Error:
                 continue
-            self.cpu_seconds[p.pid] = max(self.cpu_seconds.get(p.pid, 0.0),
-                                          cpu.user + cpu.system + cpu.children_user + cpu.children_system)
+            self.own[p.pid] = max(self.own.get(p.pid, 0.0), cpu.user + cpu.system)
+            self.reaped[p.pid] = max(self.reaped.get(p.pid, 0.0), cpu.children_user + cpu.children_system)
+            self.parent[p.pid] = ppid
+            self.last_tick[p.pid] = self.ticks
             if kind is None:
                 continue
+            self.kinds[p.pid] = kind
             sums[kind] = sums.get(kind, 0) + rss
             self.peak_one[kind] = max(self.peak_one.get(kind, 0), rss)
         for kind, total in sums.items():
             self.peak_sum[kind] = max(self.peak_sum.get(kind, 0), total)
         self.cores.append((now, psutil.cpu_percent(percpu=True)))
-        self.tree_cpu.append((now, sum(self.cpu_seconds.values())))
+        self.tree_cpu.append((now, sum(self.own.values()) + sum(self.reaped.values())))
+
+    @property
+    def cpu_seconds(self) -> dict[int, float]:
+        """Each process's CPU seconds, every process counted once: its own and its reaped
+        children's, less what of those was sampled here (spark-submit's launcher JVM: sampled, and
+        in the children times of the shells that ran and reaped it). A child gone before its
+        parent's last sample is taken off the parent's children times, down to none (a parent that
+        ignores SIGCHLD gets no children times at all)."""
+        children: dict[int, list[int]] = defaultdict(list)
+        for pid, parent in self.parent.items():
+            children[parent].append(pid)
+
+        def sampled(pid: int) -> float:
+            """What of ``pid`` and the children it outlived was seen here (its reaper counts it all)."""
+            gone = sum(sampled(c) for c in children[pid] if self.last_tick[c] <= self.last_tick[pid])
+            return self.own[pid] + max(self.reaped[pid], gone)
+
+        out = {}
+        for pid in self.own:
+            taken = sum(sampled(c) for c in children[pid] if self.last_tick[c] < self.last_tick[pid])
+            out[pid] = self.own[pid] + max(0.0, self.reaped[pid] - taken)
+        return out
+
+    def cpu_of(self, kind: str) -> float:
+        """CPU seconds of the processes of one kind."""
+        return sum(c for pid, c in self.cpu_seconds.items() if self.kinds.get(pid) == kind)
 
     def core_use(self, start: float, end: float) -> list[float]:
         """Mean utilisation (%) of every core between two wall-clock times."""
@@ -232,6 +274,53 @@ def spark_run(store: Path, work: Path, code: Path = ROOT, extra: tuple[str, ...]
             "scan_cores": s.core_use(at - secs, at), "all_cores": s.core_use(0, float("inf")),
             "scan_own": s.own_cores(at - secs, at), "all_own": s.own_cores(0, float("inf")),
             "scans": (float(scans.group(1)), float(scans.group(2))) if scans else None}
+
+
+def task_cpu_run(store: Path, work: Path) -> dict:
+    """One more run of this tree on ``store`` with every Python task's CPU logged
+    (``benchmarks/taskcpu.py``): {"tasks": {what it ran: (first stage, tasks, CPU-s)}, "workers":
+    the Python workers' CPU-s, whole processes}."""
+    log = work / "task-cpu.log"
+    log.unlink(missing_ok=True)
+    out, audit = work / "repaired", work / "audit"
+    shutil.rmtree(audit, ignore_errors=True)
+    cmd = [sys.executable, "-m", "benchmarks.taskcpu", "run", str(log), "--", "--store", str(store),
+           "--out", str(out), "--broker-config", str(store / "broker.conf"), "--audit-path", str(audit),
+           "--overwrite"]
+    _, lines, s, rc = watched(cmd, ROOT)
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(audit, ignore_errors=True)
+    if rc != 0:
+        tail = "\n".join(line for _, line in lines[-30:])
+        raise SystemExit(f"jobs.recover (tasks' CPU logged) exited {rc}:\n{tail}")
+    by: dict[str, tuple[int, int, float]] = {}
+    for t in taskcpu.tasks(log):
+        stage, n, cpu = by.get(t.runs, (t.stage, 0, 0.0))
+        by[t.runs] = (min(stage, t.stage), n + 1, cpu + t.cpu)
+    return {"tasks": by, "workers": s.cpu_of("python workers")}
+
+
+def print_task_cpu(sizes: list[dict], cpu: list[dict]) -> None:
+    """The Python tasks' CPU by what they run, per size, and its slope between the first and the
+    last size (CPU-s per GB)."""
+    print("\nPython tasks' CPU seconds by what they run (one more run of this tree per size, "
+          "benchmarks/taskcpu.py; a task's steps as Spark pipelined them)")
+    names = sorted({k for c in cpu for k in c["tasks"]},
+                   key=lambda k: min(c["tasks"][k][0] for c in cpu if k in c["tasks"]))
+    span = (sizes[-1]["written_end"] - sizes[0]["written_end"]) / GB if len(sizes) > 1 else 0.0
+    print(f"{'':<78}" + "".join(f"{s['written_end'] / GB:>16.2f} GB" for s in sizes)
+          + ("    marginal CPU-s/GB" if span else ""))
+
+    def line(label: str, vals: list[float], counts: list[int] | None = None) -> None:
+        cells = "".join(f"{(f'{n} tasks ' if counts else '') + f'{v:.2f}':>19}"
+                        for v, n in zip(vals, counts or [0] * len(vals)))
+        print(f"{label[:78]:<78}{cells}" + (f"{(vals[-1] - vals[0]) / span:>21.2f}" if span else ""))
+    for name in names:
+        got = [c["tasks"].get(name, (0, 0, 0.0)) for c in cpu]
+        line(name.replace("<locals>.", ""), [g[2] for g in got], [g[1] for g in got])
+    line("all tasks", [sum(v[2] for v in c["tasks"].values()) for c in cpu])
+    line("Python workers, whole processes (their tasks, the daemon's start, idle workers)",
+         [c["workers"] for c in cpu])
 
 
 def salvage_runs(store: Path, work: Path) -> dict:
@@ -526,6 +615,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"default {BASELINE}, the code before the one-pass redesign; 'none': skip)")
     ap.add_argument("--salvage", action="store_true",
                     help="also time recover --salvage and the jobs.salvage export on each store")
+    ap.add_argument("--task-cpu", action="store_true",
+                    help="also run this tree once more per size with each Python task's CPU logged, and "
+                         "print the tasks' CPU by what they run (benchmarks/taskcpu.py)")
     ap.add_argument("--reference", nargs=2, metavar=("STORE", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.reference:
@@ -539,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"driver JVM class-data sharing: {cds}")
     base = Path(args.dir)
     before_tree = None if args.baseline == "none" else baseline_tree(args.baseline, base)
-    sizes, runs, refs, before, salvaged = [], [], [], [], []
+    sizes, runs, refs, before, salvaged, task_cpu = [], [], [], [], [], []
     loads = [load]
     for text in args.sizes.split(","):
         size = parse_size(text)
@@ -560,6 +652,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.salvage:
             loads.append(settle(store))
             salvaged.append(salvage_runs(store, work))
+        if args.task_cpu:
+            loads.append(settle(store))
+            task_cpu.append(task_cpu_run(store, work))
     tiny = parse_size(args.fixed_size)
     store = base / f"store-{args.fixed_size}"
     fixed_store = ensure_store(store, tiny)
@@ -579,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
         side_by_side(sizes, runs, before, args.baseline)
     if salvaged:
         print_salvage(sizes, runs, salvaged)
+    if task_cpu:
+        print_task_cpu(sizes, task_cpu)
     print(f"driver JVM class-data sharing: {cds}")
     return 0
 

@@ -1,0 +1,134 @@
+"""Where the Python workers' CPU goes: each Spark task's CPU time, by the project functions it runs.
+
+    python -m benchmarks.taskcpu run LOG -- JOB_ARGS...     (from the repository root)
+
+runs ``python -m jobs.recover JOB_ARGS`` with its embedded session's Python workers forked from this
+module instead of ``jobs.pydaemon`` (which it loads first, so the workers are the same). Every task
+appends one line to LOG: its stage, partition, CPU seconds (the worker process's, all its threads),
+wall seconds and what it ran, named by the project functions in the task's pipeline
+(``file:qualname``, ``|`` between the steps Spark pipelined into one task). ``tasks(LOG)`` reads the
+lines back. The psutil sampling of ``recover.py`` says how much CPU each process used; this says
+which pass of the job used it, which neither the job's pass timings (passes overlap) nor Spark's
+task metrics (the JVM side only) tell.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+LOG_ENV = "ROCKETMQ_BENCH_TASK_CPU_LOG"
+ROOT = Path(__file__).resolve().parent.parent
+_PROJECT = tuple(str(ROOT / d) + os.sep for d in ("jobs", "store_reader"))
+
+
+@dataclass(frozen=True)
+class Task:
+    stage: int
+    partition: int
+    cpu: float
+    wall: float
+    runs: str
+
+
+def tasks(log: str | os.PathLike[str]) -> list[Task]:
+    """The tasks a run logged, in the order they ended."""
+    out = []
+    for line in Path(log).read_text().splitlines():
+        stage, partition, cpu, wall, runs = line.split(" ", 4)
+        out.append(Task(int(stage), int(partition), float(cpu), float(wall), runs))
+    return out
+
+
+def project_steps(func, seen: set[int] | None = None) -> list[str]:
+    """The project functions reachable through ``func``'s closures (Spark's pipelined steps and
+    what they call into), depth first, each once."""
+    seen = set() if seen is None else seen
+    if id(func) in seen:
+        return []
+    seen.add(id(func))
+    out = []
+    code = getattr(func, "__code__", None)
+    if code is not None and code.co_filename.startswith(_PROJECT):
+        out.append(f"{Path(code.co_filename).name}:{code.co_qualname}")
+    for cell in getattr(func, "__closure__", None) or ():
+        try:
+            inner = cell.cell_contents
+        except ValueError:         # an empty cell
+            continue
+        if callable(inner):
+            out += [s for s in project_steps(inner, seen) if s not in out]
+    return out
+
+
+def _log_tasks(path: str) -> None:
+    """Wrap the worker's task loop (in the daemon, before it forks) to log each task."""
+    import time
+
+    import pyspark.taskcontext as taskcontext
+    import pyspark.worker as worker
+
+    last: dict[str, object] = {}
+    read_command, main = worker.read_command, worker.main
+    set_context = taskcontext.TaskContext._setTaskContext.__func__
+
+    def read(*args):
+        command = read_command(*args)
+        last["func"] = command[0] if isinstance(command, tuple) else command
+        return command
+
+    def remember(cls, context) -> None:
+        if context is not None:
+            last["context"] = context
+        set_context(cls, context)
+
+    def run(infile, outfile):
+        last.clear()
+        cpu, wall = time.process_time(), time.perf_counter()
+        try:
+            return main(infile, outfile)
+        finally:
+            context = last.get("context")
+            steps = " | ".join(project_steps(last["func"])) if "func" in last else ""
+            with open(path, "a") as f:
+                f.write(f"{context.stageId() if context else -1} {context.partitionId() if context else -1} "
+                        f"{time.process_time() - cpu:.4f} {time.perf_counter() - wall:.4f} {steps or '-'}\n")
+
+    worker.read_command = read
+    worker.main = run
+    taskcontext.TaskContext._setTaskContext = classmethod(remember)
+
+
+def _run_job(log: str, argv: list[str]) -> None:
+    """``python -m jobs.recover argv`` in this process, its workers forked from this module."""
+    import runpy
+
+    from jobs import sparkutil
+
+    os.environ[LOG_ENV] = os.path.abspath(log)
+    settings = sparkutil.embedded_settings
+
+    def with_this_daemon(*args, **kwargs) -> dict[str, str]:
+        return {**settings(*args, **kwargs), "spark.python.daemon.module": __spec__.name}
+
+    sparkutil.embedded_settings = with_this_daemon
+    sys.argv = ["jobs.recover", *argv]
+    runpy.run_module("jobs.recover", run_name="__main__")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["run"]:
+        sep = sys.argv.index("--")
+        _run_job(sys.argv[2], sys.argv[sep + 1:])
+    else:                                   # Spark starts the daemon: python -m <this> pyspark.worker
+        import gc
+
+        from pyspark import daemon
+
+        import jobs.pydaemon  # noqa: F401  (its imports and its worker wrapper, before the fork)
+
+        _log_tasks(os.environ[LOG_ENV])
+        gc.freeze()
+        gc.enable()
+        daemon.manager()
