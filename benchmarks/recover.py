@@ -278,7 +278,8 @@ def spark_run(store: Path, work: Path, code: Path = ROOT, extra: tuple[str, ...]
 
 def task_cpu_run(store: Path, work: Path) -> dict:
     """One more run of this tree on ``store`` with every Python task's CPU logged
-    (``benchmarks/taskcpu.py``): {"tasks": {what it ran: (first stage, tasks, CPU-s)}, "workers":
+    (``benchmarks/taskcpu.py``): {"tasks": {what it ran: (first stage, tasks, CPU-s, largest peak
+    RSS)}, "workers":
     the Python workers' CPU-s, whole processes}."""
     log = work / "task-cpu.log"
     log.unlink(missing_ok=True)
@@ -293,10 +294,10 @@ def task_cpu_run(store: Path, work: Path) -> dict:
     if rc != 0:
         tail = "\n".join(line for _, line in lines[-30:])
         raise SystemExit(f"jobs.recover (tasks' CPU logged) exited {rc}:\n{tail}")
-    by: dict[str, tuple[int, int, float]] = {}
+    by: dict[str, tuple[int, int, float, int]] = {}
     for t in taskcpu.tasks(log):
-        stage, n, cpu = by.get(t.runs, (t.stage, 0, 0.0))
-        by[t.runs] = (min(stage, t.stage), n + 1, cpu + t.cpu)
+        stage, n, cpu, peak = by.get(t.runs, (t.stage, 0, 0.0, -1))
+        by[t.runs] = (min(stage, t.stage), n + 1, cpu + t.cpu, max(peak, t.peak_rss))
     return {"tasks": by, "workers": s.cpu_of("python workers")}
 
 
@@ -316,11 +317,17 @@ def print_task_cpu(sizes: list[dict], cpu: list[dict]) -> None:
                         for v, n in zip(vals, counts or [0] * len(vals)))
         print(f"{label[:78]:<78}{cells}" + (f"{(vals[-1] - vals[0]) / span:>21.2f}" if span else ""))
     for name in names:
-        got = [c["tasks"].get(name, (0, 0, 0.0)) for c in cpu]
+        got = [c["tasks"].get(name, (0, 0, 0.0, -1)) for c in cpu]
         line(name.replace("<locals>.", ""), [g[2] for g in got], [g[1] for g in got])
     line("all tasks", [sum(v[2] for v in c["tasks"].values()) for c in cpu])
     line("Python workers, whole processes (their tasks, the daemon's start, idle workers)",
          [c["workers"] for c in cpu])
+    print("\nthe largest task's peak RSS (MiB; the worker's high-water mark, reset at the task's start)")
+    for name in names:
+        peaks = [c["tasks"].get(name, (0, 0, 0.0, -1))[3] for c in cpu]
+        print(f"{name.replace('<locals>.', '')[:78]:<78}"
+              + "".join(f"{(f'{p >> 20:,}' if p >= 0 else '-'):>19}" for p in peaks)
+              + (f"{'x' + format(peaks[-1] / peaks[0], '.2f'):>21}" if len(peaks) > 1 and min(peaks) > 0 else ""))
 
 
 def salvage_runs(store: Path, work: Path) -> dict:

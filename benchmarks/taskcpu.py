@@ -5,8 +5,10 @@
 runs ``python -m jobs.recover JOB_ARGS`` with its embedded session's Python workers forked from this
 module instead of ``jobs.pydaemon`` (which it loads first, so the workers are the same). Every task
 appends one line to LOG: its stage, partition, CPU seconds (the worker process's, all its threads),
-wall seconds and what it ran, named by the project functions in the task's pipeline
-(``file:qualname``, ``|`` between the steps Spark pipelined into one task). ``tasks(LOG)`` reads the
+wall seconds, the worker's peak RSS during the task (Linux: the high-water mark is reset at its
+start through ``/proc/self/clear_refs``; -1 elsewhere) and what it ran, named by the project
+functions in the task's pipeline (``file:qualname``, ``|`` between the steps Spark pipelined into
+one task). ``tasks(LOG)`` reads the
 lines back. The psutil sampling of ``recover.py`` says how much CPU each process used; this says
 which pass of the job used it, which neither the job's pass timings (passes overlap) nor Spark's
 task metrics (the JVM side only) tell.
@@ -29,6 +31,8 @@ class Task:
     partition: int
     cpu: float
     wall: float
+    peak_rss: int
+    """bytes; -1: not known"""
     runs: str
 
 
@@ -36,8 +40,8 @@ def tasks(log: str | os.PathLike[str]) -> list[Task]:
     """The tasks a run logged, in the order they ended."""
     out = []
     for line in Path(log).read_text().splitlines():
-        stage, partition, cpu, wall, runs = line.split(" ", 4)
-        out.append(Task(int(stage), int(partition), float(cpu), float(wall), runs))
+        stage, partition, cpu, wall, peak, runs = line.split(" ", 5)
+        out.append(Task(int(stage), int(partition), float(cpu), float(wall), int(peak), runs))
     return out
 
 
@@ -60,6 +64,25 @@ def project_steps(func, seen: set[int] | None = None) -> list[str]:
         if callable(inner):
             out += [s for s in project_steps(inner, seen) if s not in out]
     return out
+
+
+def _reset_peak_rss() -> bool:
+    """Start this process's RSS high-water mark afresh (Linux 4.0+); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss() -> int:
+    """This process's RSS high-water mark in bytes (``VmHWM``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return -1
 
 
 def _log_tasks(path: str) -> None:
@@ -85,6 +108,7 @@ def _log_tasks(path: str) -> None:
 
     def run(infile, outfile):
         last.clear()
+        peak_known = _reset_peak_rss()
         cpu, wall = time.process_time(), time.perf_counter()
         try:
             return main(infile, outfile)
@@ -93,7 +117,8 @@ def _log_tasks(path: str) -> None:
             steps = " | ".join(project_steps(last["func"])) if "func" in last else ""
             with open(path, "a") as f:
                 f.write(f"{context.stageId() if context else -1} {context.partitionId() if context else -1} "
-                        f"{time.process_time() - cpu:.4f} {time.perf_counter() - wall:.4f} {steps or '-'}\n")
+                        f"{time.process_time() - cpu:.4f} {time.perf_counter() - wall:.4f} "
+                        f"{_peak_rss() if peak_known else -1} {steps or '-'}\n")
 
     worker.read_command = read
     worker.main = run

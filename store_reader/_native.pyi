@@ -41,9 +41,10 @@ def scan(buf: Buffer, file_start: int, pos: int, end: int, max_records: int, opt
 def is_zero(buf: Buffer, start: int, end: int) -> bool:
     """True when every byte of ``buf[start:end]`` is zero."""
 
-def resync(buf: Buffer, file_start: int, start: int, end: int, opts: NativeOpts) -> int:
+def resync(buf: Buffer, file_start: int, start: int, end: int, opts: NativeOpts, search_end: int = -1) -> int:
     """First position >= ``start`` of a VALID record whose PHYSICALOFFSET equals its phy offset,
-    or -1 (edge-cases E#3)."""
+    or -1 (edge-cases E#3). Records are checked against ``end``; only magic codes starting below
+    ``search_end`` (default, or negative: ``end``) are candidates."""
 
 def java_hashes(offsets: Buffer, data: Buffer, length: int, offset: int, mode: int) -> bytes:
     """Native int32 per string of a StringArray: mode 0 ``String.hashCode``, mode 1 index keyHash."""

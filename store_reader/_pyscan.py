@@ -276,14 +276,17 @@ def is_zero(buf: Any, start: int, end: int) -> bool:
     return not any(bytes(buf[start:end]))
 
 
-def resync(buf: Any, file_start: int, start: int, end: int, opts: rf.ScanOptions) -> int:
+def resync(buf: Any, file_start: int, start: int, end: int, opts: rf.ScanOptions,
+           search_end: int | None = None) -> int:
     """First position ``>= start`` holding a VALID record whose PHYSICALOFFSET equals its position
-    (the resync anchor of spec E#3), or -1."""
+    (the resync anchor of spec E#3), or -1. Records are checked against ``end``; only magic codes
+    starting below ``search_end`` (default ``end``) are candidates."""
     data = bytes(buf[:end])
+    limit = end if search_end is None or search_end < 0 else min(search_end, end)
     magics = [_MAGIC_V1_BYTES] + ([_MAGIC_V2_BYTES] if opts.broker_5x else [])
     search = start + 4
     while True:
-        hits = [h for h in (data.find(m, search) for m in magics) if h >= 0]
+        hits = [h for h in (data.find(m, search, min(limit + len(m) - 1, end)) for m in magics) if h >= 0]
         if not hits:
             return -1
         q = min(hits) - 4

@@ -86,6 +86,29 @@ def _batch(schema: pa.Schema, cols: dict[str, Any], n: int, valid_prefix: bool) 
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+@dataclass(frozen=True)
+class ZeroTail:
+    """A mapped segment whose bytes from ``data_end`` on are a hole (``SegmentBuffer.data_end``),
+    zeros by definition: the zero checks and the resync search stop there instead of faulting the
+    hole in page by page (a broker's last, preallocated file is mostly hole). ``data_end`` is the
+    size where that is not known."""
+
+    impl: Any
+    buf: Any
+    size: int
+    data_end: int
+
+    def is_zero(self, start: int) -> bool:
+        """Whether ``[start, size)`` reads as zeros."""
+        end = min(self.size, self.data_end)
+        return start >= end or self.impl.is_zero(self.buf, start, end)
+
+    def resync(self, file_start: int, start: int, opts: Any) -> int:
+        """The resync anchor at or after ``start`` (``impl.resync``): no record starts in the
+        hole (its magic code would read as zeros), so only codes below ``data_end`` are looked at."""
+        return self.impl.resync(self.buf, file_start, start, self.size, opts, self.data_end)
+
+
 @dataclass
 class SegmentSummary:
     """Where and why a segment's valid prefix ended (one row of ``schemas.SEGMENT``)."""
@@ -139,7 +162,7 @@ class SegmentSummary:
         self.records += n
         self.index_puts += puts
 
-    def end_prefix(self, impl: Any, buf: Any, pos: int, size: int, stop: tuple, opts: Any) -> int | None:
+    def end_prefix(self, tail: ZeroTail, pos: int, stop: tuple, opts: Any) -> int | None:
         """Where and why the valid prefix, stopped at ``pos`` by ``stop``, ended: an end-of-file
         marker, the file's end, clean zero padding, a torn tail or corruption. Returns the
         position of the first intact record behind a corrupt one, else None."""
@@ -149,17 +172,17 @@ class SegmentSummary:
         if outcome == rf.END_OF_FILE:
             self.end_reason = "eof_marker"
             self.blank_declared_size = declared
-            self.nonzero_after_marker = not impl.is_zero(buf, min(pos + 8, size), size)
+            self.nonzero_after_marker = not tail.is_zero(min(pos + 8, tail.size))
             return None
         self.end_declared_size = declared
-        if pos >= size:
+        if pos >= tail.size:
             self.end_reason = "file_end"
             return None
-        if impl.is_zero(buf, pos, size):
+        if tail.is_zero(pos):
             self.end_reason = "zero_padding"
             return None
         self.end_check = rf.CHECKS[check]
-        q = impl.resync(buf, self.file_start, pos + 1, size, opts)
+        q = tail.resync(self.file_start, pos + 1, opts)
         if q < 0:
             self.end_reason = "torn_tail"
             return None
@@ -243,6 +266,7 @@ class SegmentScan:
         opts = _native_opts(self.opts) if native else self.opts
         m = SegmentBuffer(self._location, "commitlog segment", _SCAN_MADVICE)
         try:
+            self._tail = ZeroTail(impl, m.buf, m.size, m.data_end())
             yield from self._walk(impl, opts, m.buf, m.size)
         finally:
             m.close()
@@ -275,7 +299,8 @@ class SegmentScan:
             else:
                 yield item
         # 2. classify how it ended: marker, clean zero padding, torn tail or corruption
-        q = s.end_prefix(impl, buf, pos, size, stop, opts)
+        tail = self._tail
+        q = s.end_prefix(tail, pos, stop, opts)
         # 3. intact records behind the bad one (lost by the broker's recovery)
         while q is not None and q >= 0:
             for item in self._run(impl, opts, buf, q, size, False):
@@ -283,9 +308,9 @@ class SegmentScan:
                     pos, (outcome, _, _) = item
                 else:
                     yield item
-            if outcome == rf.END_OF_FILE or pos >= size or impl.is_zero(buf, pos, size):
+            if outcome == rf.END_OF_FILE or pos >= size or tail.is_zero(pos):
                 return
-            q = impl.resync(buf, self.file_start, pos + 1, size, opts)
+            q = tail.resync(self.file_start, pos + 1, opts)
 
 
 # Checks only the broker's own walk makes (``checkCRCOnRecover``): where its valid prefix stops on
@@ -325,6 +350,7 @@ class OnePassScan(SegmentScan):
         self._aopts = _native_opts(self.reader_opts) if native else self.reader_opts
         m = SegmentBuffer(self._location, "commitlog segment", _SCAN_MADVICE)
         try:
+            self._tail = ZeroTail(impl, m.buf, m.size, m.data_end())
             yield from self._one_walk(m.buf, m.size)
         finally:
             m.close()
@@ -361,14 +387,14 @@ class OnePassScan(SegmentScan):
     def _next_run(self, buf: Any, pos: int, size: int, stop: tuple, opts: Any) -> int | None:
         """Where a walk goes on after a run stopped at ``pos``: the resync position, or None."""
         outcome = stop[0]
-        if outcome == rf.END_OF_FILE or pos >= size or self._impl.is_zero(buf, pos, size):
+        if outcome == rf.END_OF_FILE or pos >= size or self._tail.is_zero(pos):
             return None
-        q = self._impl.resync(buf, self.file_start, pos + 1, size, opts)
+        q = self._tail.resync(self.file_start, pos + 1, opts)
         return q if q >= 0 else None
 
-    def _end_prefix(self, buf: Any, pos: int, size: int, stop: tuple) -> int | None:
+    def _end_prefix(self, pos: int, stop: tuple) -> int | None:
         """The broker's summary at the end of its valid prefix (as ``SegmentScan._walk``)."""
-        return self.summary.end_prefix(self._impl, buf, pos, size, stop, self._bopts)
+        return self.summary.end_prefix(self._tail, pos, stop, self._bopts)
 
     def _one_walk(self, buf: Any, size: int) -> Iterator[pa.RecordBatch]:
         s = self.summary
@@ -390,7 +416,7 @@ class OnePassScan(SegmentScan):
                     a_next, a_flag = self._next_run(buf, a_pos, size, a_stop, self._aopts), False
             else:
                 a_next = self._next_run(buf, pos, size, stop, self._aopts)
-            b_next = self._end_prefix(buf, pos, size, stop) if broker == "prefix" \
+            b_next = self._end_prefix(pos, stop) if broker == "prefix" \
                 else self._next_run(buf, pos, size, stop, self._bopts)
             broker = "lost"
             if a_next == b_next:

@@ -867,6 +867,30 @@ def test_resync_finds_the_record_behind_magic_lookalikes(decoys):
     assert _native.resync(seg, 0, len(gap) + 1, len(seg), NOPTS) == -1     # a prefix cut by the end
 
 
+@given(hole_at=st.integers(0, 5000), tail=st.integers(0, 600), junk=st.binary(max_size=40))
+def test_resync_looks_for_records_starting_below_search_end_only(hole_at, tail, junk):
+    """``search_end``: a record whose magic code starts at or past it is not a candidate, one whose
+    code starts below it is checked against the whole span; with zeros from ``search_end`` on (a
+    file's hole) the answer is the one without it. The twin agrees."""
+    first = raw_record(body=b"x" * 30, phy=64)
+    seg = bytearray(bytes(64) + first + junk + bytes(tail))
+    second_at = len(seg)
+    seg += raw_record(body=b"y" * 20, phy=second_at) + bytes(16)
+    seg = bytes(seg)
+    for start in (0, 65):
+        for search_end in (hole_at, 64, 68, 69, second_at + 4, second_at + 5, len(seg)):
+            want = next((q for q in (64, second_at) if start <= q and q + 4 < search_end), -1)
+            assert _native.resync(seg, 0, start, len(seg), NOPTS, search_end) == want == \
+                _pyscan.resync(seg, 0, start, len(seg), rf.ScanOptions(), search_end)
+    # a record whose code starts below search_end is checked past it
+    assert _native.resync(seg, 0, 0, len(seg), NOPTS, 69) == 64
+    # zeros from search_end on: the same answer as without it
+    zeroed = seg[:second_at] + bytes(len(seg) - second_at)
+    for start in (0, 65, second_at):
+        assert _native.resync(zeroed, 0, start, len(zeroed), NOPTS, second_at) == \
+            _native.resync(zeroed, 0, start, len(zeroed), NOPTS)
+
+
 def test_scans_in_parallel_threads_agree():
     """The scanning loop runs without the GIL: concurrent scans give the sequential result."""
     seg = bytearray()

@@ -5,6 +5,7 @@ segments (flipped body bytes: the broker's walk stops on a CRC check where the r
 with the native scanner and its pure twin."""
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import pyarrow as pa
@@ -17,9 +18,10 @@ import support
 from store_reader import commitlog
 from store_reader import recordformat as rf
 from store_reader.exceptions import StoreReaderError
+from store_reader.storefs import SegmentBuffer
 
 from test_native_scanner import (CASES, MUTATIONS, SUPPRESS, _impl, _mutate, _real_segments, _segments,
-                                 _write_segment)
+                                 _write_segment, raw_record)
 
 pytestmark = [pytest.mark.reader]
 
@@ -81,6 +83,86 @@ def test_flipped_body_byte_walks_once(tmp_path):
     one = _check(path, rf.ScanOptions(broker_5x=False))
     assert one.summary.end_check == "body_crc" and one.summary.valid_bytes == size
     assert one.rewalked == 0
+
+
+HOLE = 32 << 20
+
+
+def _records(n: int) -> bytes:
+    """``n`` records in a row from position 0, each at its own phy offset."""
+    out = bytearray()
+    for i in range(n):
+        out += raw_record(body=b"m%d" % i * 40, phy=len(out), props=b"KEYS\x01k%d\x02" % i)
+    return bytes(out)
+
+
+def _sparse_and_dense(tmp_path, parts: list[tuple[int, bytes]], size: int):
+    """The same segment bytes twice: written at their positions with holes between and after
+    them, and written out whole with zeros."""
+    sparse, dense = tmp_path / "sparse", tmp_path / "dense"
+    sparse.mkdir()
+    dense.mkdir()
+    data = bytearray(size)
+    with open(_write_segment(sparse, b""), "r+b") as f:
+        for at, chunk in parts:
+            f.seek(at)
+            f.write(chunk)
+            data[at:at + len(chunk)] = chunk
+        f.truncate(size)
+    return sparse / f"{0:020d}", _write_segment(dense, bytes(data))
+
+
+def _peak_rss_growth(walk) -> int:
+    """How far this process's RSS high-water mark rose over ``walk()`` (Linux: reset first)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+    def hwm() -> int:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM:"))
+    before = hwm()
+    walk()
+    return hwm() - before
+
+
+@pytest.mark.parametrize("tail", ["zero", "torn", "record_after_hole"])
+@pytest.mark.parametrize("pure", [False, True], ids=["native", "twin"])
+def test_a_hole_reads_as_the_zeros_it_is(tmp_path, tail, pure):
+    """A segment whose tail is a hole (a broker's preallocated last file) scans exactly like the
+    same bytes written out as zeros: the prefix's end, the lost records behind a torn record or a
+    hole, every batch. Only the hole's extent differs (``SegmentBuffer.data_end``)."""
+    body = _records(40)
+    parts = [(0, body)]
+    if tail == "torn":
+        parts.append((len(body), b"\x00\x00\x04\x00\xda\xa3\x20\xab" + b"\x07" * 300))
+    if tail == "record_after_hole":
+        at = len(body) + (4 << 20)
+        parts.append((at, raw_record(version=2, body=b"behind a hole", phy=at)))
+    sparse, dense = _sparse_and_dense(tmp_path, parts, HOLE)
+    with SegmentBuffer(sparse, "commitlog segment") as m:
+        assert m.data_end() < HOLE // 2, "the filesystem keeps no holes"
+    opts = rf.ScanOptions(broker_5x=True)
+    with _impl(pure):
+        one, other = _check(sparse, opts), _check(dense, opts)
+    assert replace(one.summary, path=other.summary.path) == other.summary
+    assert one.summary.valid_bytes == len(body)
+    assert one.summary.end_reason == {"zero": "zero_padding", "torn": "torn_tail", "record_after_hole": "corrupt"}[tail]
+    if tail == "record_after_hole":
+        assert one.summary.resync_position == parts[-1][0]      # the record behind the hole is read
+
+
+@pytest.mark.parametrize("tail", ["zero", "torn"])
+def test_a_hole_is_not_read(tmp_path, tail):
+    """The native walk stops at the hole instead of faulting it in page by page: the scan's
+    resident memory does not grow by the hole's size (32 MiB here)."""
+    body = _records(40)
+    parts = [(0, body)] + ([(len(body), b"\x00\x00\x04\x00\xda\xa3\x20\xab" + b"\x07" * 300)]
+                           if tail == "torn" else [])
+    sparse, _ = _sparse_and_dense(tmp_path, parts, HOLE)
+    with _impl(False):
+        grew = _peak_rss_growth(lambda: list(commitlog.OnePassScan(sparse, rf.ScanOptions(broker_5x=True),
+                                                                   COLUMNS, LOST)))
+    assert grew < HOLE // 4, f"the scan's RSS grew by {grew >> 20} MiB over a {HOLE >> 20} MiB hole"
 
 
 @settings(suppress_health_check=SUPPRESS, max_examples=60)

@@ -1838,9 +1838,11 @@ static PyObject *py_is_zero(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(resync_doc,
-"resync(buf, file_start, start, end, opts)\n--\n\n"
+"resync(buf, file_start, start, end, opts, search_end=end)\n--\n\n"
 "First position >= start holding a VALID record whose stored PHYSICALOFFSET equals file_start +\n"
-"position (the resync anchor of spec edge-cases E#3), or -1.");
+"position (the resync anchor of spec edge-cases E#3), or -1. Records are checked against end;\n"
+"only magic codes starting below search_end are candidates (a caller's buffer reads as zeros\n"
+"from there on: no record starts there).");
 
 /* First position in [p, p + n) holding bytes DA A3 20 (the prefix both magic codes share), or
    NULL. memchr for the first byte: glibc vectorises it, not memmem for a 3-byte needle, and
@@ -1858,9 +1860,11 @@ static const uint8_t *find_magic_prefix(const uint8_t *p, size_t n) {
 
 static PyObject *py_resync(PyObject *self, PyObject *args) {
     PyObject *buf_obj, *opts_obj;
-    long long file_start, start, end;
-    if (!PyArg_ParseTuple(args, "OLLLO:resync", &buf_obj, &file_start, &start, &end, &opts_obj))
+    long long file_start, start, end, search_end = -1;
+    if (!PyArg_ParseTuple(args, "OLLLO|L:resync", &buf_obj, &file_start, &start, &end, &opts_obj,
+                          &search_end))
         return NULL;
+    if (search_end < 0 || search_end > end) search_end = end;
     scan_t *sc = calloc(1, sizeof(scan_t));
     if (!sc) return PyErr_NoMemory();
     PyObject *result = NULL;
@@ -1883,10 +1887,12 @@ static PyObject *py_resync(PyObject *self, PyObject *args) {
     /* candidates: the magic at q + 4 (V1 0xDAA320A7; V2 0xDAA320AB on 5.x), both share 3 bytes */
     int64_t search = start + OFF_MAGICCODE;
     rec_t r;
-    while (search < end) {
-        const uint8_t *from = span_at(&sc->span, search, end - search);
+    while (search < search_end) {
+        /* a magic code starting below search_end: its prefix may end just past it */
+        int64_t upto = search_end + 2 < end ? search_end + 2 : end;
+        const uint8_t *from = span_at(&sc->span, search, upto - search);
         if (!from) break;
-        const uint8_t *hit = find_magic_prefix(from, (size_t)(end - search));
+        const uint8_t *hit = find_magic_prefix(from, (size_t)(upto - search));
         if (!hit) break;
         int64_t h = hit - sc->span.base;
         search = h + 1;
