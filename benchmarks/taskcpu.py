@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOG_ENV = "ROCKETMQ_BENCH_TASK_CPU_LOG"
-ROOT = Path(__file__).resolve().parent.parent
-_PROJECT = tuple(str(ROOT / d) + os.sep for d in ("jobs", "store_reader"))
+# the project's own code, in this tree or another one (a baseline worktree)
+_PROJECT = tuple(f"{os.sep}{d}{os.sep}" for d in ("jobs", "store_reader"))
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def project_steps(func, seen: set[int] | None = None) -> list[str]:
     seen.add(id(func))
     out = []
     code = getattr(func, "__code__", None)
-    if code is not None and code.co_filename.startswith(_PROJECT):
+    if code is not None and any(d in code.co_filename for d in _PROJECT):
         out.append(f"{Path(code.co_filename).name}:{code.co_qualname}")
     for cell in getattr(func, "__closure__", None) or ():
         try:
