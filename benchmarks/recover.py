@@ -279,8 +279,7 @@ def spark_run(store: Path, work: Path, code: Path = ROOT, extra: tuple[str, ...]
 def task_cpu_run(store: Path, work: Path) -> dict:
     """One more run of this tree on ``store`` with every Python task's CPU logged
     (``benchmarks/taskcpu.py``): {"tasks": {what it ran: (first stage, tasks, CPU-s, largest peak
-    RSS)}, "workers":
-    the Python workers' CPU-s, whole processes}."""
+    RSS)}, "workers": the Python workers' CPU-s, whole processes}."""
     log = work / "task-cpu.log"
     log.unlink(missing_ok=True)
     out, audit = work / "repaired", work / "audit"

@@ -8,10 +8,9 @@ appends one line to LOG: its stage, partition, CPU seconds (the worker process's
 wall seconds, the worker's peak RSS during the task (Linux: the high-water mark is reset at its
 start through ``/proc/self/clear_refs``; -1 elsewhere) and what it ran, named by the project
 functions in the task's pipeline (``file:qualname``, ``|`` between the steps Spark pipelined into
-one task). ``tasks(LOG)`` reads the
-lines back. The psutil sampling of ``recover.py`` says how much CPU each process used; this says
-which pass of the job used it, which neither the job's pass timings (passes overlap) nor Spark's
-task metrics (the JVM side only) tell.
+one task). ``tasks(LOG)`` reads the lines back. The psutil sampling of ``recover.py`` says how
+much CPU each process used; this says which pass of the job used it, which neither the job's pass
+timings (passes overlap) nor Spark's task metrics (the JVM side only) tell.
 """
 from __future__ import annotations
 
@@ -66,7 +65,7 @@ def project_steps(func, seen: set[int] | None = None) -> list[str]:
     return out
 
 
-def _reset_peak_rss() -> bool:
+def reset_peak_rss() -> bool:
     """Start this process's RSS high-water mark afresh (Linux 4.0+); False where it cannot."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -76,7 +75,7 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def _peak_rss() -> int:
+def peak_rss() -> int:
     """This process's RSS high-water mark in bytes (``VmHWM``)."""
     with open("/proc/self/status") as f:
         for line in f:
@@ -108,7 +107,7 @@ def _log_tasks(path: str) -> None:
 
     def run(infile, outfile):
         last.clear()
-        peak_known = _reset_peak_rss()
+        peak_known = reset_peak_rss()
         cpu, wall = time.process_time(), time.perf_counter()
         try:
             return main(infile, outfile)
@@ -118,7 +117,7 @@ def _log_tasks(path: str) -> None:
             with open(path, "a") as f:
                 f.write(f"{context.stageId() if context else -1} {context.partitionId() if context else -1} "
                         f"{time.process_time() - cpu:.4f} {time.perf_counter() - wall:.4f} "
-                        f"{_peak_rss() if peak_known else -1} {steps or '-'}\n")
+                        f"{peak_rss() if peak_known else -1} {steps or '-'}\n")
 
     worker.read_command = read
     worker.main = run

@@ -5,7 +5,7 @@ segments (flipped body bytes: the broker's walk stops on a CRC check where the r
 with the native scanner and its pure twin."""
 from __future__ import annotations
 
-import os
+import sys
 from dataclasses import replace
 
 import pyarrow as pa
@@ -20,6 +20,8 @@ from store_reader import recordformat as rf
 from store_reader.exceptions import StoreReaderError
 from store_reader.storefs import SegmentBuffer
 
+sys.path.insert(0, str(support.ROOT))
+from benchmarks.taskcpu import peak_rss, reset_peak_rss  # noqa: E402  (the benchmark's RSS reading)
 from test_native_scanner import (CASES, MUTATIONS, SUPPRESS, _impl, _mutate, _real_segments, _segments,
                                  _write_segment, raw_record)
 
@@ -114,15 +116,10 @@ def _sparse_and_dense(tmp_path, parts: list[tuple[int, bytes]], size: int):
 
 def _peak_rss_growth(walk) -> int:
     """How far this process's RSS high-water mark rose over ``walk()`` (Linux: reset first)."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-    def hwm() -> int:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM:"))
-    before = hwm()
+    assert reset_peak_rss(), "the RSS high-water mark cannot be reset here"
+    before = peak_rss()
     walk()
-    return hwm() - before
+    return peak_rss() - before
 
 
 @pytest.mark.parametrize("tail", ["zero", "torn", "record_after_hole"])
