@@ -115,6 +115,9 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     store_id = store_id_for(str(store.root))
     if since_last and not audit_path:
         raise StoreReaderError("--since-last needs --audit-path (the state lives in its tables)", store_path)
+    for target, what in ((audit_path, "audit path"), (scan_dir, "scan dir")):
+        if target:
+            publish.check_outside_store(store.root, target, what)
     if audit_path:
         publish.check_writable(audit_path, "audit path")     # before the scan, not after it
     to_scan, carried = plan_scan(store, audit_path or "", store_id, since_last)

@@ -47,7 +47,7 @@ import threading
 import time
 from pathlib import Path
 
-from store_reader import open_store, publish, recovery, repair, scanned
+from store_reader import apply, open_store, publish, recovery, repair, scanned
 from store_reader.audit import state as audit_state
 from store_reader.config import read_consumer_offsets
 from store_reader.store import Store
@@ -82,7 +82,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     repair.check_recoverable(store, commitlog_gone, replacing=backup is not None)
     with publish.claim_outputs(store.root, None if dry_run else out, overwrite,
                                backup if not dry_run else None, audit_path,
-                               lambda done: log.info("output: %s", done)):
+                               lambda done: log.info("output: %s", done), scan_dir):
         audited_at = dt.datetime.now(dt.timezone.utc)
         version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
         mode = "dry_run" if dry_run or out is None else "apply" if backup is not None else "write"
@@ -146,7 +146,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
                     on_lost=early.lost if early else None, write=write)
     if writing:
         if backup is not None:
-            publish.apply_repaired(store.root, Path(out), Path(backup))
+            apply.apply_repaired(store.root, Path(out), Path(backup))
             report.applied_backup = backup
     if audit_path:
         t = time.monotonic()
@@ -229,6 +229,14 @@ def main(argv: list[str] | None = None) -> int:
         args.store, args.broker_config, args.out = make_demo_store(args.demo)
         args.overwrite = True
         args.audit_path = args.audit_path or os.path.join(args.demo, "audit")
+    if args.apply:
+        # an --apply a kill interrupted on this store: finished (or rolled back) first; the same
+        # command run again has nothing else to do once it is finished
+        finished = apply.finish(Path(args.store))
+        if finished is not None:
+            print("\n".join(finished.lines))
+            if finished.completed and finished.same_command(args.out, args.backup):
+                return 0
     spark = get_spark("rocketmq-recover", session=False)
     if args.broker_version == "both":
         from jobs import whatif

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from jobs.deltasink import audit_rows, store_id_for, write_run_rows
 from jobs.taskerrors import reports_store_errors
 from schemas.replicas import REPLICA_FINDINGS
-from store_reader import open_store
+from store_reader import open_store, publish
 from store_reader import replicas
 from store_reader.checkpoint import lock_status
 from store_reader.fsutil import hash_tree
@@ -244,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
 
     audited_at = dt.datetime.now(dt.timezone.utc)
     master, slaves = open_stores(args.master, args.slave, args.broker_config)
+    for store in (master, *slaves):
+        publish.check_outside_store(store.root, args.audit_path, "audit path")
     run_id = run_id_for(master, slaves, range_size)
     for note in live_broker_notes([master, *slaves]):
         log.warning("%s", note)

@@ -77,6 +77,7 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
     out = os.path.abspath(out)
     publish.check_output_file(out, overwrite, "salvage file")
     store = open_store(store_path, broker_config)
+    publish.check_outside_store(store.root, out, "salvage file")
     version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
     broker_5x = version == recovery.V5X
     summaries = scan_segments(spark, store, store.scan_options(broker_5x=broker_5x))

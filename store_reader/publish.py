@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import repair
-from .checkpoint import lock_status
 from .exceptions import StoreReaderError
 from .storefs import StoreLocation
 
@@ -51,7 +50,7 @@ MANIFEST = "MANIFEST.json"
 PAUSE_ENV = "STORE_READER_PAUSE_AT"
 
 
-def _pause_point(name: str) -> None:
+def pause_point(name: str) -> None:
     """The fault-injection point ``name`` (see the module docstring): a no-op unless asked for."""
     if os.environ.get(PAUSE_ENV) == name:
         print(f"paused at {name}", file=sys.stderr, flush=True)
@@ -67,41 +66,69 @@ def is_uri(target: str) -> bool:
 
 @contextmanager
 def claim_outputs(store_root: Path | StoreLocation, out: str | None, overwrite: bool, backup: str | None,
-                  audit_path: str | None, log_done: Callable[[str], object]) -> Iterator[None]:
-    """Held for the run: every output target checked before any work. The audit path writable,
-    the output local, not the store, locked (``OutputLock``, which also proves its directory
-    writable), leftovers of killed runs cleaned up (``log_done`` gets a line for each), an
-    existing output replaceable; with ``backup`` (``--apply``) the backup new and the store locked
-    as well. ``out``: None for a dry run."""
+                  audit_path: str | None, log_done: Callable[[str], object],
+                  scan_dir: str | None = None) -> Iterator[None]:
+    """Held for the run: every output target checked before any work. None of them the store or
+    inside it (``check_outside_store``), the audit path writable, the output local, locked
+    (``OutputLock``, which also proves its directory writable), leftovers of killed runs cleaned
+    up (``log_done`` gets a line for each), an existing output replaceable; with ``backup``
+    (``--apply``) the backup new, the output on the store's filesystem and the store locked as
+    well. ``out``: None for a dry run."""
+    for target, what in ((out, "output"), (backup, "backup"), (audit_path, "audit path"), (scan_dir, "scan dir")):
+        if target is not None:
+            check_outside_store(store_root, target, what)
     if audit_path:
         check_writable(audit_path, "audit path")
     with ExitStack() as stack:
         if out is not None:
             if is_uri(out):
                 raise StoreReaderError("the repaired store is written to a local directory, not a URI", out)
-            _check_outside_store(store_root, Path(out))
             stack.enter_context(OutputLock(Path(out)))
             for done in recover_leftovers(Path(out)):
                 log_done(done)
+            if backup is not None and made_from(Path(out), store_root):
+                # an --apply killed between publishing and its journal: its own output, made again
+                log_done(f"replacing {out}: a repaired store of this store an --apply did not swap in")
+                overwrite = True
             check_output(Path(out), overwrite)
             if backup is not None:
-                _check_outside_store(store_root, Path(backup))
+                from .apply import check_apply_targets
+
                 if os.path.lexists(backup):
                     raise StoreReaderError("backup directory exists; choose a new one", backup)
                 if not Path(backup).parent.is_dir():
                     raise StoreReaderError("the backup's directory does not exist", Path(backup).parent)
                 check_writable(str(Path(backup).parent), "backup's directory")
                 stack.enter_context(OutputLock(Path(store_root), "store"))
+                check_apply_targets(Path(store_root), Path(out), Path(backup))
         yield
 
 
-def _check_outside_store(store_root: Path | StoreLocation, target: Path) -> None:
-    """Refuse a ``target`` that is the store, lies inside it or contains it."""
-    if not isinstance(store_root, Path):      # a remote store is never a local directory
-        return
-    s, o = store_root.resolve(), target.resolve()
-    if o == s or s in o.parents or o in s.parents:
-        raise StoreReaderError(f"output {o} must not be the store, inside it or contain it", store_root)
+# Outputs that may hold the store: the run writes only into directories of its own under them.
+_MAY_CONTAIN_STORE = ("scan dir", "audit path")
+
+
+def check_outside_store(store_root: Path | StoreLocation | str, target: str, what: str) -> None:
+    """The one guard of every output option of every job, before any work: refuse a ``target``
+    (the ``what``: output, backup, audit path, scan dir, salvage file) that is the store or lies
+    inside it, or (a directory the run replaces) contains it. The input is never written
+    through an option. A URI target is compared with a remote store's URI by prefix."""
+    if isinstance(store_root, StoreLocation) and not store_root.is_local:
+        store, tgt = str(store_root).rstrip("/"), target.rstrip("/")
+        inside = tgt == store or tgt.startswith(store + "/")
+        contains = store.startswith(tgt + "/")
+    else:
+        if is_uri(target):
+            if not target.startswith("file://"):
+                return                          # a remote target is never inside a local store
+            target = target[len("file://"):]
+        s = Path(os.path.abspath(str(store_root.path if isinstance(store_root, StoreLocation) else store_root)))
+        s, o = s.resolve(), Path(os.path.abspath(target)).resolve()
+        inside, contains = o == s or s in o.parents, o in s.parents
+    may_contain = what in _MAY_CONTAIN_STORE
+    if inside or (contains and not may_contain):
+        rule = "the store or inside it" if may_contain else "the store, inside it or contain it"
+        raise StoreReaderError(f"{what} {target} must not be {rule}", store_root)
 
 
 # -- 1. the lock ------------------------------------------------------------------------------------
@@ -161,7 +188,7 @@ class OutputLock:
 
 # -- 2. leftovers of killed runs --------------------------------------------------------------------
 
-def _siblings(out: Path, kind: str) -> list[Path]:
+def siblings(out: Path, kind: str) -> list[Path]:
     pattern = re.compile(re.escape(out.name) + r"\." + kind + r"-[0-9A-Za-z-]+$")
     try:
         names = os.listdir(out.parent)
@@ -241,7 +268,7 @@ def recover_leftovers(out: Path) -> list[str]:
     would hold the lock) and finish or roll back an interrupted overwrite. Returns what was done,
     one line each."""
     done = []
-    olds = _siblings(out, "old")
+    olds = siblings(out, "old")
     if olds and not out.exists():
         # killed between moving the published store aside and renaming the new one into place
         restorable = [p for p in olds if (p / MANIFEST).is_file()]
@@ -251,7 +278,7 @@ def recover_leftovers(out: Path) -> list[str]:
         os.rename(restorable[-1], out)
         repair.sync_path(str(out.parent))
         done.append(f"restored {out} from {restorable[-1].name} (an overwrite was interrupted)")
-    for p in _siblings(out, "old") + _siblings(out, "tmp"):
+    for p in siblings(out, "old") + siblings(out, "tmp"):
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
         else:
@@ -269,6 +296,16 @@ def check_output(out: Path, overwrite: bool) -> None:
     if out.is_symlink() or not out.is_dir() or not (out / MANIFEST).is_file():
         raise StoreReaderError("output directory exists and is not a repaired store; "
                                "refusing to replace it", out)
+
+
+def made_from(out: Path, store_root: Path | StoreLocation) -> bool:
+    """``out`` is a repaired store made from ``store_root`` (its manifest's ``store``)."""
+    try:
+        with open(out / MANIFEST, encoding="utf-8") as fh:
+            made = json.load(fh).get("store")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(store_root, Path) and made == str(Path(store_root).resolve())
 
 
 def check_writable(target: str, what: str) -> None:
@@ -342,7 +379,7 @@ _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
-def _exchange(a: Path, b: Path) -> None:
+def exchange(a: Path, b: Path) -> None:
     """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); ``OSError`` where the
     system or filesystem cannot."""
     fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None) if sys.platform == "linux" else None
@@ -354,6 +391,11 @@ def _exchange(a: Path, b: Path) -> None:
         raise OSError(err, os.strerror(err), str(a))
 
 
+def unsupported_exchange(exc: OSError) -> bool:
+    """``exchange`` failed because the system or the filesystem lacks it (not for the paths)."""
+    return exc.errno in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)
+
+
 def publish(tmp: Path, out: Path, overwrite: bool) -> None:
     """The complete ``tmp`` synced, verified against its manifest and renamed to ``out`` (an
     earlier repaired store there replaced when ``overwrite``); on failure ``tmp`` is removed."""
@@ -362,7 +404,7 @@ def publish(tmp: Path, out: Path, overwrite: bool) -> None:
         verify_against_manifest(tmp)
         (tmp / TMP_MARKER).unlink()
         repair.sync_path(str(tmp))
-        _pause_point("unmarked")
+        pause_point("unmarked")
         if os.path.lexists(out):
             check_output(out, overwrite)
             _replace(tmp, out)
@@ -376,22 +418,22 @@ def publish(tmp: Path, out: Path, overwrite: bool) -> None:
 
 def _replace(tmp: Path, out: Path) -> None:
     try:
-        _exchange(tmp, out)                   # out is never absent
+        exchange(tmp, out)                   # out is never absent
     except OSError as exc:
-        if exc.errno not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        if not unsupported_exchange(exc):
             raise
         # no exchange here: out is absent for an instant; recover_leftovers restores old after a kill
         old = out.parent / f"{out.name}.old-{tmp.name.rsplit('-', 1)[-1]}"
         os.rename(out, old)
         repair.sync_path(str(out.parent))
-        _pause_point("moved-aside")
+        pause_point("moved-aside")
         os.rename(tmp, out)
         repair.sync_path(str(out.parent))
-        _pause_point("replaced")
+        pause_point("replaced")
         shutil.rmtree(old)
         return
     repair.sync_path(str(out.parent))
-    _pause_point("replaced")
+    pause_point("replaced")
     shutil.rmtree(tmp)                        # the earlier store, now under the temporary name
 
 
@@ -422,32 +464,3 @@ def publish_file(tmp: str, out: str, overwrite: bool) -> None:
             raise StoreReaderError("output file exists (use --overwrite)", out) from None
         os.unlink(tmp)
     repair.sync_path(os.path.dirname(os.path.abspath(out)))
-
-
-def apply_repaired(store_root: Path, repaired: Path, backup: Path) -> None:
-    """Swap the repaired store into the input's place, keeping the input complete at ``backup``
-    (the caller holds the store's ``OutputLock``).
-
-    Same filesystem: two renames (the input's bytes are never rewritten). Otherwise the input is
-    copied to ``backup`` and verified file by file before anything in its place changes.
-    """
-    if os.path.lexists(backup):
-        raise StoreReaderError("backup directory exists; choose a new one", backup)
-    lock = lock_status(store_root)
-    if lock.locked:
-        raise StoreReaderError(f"a running broker holds the store's lock (pid {lock.pid})", lock.path)
-    try:
-        os.rename(store_root, backup)
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
-        shutil.copytree(store_root, backup, symlinks=True)
-        if repair.tree_manifest(str(store_root)) != repair.tree_manifest(str(backup)):
-            shutil.rmtree(backup)
-            raise StoreReaderError("backup copy does not match the store; nothing changed", backup)
-        shutil.rmtree(store_root)
-    try:
-        os.rename(repaired, store_root)
-    except OSError:
-        os.rename(backup, store_root)       # put the input back where it was
-        raise

@@ -17,7 +17,7 @@ import pytest
 import support
 from jobs import recover as job
 from jobs import repairwrite
-from store_reader import publish, repair
+from store_reader import apply, publish, repair
 from store_reader.exceptions import StoreReaderError
 
 pytestmark = pytest.mark.spark
@@ -156,7 +156,7 @@ def test_store_held_by_a_running_broker_is_refused(spark, tmp_path):
         with pytest.raises(StoreReaderError, match="running broker holds the store's lock"):
             job.recover(spark, str(store), str(tmp_path / "out"), str(support.broker_conf(*case)), "4.9")
         with pytest.raises(StoreReaderError, match="running broker"):
-            publish.apply_repaired(store, tmp_path / "whatever", tmp_path / "backup")
+            apply.apply_repaired(store, tmp_path / "whatever", tmp_path / "backup")
     finally:
         holder.kill()
         holder.wait()
