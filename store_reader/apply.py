@@ -94,6 +94,14 @@ class Journal:
                                    "then remove it", path) from None
 
 
+def _remove_unwritten_journal(store: Path) -> None:
+    """A journal a kill left half-written (never renamed into place: the run had changed nothing)."""
+    try:
+        os.unlink(journal_path(store).with_name(journal_path(store).name + ".new"))
+    except FileNotFoundError:
+        pass
+
+
 def journal_path(store: Path) -> Path:
     store = Path(os.path.abspath(store))
     return store.parent / f"{store.name}{JOURNAL_SUFFIX}"
@@ -146,6 +154,7 @@ def check_apply_targets(store: Path, repaired: Path, backup: Path) -> None:
     """Under the store's lock, before any work: the repaired store is built on the store's
     filesystem (the swap is a rename) and no interrupted ``--apply`` waits to be finished."""
     store = Path(os.path.abspath(store))
+    _remove_unwritten_journal(store)
     if journal_path(store).exists():
         raise StoreReaderError("an interrupted --apply of this store is not finished; run the same "
                                "command again to finish it", journal_path(store))
@@ -214,11 +223,10 @@ class _CannotFinish(Exception):
 
 
 def _remove_incomplete_backups(journal: Journal) -> list[Path]:
-    removed = []
-    for p in siblings(Path(journal.backup), "tmp"):
-        if (p / BACKUP_MARKER).exists():
-            shutil.rmtree(p)
-            removed.append(p)
+    """Copies a kill interrupted (marked, or complete but not yet renamed): made again if needed."""
+    removed = siblings(Path(journal.backup), "tmp")
+    for p in removed:
+        shutil.rmtree(p)
     return removed
 
 
@@ -279,12 +287,13 @@ def _copy_backup(store: Path, backup: Path) -> None:
     tmp.mkdir()
     (tmp / BACKUP_MARKER).write_text(str(store))
     shutil.copytree(store, tmp, symlinks=True, dirs_exist_ok=True)
+    repair.sync_tree(str(tmp))
     if repair.tree_manifest(str(store)) != repair.tree_manifest(str(tmp), skip={BACKUP_MARKER}):
         shutil.rmtree(tmp)
         raise StoreReaderError("the backup copy does not match the store; nothing changed", backup)
     (tmp / BACKUP_MARKER).unlink()
     shutil.copystat(store, tmp)               # the marker's removal touched the top directory
-    repair.sync_tree(str(tmp))
+    repair.sync_path(str(tmp))
     os.rename(tmp, backup)
     repair.sync_path(str(backup.parent))
     pause_point("backed-up")
