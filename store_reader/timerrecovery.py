@@ -64,6 +64,45 @@ class UnitVerdicts:
         return np.array([d is None for d in self.dropped], bool)
 
 
+def unit_records(commitlog_files, units: np.ndarray, cut: int) -> np.ndarray:
+    """For each unit, the queue offset of the record it points at when that record lies below
+    ``cut``, has the unit's size and is an rmq_sys_wheel_timer record of queue 0; else -1. Read
+    from the records' headers (a unit's check without a consume queue: the audit's)."""
+    from . import recordformat as rf
+    out = np.full(len(units), -1, np.int64)
+    files = sorted((f.start, f.path) for f in commitlog_files)
+    starts = np.array([s for s, _ in files], np.int64)
+    opened: dict[str, int] = {}
+    try:
+        for i, (phy, size) in enumerate(zip(units["offset_py"].tolist(), units["size_py"].tolist())):
+            k = int(np.searchsorted(starts, phy, side="right")) - 1
+            if size < rf.HEAD.size or phy + size > cut or k < 0:
+                continue
+            path = files[k][1]
+            if path not in opened:
+                opened[path] = os.open(path, os.O_RDONLY)
+            rec = os.pread(opened[path], size, phy - files[k][0])
+            if len(rec) < size:
+                continue
+            head = rf.HEAD.unpack_from(rec)
+            total, magic, queue_id, sys_flag = head[0], head[1], head[3], head[7]
+            if total != size or magic not in (rf.MAGIC_V1, rf.MAGIC_V2) or queue_id != 0:
+                continue
+            at = rf.BORNHOST_POS + rf.bornhost_length(sys_flag) + 8 + rf.storehost_length(sys_flag)
+            body_len = rf.MID.unpack_from(rec, at)[2]
+            at += rf.MID.size + body_len
+            if magic == rf.MAGIC_V2:
+                topic_len, at = int.from_bytes(rec[at:at + 2], "big"), at + 2
+            else:
+                topic_len, at = rec[at], at + 1
+            if rec[at:at + topic_len] == rf.TIMER_TOPIC.encode():
+                out[i] = head[5]
+    finally:
+        for fd in opened.values():
+            os.close(fd)
+    return out
+
+
 def judge_units(scan: ts.TimerLogScan, queue: TimerQueue, cut: int) -> UnitVerdicts:
     """Each unit live or dropped: pointing at or past the truncation point ``cut``; below it but
     not at an rmq_sys_wheel_timer record of that size (a stale unit the broker would resolve to
@@ -72,9 +111,13 @@ def judge_units(scan: ts.TimerLogScan, queue: TimerQueue, cut: int) -> UnitVerdi
     u = scan.units
     offset_py = u["offset_py"].astype(np.int64)
     size_py = u["size_py"].astype(np.int64)
-    qo = queue.lookup(offset_py, size_py)
-    first = np.zeros(len(u), bool)
-    if len(u):
+    return judge(offset_py, size_py, queue.lookup(offset_py, size_py), cut)
+
+
+def judge(offset_py: np.ndarray, size_py: np.ndarray, qo: np.ndarray, cut: int) -> UnitVerdicts:
+    """``judge_units`` given each unit's queue offset (-1: not at a timer record of its size)."""
+    first = np.zeros(len(offset_py), bool)
+    if len(offset_py):
         _, idx = np.unique(offset_py, return_index=True)
         first[idx] = True
     dropped: list[str | None] = []

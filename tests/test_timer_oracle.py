@@ -17,6 +17,9 @@ import struct
 import pytest
 
 from jobs.recover import recover
+from store_reader import open_store
+from store_reader.audit.timer import predict_timer
+from store_reader.recovery import predict
 from tests import oracle
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.oracle]
@@ -81,7 +84,7 @@ def _tear_timerlog(store):
 
 def _damage(case, store, written):
     """The damaged input of ``case``; returns the cut the damage causes (None: none)."""
-    if case == "commitlog-cut":
+    if case.startswith("commitlog-cut"):
         return _flip_crc_of(store, written, 150)
     if case == "torn-timerlog":
         _tear_timerlog(store)
@@ -103,10 +106,26 @@ def _digest(root, names):
 
 # what the repair drops from the input's timer log, per case
 DROPPED = {"commitlog-cut": {"timer.unit_beyond_truncation": 50},
+           "commitlog-cut-salvage": {"timer.unit_beyond_truncation": 50},
            "torn-timerlog": {"timer.unit_wrong_record": 1}}
+KEPT = {"commitlog-cut": 150, "commitlog-cut-salvage": 150, "torn-timerlog": N_TIMER - 6}
 
 CASES = [("clean", "shutdown"), ("kill9-stale-timercheck", "halt"), ("commitlog-cut", "halt"),
-         ("torn-timerlog", "halt"), ("zeroed-timercheck", "halt"), ("missing-timerwheel", "halt")]
+         ("commitlog-cut-salvage", "halt"), ("torn-timerlog", "halt"), ("zeroed-timercheck", "halt"),
+         ("missing-timerwheel", "halt")]
+
+
+def _deliveries(restarted):
+    """uniq key -> how often the wheel's dequeue chains deliver it; and the chains' misses."""
+    delivered, misses = collections.Counter(), 0
+    for slot in restarted["slots"]:
+        for u in slot["chain"]:
+            if u["msg"] is None or u["msg"]["topic"] != "rmq_sys_wheel_timer":
+                misses += 1
+            else:
+                assert int(u["msg"]["timerOutMs"]) // 1000 * 1000 == slot["timeMs"]
+                delivered[u["msg"]["uniqKey"]] += 1
+    return delivered, misses
 
 
 @pytest.mark.parametrize("case,end", CASES, ids=[c for c, _ in CASES])
@@ -115,14 +134,17 @@ def test_real_timer_store_delivers_every_survivor_once(spark, tmp_path, conf, wr
     store = tmp_path / "input"
     shutil.copytree(src, store)
     cut = _damage(case, store, w["written"])
-    survivors = {m["uniqKey"]: m for m in w["written"] if m["timer"] and (cut is None or m["phy"] < cut)}
-    assert len(survivors) == (150 if cut is not None else N_TIMER)
+    salvage = case.endswith("-salvage")
+    # --salvage re-appends the intact records after the cut (not the one whose CRC fails)
+    survivors = {m["uniqKey"]: m for m in w["written"]
+                 if m["timer"] and (cut is None or m["phy"] < cut or salvage and m["phy"] > cut)}
+    assert len(survivors) == {None: N_TIMER}.get(cut, N_TIMER - 1 if salvage else 150)
 
     out = tmp_path / "repaired"
-    report = recover(spark, str(store), str(out), conf, "5.x")
+    report = recover(spark, str(store), str(out), conf, "5.x", salvage=salvage)
     t = report.timer_store
     assert t is not None and t["dropped"] == DROPPED.get(case, {})
-    assert t["units_kept"] == {"commitlog-cut": 150, "torn-timerlog": N_TIMER - 6}.get(case, N_TIMER)
+    assert t["units_kept"] == KEPT.get(case, N_TIMER)
     restarted = tmp_path / "restarted"
     shutil.copytree(out, restarted)
     before = _digest(out, ["timerlog", "timerwheel"])
@@ -140,12 +162,28 @@ def test_real_timer_store_delivers_every_survivor_once(spark, tmp_path, conf, wr
     if t["units_kept"] == len(survivors):
         assert _digest(restarted, ["timerlog", "timerwheel"]) == before
     # every surviving timer message delivered once by the chains, at its time; nothing else
-    delivered = collections.Counter()
-    for slot in j["slots"]:
-        for u in slot["chain"]:
-            assert u["msg"] is not None, f"slot {slot['timeMs']}: unit at {u['pos']} is a dequeue miss"
-            assert u["msg"]["topic"] == "rmq_sys_wheel_timer"
-            assert int(u["msg"]["timerOutMs"]) // 1000 * 1000 == slot["timeMs"]
-            delivered[u["msg"]["uniqKey"]] += 1
+    delivered, misses = _deliveries(j)
+    assert misses == 0
     assert set(delivered) == set(survivors)
     assert max(delivered.values()) == 1, [k for k, n in delivered.items() if n > 1]
+
+
+@pytest.mark.parametrize("case,end", CASES[:3] + CASES[4:], ids=[c for c, _ in CASES[:3] + CASES[4:]])
+def test_timer_prediction_matches_the_broker_alone(tmp_path, conf, written, case, end):
+    """On the damaged input itself: the predicted resume offset of the timer queue, the messages
+    delivered twice (entries enqueued again) and the dequeue misses (units past the cut or at
+    another record) are what the real broker's restart does."""
+    src, w = written[end]
+    store = tmp_path / "input"
+    shutil.copytree(src, store)
+    _damage(case, store, w["written"])
+    s = open_store(str(store), conf)
+    summaries = s.summaries()
+    tp = predict_timer(s, predict(s, "5.x", summaries=summaries))
+    j = oracle.run(VERSION, "TimerOracle", "restart", store, conf)
+    assert j["timerLoadResult"]
+    assert j["afterRecover"]["currQueueOffset"] == tp.recover.curr_queue_offset
+    delivered, misses = _deliveries(j)
+    assert sum(1 for n in delivered.values() if n == 2) == tp.recover.enqueued_again
+    assert misses == sum(d is not None for d in tp.verdicts.dropped)
+    assert not tp.unreached.any()
