@@ -181,6 +181,16 @@ def scan_timerlog(directory: str, file_size: int) -> TimerLogScan:
                         files, file_size, end, bad_at)
 
 
+def scan_timerlog_file(path: str, file_size: int) -> TimerLogScan:
+    """``scan_timerlog`` of one file alone (what dump prints for it)."""
+    scan = scan_timerlog(os.path.dirname(path), file_size)
+    base = parse_file_name(path)
+    keep = (scan.pos >= base) & (scan.pos < base + file_size)
+    end = min(max(scan.end, base), base + file_size)
+    bad = scan.bad_at if scan.bad_at is not None and base <= scan.bad_at < base + file_size else None
+    return TimerLogScan(scan.units[keep], scan.pos[keep], [(base, path)], file_size, end, bad)
+
+
 def read_wheel(path: str) -> np.ndarray | None:
     """The wheel's slots (SLOT_DTYPE, a private copy), None when there is no file; a file of
     another length is refused as the broker refuses it (``Timer wheel length ... != expected``)."""

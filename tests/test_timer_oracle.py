@@ -18,7 +18,7 @@ import pytest
 
 from jobs.recover import recover
 from store_reader import open_store
-from store_reader.audit.timer import predict_timer
+from store_reader.audit.timer import predict_timer, timer_queue_range
 from store_reader.recovery import predict
 from tests import oracle
 
@@ -179,7 +179,8 @@ def test_timer_prediction_matches_the_broker_alone(tmp_path, conf, written, case
     _damage(case, store, w["written"])
     s = open_store(str(store), conf)
     summaries = s.summaries()
-    tp = predict_timer(s, predict(s, "5.x", summaries=summaries))
+    pred = predict(s, "5.x", summaries=summaries)
+    tp = predict_timer(s, pred.max_phy_offset, timer_queue_range(pred))
     j = oracle.run(VERSION, "TimerOracle", "restart", store, conf)
     assert j["timerLoadResult"]
     assert j["afterRecover"]["currQueueOffset"] == tp.recover.curr_queue_offset

@@ -43,10 +43,17 @@ class TimerPrediction:
     unreached: np.ndarray
 
 
-def predict_timer(store: Store, pred: Prediction, now_ms: int | None = None) -> TimerPrediction | None:
+def timer_queue_range(pred: Prediction) -> tuple[int, int]:
+    """[min, max) of rmq_sys_wheel_timer/0 after the broker's predicted recovery."""
+    state = pred.consume_queues.get((TIMER_TOPIC, 0))
+    return (state.min_offset, state.max_offset) if state else (0, 0)
+
+
+def predict_timer(store: Store, cut: int, queue_range: tuple[int, int],
+                  now_ms: int | None = None) -> TimerPrediction | None:
     """``TimerPrediction`` of a local 5.x store with a timer store (None without one), given the
-    broker's predicted cut and the rmq_sys_wheel_timer queue it keeps. A timerwheel of the wrong
-    length raises (the broker refuses to start)."""
+    broker's truncation point ``cut`` and the [min, max) of the rmq_sys_wheel_timer queue it
+    keeps. A timerwheel of the wrong length raises (the broker refuses to start)."""
     root = store.root
     cfg = store.config
     if not isinstance(root, Path) or not cfg.timerWheelEnable:
@@ -57,16 +64,13 @@ def predict_timer(store: Store, pred: Prediction, now_ms: int | None = None) -> 
     if not (log_dir.is_dir() or wheel_path.exists()):
         return None
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    cut = pred.max_phy_offset
     precision = cfg.timerPrecisionMs
     scan = ts.scan_timerlog(str(log_dir), cfg.mappedFileSizeTimerLog)
     qo = tr.unit_records(store.commitlog_files, scan.units, cut)
     v = tr.judge(scan.units["offset_py"].astype(np.int64), scan.units["size_py"].astype(np.int64), qo, cut)
     wheel = ts.read_wheel(str(wheel_path))
     check = ts.read_timercheck(str(check_path))
-    state = pred.consume_queues.get((TIMER_TOPIC, 0))
-    queue = tr.TimerQueue(qo[qo >= 0], np.zeros(0), np.zeros(0), state.min_offset if state else 0,
-                          state.max_offset if state else 0)
+    queue = tr.TimerQueue(qo[qo >= 0], np.zeros(0), np.zeros(0), *queue_range)
     rec = tr.recover(scan, v, check, queue, cut, now_ms, precision)
     # the wheel as the broker ends its recovery: recoverAndRevise re-links the slots of the units
     # it rescans (from one file before lastTimerLogFlushPos); every other slot is as on disk
@@ -87,10 +91,11 @@ def predict_timer(store: Store, pred: Prediction, now_ms: int | None = None) -> 
     return TimerPrediction(log_dir, check_path, scan, v, check, rec, pending & v.live & ~reached)
 
 
-def timer_findings(store: Store, pred: Prediction, found: Findings, now_ms: int | None = None) -> None:
+def timer_findings(store: Store, cut: int, queue_range: tuple[int, int], found: Findings,
+                   now_ms: int | None = None) -> None:
     """What the timer store holds that the broker's restart gets wrong (``predict_timer``)."""
     try:
-        tp = predict_timer(store, pred, now_ms)
+        tp = predict_timer(store, cut, queue_range, now_ms)
     except StoreReaderError as exc:
         found.add("timer.wheel_file_size", exc.path or store.root, None, str(exc))
         return
@@ -98,13 +103,18 @@ def timer_findings(store: Store, pred: Prediction, found: Findings, now_ms: int 
         return
     scan, v, check, rec, log_dir, check_path = tp.scan, tp.verdicts, tp.check, tp.recover, tp.log_dir, tp.check_path
     found.files_checked += len(scan.files)
+    def where(pos: int) -> tuple[str, int]:
+        """(timerlog file, byte in it) of a log position."""
+        base, path = max(((b, p) for b, p in scan.files if b <= pos), default=(0, str(log_dir)))
+        return path, pos - base
+
     for kind, text in _DROPPED_TEXT.items():
         idx = np.flatnonzero(np.array([d == kind for d in v.dropped], bool))
         if idx.size:
-            found.add(kind, log_dir, int(scan.pos[idx[0]]), f"{idx.size} timer log unit(s) {text}",
+            found.add(kind, *where(int(scan.pos[idx[0]])), f"{idx.size} timer log unit(s) {text}",
                       phy_offset=int(scan.units["offset_py"][idx[0]]), count=int(idx.size))
     if scan.bad_at is not None:
-        found.add("timer.torn_log", log_dir, scan.bad_at,
+        found.add("timer.torn_log", *where(scan.bad_at),
                   f"bytes that are not a timer log unit at log position {scan.bad_at}: the broker's "
                   "recoverAndRevise stops there and truncates the rest (units after it are lost)")
     if not check.exists or check.last_read_time_ms == 0:
@@ -113,7 +123,7 @@ def timer_findings(store: Store, pred: Prediction, found: Findings, now_ms: int 
                   "slot of that week still in the wheel")
     if tp.unreached.any():
         i = int(np.flatnonzero(tp.unreached)[0])
-        found.add("timer.unreachable_unit", log_dir, int(scan.pos[i]),
+        found.add("timer.unreachable_unit", *where(int(scan.pos[i])),
                   f"{int(tp.unreached.sum())} pending timer log unit(s) no slot chain of the wheel reaches "
                   "after the broker's recovery: never delivered", count=int(tp.unreached.sum()))
     if rec.enqueued_again:
