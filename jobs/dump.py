@@ -59,10 +59,11 @@ from pathlib import Path
 from typing import Sequence
 
 from jobs.dumpcommitlog import dump_segment
-from jobs.dumpfiles import dump_checkpoint, dump_config, dump_cq_file, dump_index_file
+from jobs.dumpfiles import (dump_checkpoint, dump_config, dump_cq_file, dump_index_file, dump_timercheck,
+                            dump_timerlog_file, dump_timerwheel)
 from jobs.dumpprint import Printer
 from jobs.dumpstore import dump_overview
-from store_reader.audit import StoreView, verify_store
+from store_reader.audit import StoreView, verify_store, verify_timer
 from store_reader.audit.commitlog import not_a_segment, verify_commitlog
 from store_reader.audit.files import verify_checkpoint, verify_config
 from store_reader.audit.index import open_index, verify_index
@@ -107,10 +108,17 @@ def classify_path(path: Path | StoreLocation) -> StoreFile:
         return StoreFile("consumequeue", path, queue_dir.parent.parent.parent, queue_dir.parent.name, qid)
     if path.name == "checkpoint":
         return StoreFile("checkpoint", path, parent)
+    if parent.name == "timerlog":
+        return StoreFile("timerlog", path, parent.parent)
+    if path.name == "timerwheel":
+        return StoreFile("timerwheel", path, parent)
+    if parent.name == "config" and path.name == "timercheck":
+        return StoreFile("timercheck", path, parent.parent)
     if parent.name == "config" and (path.name.endswith(".json") or path.name.endswith(".json.bak")):
         return StoreFile("config", path, parent.parent)
     raise CannotRead("not a store file: expected commitlog/<file>, consumequeue/<topic>/<queueId>/"
-                     "<file>, index/<file>, checkpoint or config/*.json", path)
+                     "<file>, index/<file>, checkpoint, config/*.json, timerlog/<file>, timerwheel or "
+                     "config/timercheck", path)
 
 
 def verify_file(view: StoreView, sf: StoreFile, index_only: bool) -> Findings:
@@ -127,6 +135,8 @@ def verify_file(view: StoreView, sf: StoreFile, index_only: bool) -> Findings:
         verify_consume_queues(view, found, only=(sf.topic, sf.queue_id))
     elif sf.kind == "checkpoint":
         verify_checkpoint(view.store, found)
+    elif sf.kind in ("timerlog", "timerwheel", "timercheck"):
+        verify_timer(view, found)
     else:
         verify_config(view.store, found, only=sf.path)
     return found.only(sf.path)
@@ -198,6 +208,14 @@ def run(args: argparse.Namespace, p: Printer) -> int:
             dump_index_file(p, f, args.deep, args.max_bytes)
     elif sf.kind == "checkpoint":
         dump_checkpoint(p, target)
+    elif sf.kind in ("timerlog", "timerwheel", "timercheck"):
+        cfg = view.config if view is not None else _broker_config(sf.root, args.broker_config)
+        if sf.kind == "timerlog":
+            dump_timerlog_file(p, target, cfg.mappedFileSizeTimerLog, args.max_bytes)
+        elif sf.kind == "timerwheel":
+            dump_timerwheel(p, target, cfg.timerPrecisionMs)
+        else:
+            dump_timercheck(p, target)
     else:
         dump_config(p, target)
     if not verify:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from jobs.dumpprint import Printer, iso_ms
+from store_reader import timerstore as ts
 from store_reader.audit.files import broker_load
 from store_reader.audit.index import index_entry_position, index_slot_position
 from store_reader.checkpoint import read_checkpoint
@@ -142,3 +143,45 @@ def dump_config(p: Printer, path: Path) -> None:
         verdict = f"refuses to start: {exc}"
     p.emit(f"# the broker loads: {verdict}",
            {"type": "config_load", "file": str(path), "verdict": verdict})
+
+
+# -- the 5.x timer store ------------------------------------------------------------------------------
+
+def dump_timerlog_file(p: Printer, path: Path, file_size: int, max_bytes: int | None) -> None:
+    """One line per unit of one timerlog file, as the broker's recovery walks it."""
+    scan = ts.scan_timerlog_file(str(path), file_size)
+    for u in ts.units_table(scan).to_pylist():
+        if max_bytes is not None and u["pos"] - scan.base + ts.UNIT_SIZE > max_bytes:
+            break
+        p.emit(lambda u=u: f"pos: {u['pos']} prevPos: {u['prev_pos']} magic: {u['magic']} delayedTime: "
+               f"{u['delayed_time_ms']} ({iso_ms(u['delayed_time_ms'])}) writeTime: {u['curr_write_time_ms']} "
+               f"offsetPy: {u['offset_py']} sizePy: {u['size_py']} topicHash: {u['topic_hash']}",
+               {"type": "timer_unit", "file": str(path), **u})
+    p.emit(f"end: log position {scan.end}" + ("" if scan.bad_at is None else
+                                               f", not a unit at {scan.bad_at}: the broker truncates there"),
+           {"type": "timerlog_end", "file": str(path), "end": scan.end, "bad_at": scan.bad_at})
+
+
+def dump_timerwheel(p: Printer, path: Path, precision_ms: int) -> None:
+    """One line per slot in use: its time, first and last unit, count."""
+    wheel = ts.read_wheel(str(path))
+    if wheel is None:
+        raise CannotRead("timer wheel does not exist or is empty", path)
+    for i in np.flatnonzero(wheel["time_slot"] != 0):
+        s = wheel[i]
+        t = int(s["time_slot"]) * precision_ms
+        p.emit(lambda i=i, s=s, t=t: f"slot: {i} time: {t} ({iso_ms(t)}) firstPos: {int(s['first_pos'])} "
+               f"lastPos: {int(s['last_pos'])} num: {int(s['num'])}",
+               {"type": "timer_slot", "file": str(path), "slot": int(i), "time_ms": t,
+                "first_pos": int(s["first_pos"]), "last_pos": int(s["last_pos"]), "num": int(s["num"])})
+
+
+def dump_timercheck(p: Printer, path: Path) -> None:
+    c = ts.read_timercheck(str(path))
+    if not c.exists:
+        raise CannotRead("timercheck does not exist", path)
+    d = c.as_dict()
+    p.emit(f"timercheck: lastReadTimeMs: {c.last_read_time_ms} ({iso_ms(c.last_read_time_ms)}) "
+           f"lastTimerLogFlushPos: {c.last_timer_log_flush_pos} lastTimerQueueOffset: "
+           f"{c.last_timer_queue_offset} masterTimerQueueOffset: {c.master_timer_queue_offset} dataVersion: "
+           f"{c.state_version}/{c.data_timestamp}/{c.data_counter}", {"type": "timercheck", "file": str(path), **d})

@@ -4,8 +4,11 @@ segments with how each ends, the consume queues, the index files' headers, the c
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from jobs.dumpfiles import dump_checkpoint
 from jobs.dumpprint import Printer, iso_ms
+from store_reader import timerstore as ts
 from store_reader.audit.view import StoreView
 from store_reader.checkpoint import lock_status
 from store_reader.consumequeue import CQ_STORE_UNIT_SIZE, list_queues
@@ -68,6 +71,16 @@ def dump_overview(p: Printer, view: StoreView) -> None:
     p.emit(f"abort: {abort} lock: {lock_text}",
            {"type": "process_state", "abort": store.abort_exists, "lock_exists": lock.exists,
             "lock_held": lock.locked, "lock_pid": lock.pid})
+    if isinstance(store.root, Path) and (store.root / ts.TIMERLOG_DIR).is_dir():
+        scan = ts.scan_timerlog(str(store.root / ts.TIMERLOG_DIR), cfg.mappedFileSizeTimerLog)
+        wheel = ts.read_wheel(str(store.root / ts.TIMERWHEEL_FILE))
+        slots = 0 if wheel is None else int((wheel["time_slot"] != 0).sum())
+        delayed = scan.delayed_time_ms()
+        span = f", delayed {iso_ms(int(delayed.min()))}..{iso_ms(int(delayed.max()))}" if len(delayed) else ""
+        p.emit(f"timer store: {len(scan.units)} units in {len(scan.files)} timerlog files (log end "
+               f"{scan.end}{span}), {'no timerwheel' if wheel is None else f'{slots} wheel slots in use'}",
+               {"type": "timer_store", "units": len(scan.units), "files": len(scan.files), "end": scan.end,
+                "bad_at": scan.bad_at, "wheel_slots": None if wheel is None else slots})
     configs = [e for e in list_dir(store.config_dir, "config") if e.is_file()]
     sizes = {e.name: e.size() for e in configs}
     p.emit("config: " + (", ".join(f"{n} ({b} bytes)" for n, b in sizes.items()) or "none"),

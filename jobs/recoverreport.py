@@ -50,6 +50,8 @@ class RunReport:
     salvage: bool = False
     """--salvage: the lost records a producer would send again are re-appended (jobs.salvage)."""
     salvaged: Reappended | None = None
+    timer_store: dict | None = None
+    """What the repair changed in the 5.x timer store (``timerrecovery.RepairedTimerStore``)."""
     records: dict[str, str] = field(default_factory=dict)
     """Where the scan kept each segment's records for the later passes (``store_reader.scanned``)."""
     scan_dir: str | None = None
@@ -114,7 +116,8 @@ def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
             "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
             "prediction": prediction_summary(report.prediction, report),
             "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved},
-            **({"salvaged": report.salvaged.to_manifest()} if report.salvaged is not None else {})}
+            **({"salvaged": report.salvaged.to_manifest()} if report.salvaged is not None else {}),
+            **({"timerStore": report.timer_store} if report.timer_store is not None else {})}
 
 
 def print_report(report: RunReport, out=None) -> None:
@@ -170,6 +173,12 @@ def print_report(report: RunReport, out=None) -> None:
     if report.audit_tables:
         p(f"  audit tables       {os.path.dirname(report.audit_tables[0])} "
           f"({', '.join(os.path.basename(u) for u in report.audit_tables)})", file=out)
+    if report.written and report.timer_store is not None:
+        t = report.timer_store
+        dropped = ", ".join(f"{n} {k}" for k, n in sorted(t["dropped"].items())) or "none dropped"
+        p(f"  timer store        {t['units_kept']} of {t['units_in']} timer log units kept ({dropped}), "
+          f"{t['slots']} wheel slots, timercheck queue offset {t['check_in']['last_timer_queue_offset']}/"
+          f"{t['check_in']['master_timer_queue_offset']} -> {t['queue_offset']}", file=out)
     for line in report.config_left_out:
         p(f"  config left out    {line} (unreadable: the broker falls back to its .bak)", file=out)
     if report.applied_backup:

@@ -34,7 +34,7 @@ from jobs import salvage as salvage_job
 from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
 from jobs.recoverreport import RunReport, manifest
 from jobs.sparkutil import Passes, await_tasks
-from store_reader import placement, publish, recovery, repair, scanned
+from store_reader import placement, publish, recovery, repair, scanned, timerrecovery
 from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
 
@@ -164,6 +164,16 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         for line in report.config_left_out:
             log.warning("config file left out of the repaired store (the broker reads its .bak "
                         "instead): %s", line)
+        if version_5x and isinstance(store.root, Path):
+            # after config/: its timercheck is replaced by one that agrees with the rebuilt log
+            t = time.monotonic()
+            timer = timerrecovery.repair_timer_store(
+                str(store.root), str(tmp), cfg, timerrecovery.timer_queue_of(str(tmp / "consumequeue"),
+                                                                             cfg.cq_file_size), end)
+            if timer is not None:
+                report.timer_store = timer.as_dict()
+                report.log_pass("timer store", t, f"{timer.units_kept} of {timer.units_in} units kept, "
+                                f"queue offset {timer.queue_offset}")
         if not report.keep_consumer_offsets:
             ranges = {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"]) for r in
                       queues.select(["topic", "queue_id", "min_offset", "max_offset"]).to_pylist()}

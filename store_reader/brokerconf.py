@@ -46,6 +46,11 @@ class BrokerConfig:
     brokerRole: str = "ASYNC_MASTER"
     storeType: str = "default"
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
+    timerWheelEnable: bool = True              # 5.x timer store (store-format §16)
+    mappedFileSizeTimerLog: int = 100 * 1024 * 1024
+    timerPrecisionMs: int = 1000
+    timerWheelSnapshotFlush: bool = False      # 5.4+
+    timerRocksDBEnable: bool = False           # 5.4+
     storePathRootDir: str | None = None
     storePathCommitLog: str | None = None
     source: str | None = field(default=None, compare=False)

@@ -11,6 +11,7 @@ from its tasks and its driver (``queues.compare_queue``, ``index.header_problems
 ``queues``     consume queues: the audit's four-view comparison; dump's per-file checks
 ``index``      index files: the audit's header and entry checks; dump's per-file checks
 ``files``      checkpoint and config; ``store_file_findings`` (every check that reads no record)
+``timer``      the 5.x timer store: units against the records, the broker's TimerMessageStore#recover
 ``plan``       the Spark audit's plan (what each task of its one job needs), flush windows at risk
 ``records``    the Spark audit's stage 1: records, index entries and the driver's rows keyed for the shuffle
 ``compare``    the Spark audit's stage 2 (queues compared, index ranges checked) and the merge into tables
@@ -23,6 +24,8 @@ from store_reader.audit.files import verify_checkpoint, verify_config
 from store_reader.audit.index import verify_index
 from store_reader.audit.queues import verify_consume_queues
 from store_reader.audit.report import Findings
+from store_reader.audit.timer import timer_findings
+from store_reader.recordformat import TIMER_TOPIC
 from store_reader.audit.view import StoreView
 
 
@@ -37,7 +40,17 @@ def verify_store(view: StoreView, index_only: bool = False) -> Findings:
     if not index_only:
         verify_checkpoint(view.store, found)
         verify_config(view.store, found)
+        if view.broker_5x:
+            verify_timer(view, found)
     return found
 
 
-__all__ = ["Findings", "StoreView", "verify_store"]
+def verify_timer(view: StoreView, found: Findings) -> None:
+    """The timer store's checks against the recovered commitlog and rmq_sys_wheel_timer queue."""
+    timer = view.queue_records().get((TIMER_TOPIC, 0))
+    queue_range = (int(timer.queue_offset.min()), int(timer.queue_offset.max()) + 1) \
+        if timer is not None and timer.queue_offset.size else (0, 0)
+    timer_findings(view.store, view.max_phy, queue_range, found)
+
+
+__all__ = ["Findings", "StoreView", "verify_store", "verify_timer"]

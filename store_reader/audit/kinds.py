@@ -125,6 +125,36 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("note.crc_unchecked", _S, "note",
          "records failing a CRC the broker does not check (checkCRCOnRecover=false)",
          "commitlog.verify_commitlog, segment_findings"),
+    # the 5.x timer store (store_reader.audit.timer: timer log units against the commitlog's
+    # records, the broker's TimerMessageStore#recover against the rmq_sys_wheel_timer queue)
+    Kind("timer.unit_beyond_truncation", _S, "anomaly",
+         "timer log units pointing at or past the truncation point: the dequeue drops those messages "
+         "silently, or, once the commitlog grows again, delivers another message in their place "
+         "(apache/rocketmq #10668); lost timer messages are lost_messages rows", "timer.timer_findings"),
+    Kind("timer.unit_wrong_record", _S, "anomaly",
+         "timer log units pointing below the cut at bytes that are not the rmq_sys_wheel_timer record "
+         "of that size", "timer.timer_findings"),
+    Kind("timer.duplicate_unit", _S, "anomaly",
+         "a second timer log unit of one timer message: delivered twice (#11047, #6984)",
+         "timer.timer_findings"),
+    Kind("timer.unreachable_unit", _S, "anomaly",
+         "pending timer log units no slot chain of the wheel reaches after the broker's recovery: "
+         "never delivered", "timer.timer_findings"),
+    Kind("timer.enqueued_again", _S, "anomaly",
+         "rmq_sys_wheel_timer entries the broker's recovery makes the enqueue service read again "
+         "although their units exist (a stale or zeroed timercheck): delivered twice",
+         "timer.timer_findings"),
+    Kind("timer.skipped_entries", _S, "anomaly",
+         "rmq_sys_wheel_timer entries without a unit that the broker's recovery resumes after: never "
+         "delivered (#7480)", "timer.timer_findings"),
+    Kind("timer.torn_log", _S, "anomaly",
+         "bytes that are not a unit inside the timer log: the broker truncates it there",
+         "timer.timer_findings"),
+    Kind("timer.wheel_file_size", _S, "anomaly",
+         "a timerwheel of the wrong length: the broker refuses to start", "timer.timer_findings"),
+    Kind("timer.read_time_unknown", _S, "anomaly",
+         "no timercheck read time: the dequeue restarts 7 days back and delivers again what is "
+         "still in the wheel", "timer.timer_findings"),
     # found by jobs.dump --verify only (they need every record of the commitlog on one machine);
     # the audit reports the same facts in other terms where it can
     Kind("index.no_record", _D, "anomaly",

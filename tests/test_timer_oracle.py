@@ -1,0 +1,190 @@
+"""The repaired 5.x timer store, checked by the real broker (issue 32).
+
+Stores written by the real 5.3.3 DefaultMessageStore + TimerMessageStore through the project's
+oracle (``compat/src/v5/TimerOracle.java``: the broker's put hook reroutes timer messages to
+rmq_sys_wheel_timer), damaged, repaired by ``jobs.recover``, then the real TimerMessageStore is
+restarted on each repaired store: it loads, its recovery and enqueue change nothing, and the
+dequeue chains of the wheel deliver every surviving timer message exactly once. About 40 s.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import shutil
+import struct
+
+import pytest
+
+from jobs.recover import recover
+from store_reader import open_store
+from store_reader.audit.timer import predict_timer, timer_queue_range
+from store_reader.recovery import predict
+from tests import oracle
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.oracle]
+
+VERSION = "5.3.3"
+# a long timerFlushIntervalMs: the harness's one flush at half the messages is what the files
+# hold, the stale timercheck (and timerwheel) a kill -9 leaves
+BROKER_CONF = """\
+timerWheelEnable=true
+mappedFileSizeTimerLog=8192
+mappedFileSizeCommitLog=131072
+mappedFileSizeConsumeQueue=2000
+timerFlushIntervalMs=3600000
+flushDiskType=ASYNC_FLUSH
+brokerRole=ASYNC_MASTER
+"""
+N_TIMER, N_NORMAL = 200, 100
+UNIT = 52
+
+
+@pytest.fixture(scope="module")
+def conf(tmp_path_factory):
+    path = tmp_path_factory.mktemp("timer-conf") / "broker.conf"
+    path.write_text(BROKER_CONF)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory, conf):
+    """(store, what the writer reports) per way the writer ended: halt (kill -9) or shutdown."""
+    out = {}
+    for seed, end in ((11, "halt"), (12, "shutdown")):
+        store = tmp_path_factory.mktemp(f"timer-{end}") / "store"
+        out[end] = (store, oracle.run(VERSION, "TimerOracle", "write", store, conf, N_TIMER, N_NORMAL, seed, end))
+        assert out[end][1]["enqueuedAll"]
+    return out
+
+
+def _flip_crc_of(store, written, index):
+    """Damage the body CRC of the index-th timer message: the broker's recovery cuts there."""
+    w = [m for m in written if m["timer"]][index]
+    seg = w["phy"] // 131072 * 131072
+    with open(store / "commitlog" / f"{seg:020d}", "r+b") as fh:
+        fh.seek(w["phy"] - seg + 8)
+        crc = fh.read(4)
+        fh.seek(w["phy"] - seg + 8)
+        fh.write(bytes(b ^ 0xFF for b in crc))
+    return w["phy"]
+
+
+def _tear_timerlog(store):
+    """Zero the timer log from the offset_py field of the sixth last unit on: a unit whose size
+    and magic are valid but points nowhere, then nothing."""
+    files = sorted((store / "timerlog").iterdir())
+    last = files[-1]
+    data = bytearray(last.read_bytes())
+    n = next(i for i in range(0, len(data), UNIT) if data[i:i + UNIT] == bytes(UNIT)) // UNIT
+    start = (n - 6) * UNIT + 28
+    data[start:] = bytes(len(data) - start)
+    last.write_bytes(bytes(data))
+
+
+def _damage(case, store, written):
+    """The damaged input of ``case``; returns the cut the damage causes (None: none)."""
+    if case.startswith("commitlog-cut"):
+        return _flip_crc_of(store, written, 150)
+    if case == "torn-timerlog":
+        _tear_timerlog(store)
+    elif case == "zeroed-timercheck":
+        (store / "config" / "timercheck").write_bytes(bytes(4096))
+    elif case == "missing-timerwheel":
+        (store / "timerwheel").unlink()
+    return None
+
+
+def _digest(root, names):
+    h = {}
+    for name in names:
+        p = root / name
+        for f in sorted(p.iterdir()) if p.is_dir() else [p]:
+            h[str(f.relative_to(root))] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return h
+
+
+# what the repair drops from the input's timer log, per case
+DROPPED = {"commitlog-cut": {"timer.unit_beyond_truncation": 50},
+           "commitlog-cut-salvage": {"timer.unit_beyond_truncation": 50},
+           "torn-timerlog": {"timer.unit_wrong_record": 1}}
+KEPT = {"commitlog-cut": 150, "commitlog-cut-salvage": 150, "torn-timerlog": N_TIMER - 6}
+
+CASES = [("clean", "shutdown"), ("kill9-stale-timercheck", "halt"), ("commitlog-cut", "halt"),
+         ("commitlog-cut-salvage", "halt"), ("torn-timerlog", "halt"), ("zeroed-timercheck", "halt"),
+         ("missing-timerwheel", "halt")]
+
+
+def _deliveries(restarted):
+    """uniq key -> how often the wheel's dequeue chains deliver it; and the chains' misses."""
+    delivered, misses = collections.Counter(), 0
+    for slot in restarted["slots"]:
+        for u in slot["chain"]:
+            if u["msg"] is None or u["msg"]["topic"] != "rmq_sys_wheel_timer":
+                misses += 1
+            else:
+                assert int(u["msg"]["timerOutMs"]) // 1000 * 1000 == slot["timeMs"]
+                delivered[u["msg"]["uniqKey"]] += 1
+    return delivered, misses
+
+
+@pytest.mark.parametrize("case,end", CASES, ids=[c for c, _ in CASES])
+def test_real_timer_store_delivers_every_survivor_once(spark, tmp_path, conf, written, case, end):
+    src, w = written[end]
+    store = tmp_path / "input"
+    shutil.copytree(src, store)
+    cut = _damage(case, store, w["written"])
+    salvage = case.endswith("-salvage")
+    # --salvage re-appends the intact records after the cut (not the one whose CRC fails)
+    survivors = {m["uniqKey"]: m for m in w["written"]
+                 if m["timer"] and (cut is None or m["phy"] < cut or salvage and m["phy"] > cut)}
+    assert len(survivors) == {None: N_TIMER}.get(cut, N_TIMER - 1 if salvage else 150)
+
+    out = tmp_path / "repaired"
+    report = recover(spark, str(store), str(out), conf, "5.x", salvage=salvage)
+    t = report.timer_store
+    assert t is not None and t["dropped"] == DROPPED.get(case, {})
+    assert t["units_kept"] == KEPT.get(case, N_TIMER)
+    restarted = tmp_path / "restarted"
+    shutil.copytree(out, restarted)
+    before = _digest(out, ["timerlog", "timerwheel"])
+    j = oracle.run(VERSION, "TimerOracle", "restart", restarted, conf)
+
+    # it loads, and its recovery resumes the enqueue where the repair said
+    assert j["loadResult"] and j["timerLoadResult"], j
+    rec, enq = j["afterRecover"], j["afterEnqueue"]
+    assert rec["currQueueOffset"] == t["queue_offset"]
+    # its recovery drops no unit; the enqueue appends exactly the survivors without one (a torn
+    # log's tail) and none again; where every survivor kept its unit, no byte changes
+    assert j["unitsAfterRecover"] == t["units_kept"]
+    assert enq["currQueueOffset"] == enq["timerQueueMax"] == len(survivors)
+    assert len(j["units"]) == len(survivors)
+    if t["units_kept"] == len(survivors):
+        assert _digest(restarted, ["timerlog", "timerwheel"]) == before
+    # every surviving timer message delivered once by the chains, at its time; nothing else
+    delivered, misses = _deliveries(j)
+    assert misses == 0
+    assert set(delivered) == set(survivors)
+    assert max(delivered.values()) == 1, [k for k, n in delivered.items() if n > 1]
+
+
+@pytest.mark.parametrize("case,end", CASES[:3] + CASES[4:], ids=[c for c, _ in CASES[:3] + CASES[4:]])
+def test_timer_prediction_matches_the_broker_alone(tmp_path, conf, written, case, end):
+    """On the damaged input itself: the predicted resume offset of the timer queue, the messages
+    delivered twice (entries enqueued again) and the dequeue misses (units past the cut or at
+    another record) are what the real broker's restart does."""
+    src, w = written[end]
+    store = tmp_path / "input"
+    shutil.copytree(src, store)
+    _damage(case, store, w["written"])
+    s = open_store(str(store), conf)
+    summaries = s.summaries()
+    pred = predict(s, "5.x", summaries=summaries)
+    tp = predict_timer(s, pred.max_phy_offset, timer_queue_range(pred))
+    j = oracle.run(VERSION, "TimerOracle", "restart", store, conf)
+    assert j["timerLoadResult"]
+    assert j["afterRecover"]["currQueueOffset"] == tp.recover.curr_queue_offset
+    delivered, misses = _deliveries(j)
+    assert sum(1 for n in delivered.values() if n == 2) == tp.recover.enqueued_again
+    assert misses == sum(d is not None for d in tp.verdicts.dropped)
+    assert not tp.unreached.any()
