@@ -46,6 +46,7 @@ from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
 from jobs.taskerrors import reports_store_errors
 from store_reader import open_store, publish, recovery
 from store_reader import scanned as scanned_records
+from store_reader.audit import offsets
 from store_reader.audit import state as audit_state
 from store_reader.commitlog import SegmentSummary
 from store_reader.exceptions import StoreReaderError
@@ -167,12 +168,9 @@ def print_audit(run: AuditRun, audit_path: str | None, out=None) -> None:
             print(f"  {s.end_reason:<18} {s.path} @ byte {s.valid_bytes} ({s.end_check}); "
                   f"{s.records_after_cut} intact records behind it", file=out)
         fnd.print_summary(run.findings, out)
-        co = run.findings.tables.get("consumer_offset_findings")
-        if co is not None and co.num_rows:
-            risk = co.filter(co["at_risk"])
-            print(f"  consumer offsets   {co.num_rows} committed, {risk.num_rows} at risk "
-                  f"({pc.sum(risk['redelivered']).as_py() or 0} redelivered, "
-                  f"{pc.sum(risk['skipped']).as_py() or 0} skipped)", file=out)
+        for i, line in enumerate(offsets.describe(offsets.offset_facts(
+                run.findings.tables.get("consumer_offset_findings")))):
+            print(f"  {'consumer offsets' if i == 0 else '':<18} {line}", file=out)
     if run.written:
         print(f"  audit tables       {audit_path} ({', '.join(sorted(run.tables))})", file=out)
 

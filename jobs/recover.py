@@ -49,7 +49,6 @@ from pathlib import Path
 
 from store_reader import open_store, publish, recovery, repair, scanned
 from store_reader.audit import state as audit_state
-from store_reader.config import read_consumer_offsets
 from store_reader.store import Store
 from jobs import audittables
 from jobs import salvage as salvage_job
@@ -130,9 +129,6 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
                                 records=scanned.prefix_source(scan.records, opts),
                                 puts=scanned.prefix_puts(scan.records), on_cut=cut_known, scratch=kept)
         replayed.set()
-        if pred.load_result:
-            offsets = read_consumer_offsets(store.root).value
-            report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)
         report.log_pass("plan", scan_done, f"{pred.recovery_path} path, start {pred.start_file}, "
                         f"truncation point {pred.max_phy_offset}")
         report.count_reads(store.config, writing)
