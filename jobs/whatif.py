@@ -183,12 +183,12 @@ def print_side_by_side(doc: dict, out) -> None:
                "commitlog files": f"{len(p['commitLogFiles'])} kept, {len(p['deletedCommitLogFiles'])} deleted",
                "records lost": s["recordsLost"], "queues kept": len(s["queues"])}
         for f in s["consumerOffsetFacts"]:       # the words of store_reader.audit.offsets.sentence
-            name = f["file"] + (" (fallback)" if f["file"].endswith(".bak") else "")
-            out[name] = f"{f['committed']} committed offsets"
-            out[f"  {name[:16]}: moved at the next pull"] = \
-                f"{f['groupsMoved']} group(s) / {f['queuesMoved']} queue(s)"
-            out[f"  {name[:16]}: messages redelivered"] = f["redelivered"]
-            out[f"  {name[:16]}: skipped"] = f["skipped"]
+            bak = f["file"].endswith(".bak")
+            out[f["file"] + (" (fallback)" if bak else "")] = f"{f['committed']} committed offsets"
+            sub = "  .bak: " if bak else "  "
+            out[f"{sub}moved at the next pull"] = f"{f['groupsMoved']} group(s) / {f['queuesMoved']} queue(s)"
+            out[f"{sub}messages redelivered"] = f["redelivered"]
+            out[f"{sub}skipped"] = f["skipped"]
         out["status"] = s["status"]
         return out
 
