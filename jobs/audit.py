@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import audittables
+from jobs import audittables, htmlreport
 from jobs import findings as fnd
 from jobs.deltasink import read_table, store_id_for
 from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
@@ -210,7 +210,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", action="store_true",
                     help="print the prediction, consumer offsets and findings as JSON")
     ap.add_argument("--scan-dir", help=SCAN_DIR_HELP)
+    ap.add_argument("--report", metavar="FILE.html",
+                    help="write the audit as one self-contained HTML page (no network, figures inline)")
     args = ap.parse_args(argv)
+    if args.broker_version == "both" and args.report:
+        ap.error("--report pages one version's audit: not with --broker-version both")
     if args.broker_version == "both" and args.since_last:
         # each version's run would carry the other's scan summaries over
         ap.error("--since-last audits one version: it cannot be used with --broker-version both")
@@ -226,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from jobs import whatif
 
+    if args.report:
+        htmlreport.check_target(args.report, args.store)
     spark = get_spark("rocketmq-audit", session=False)
     versions = whatif.VERSIONS if args.broker_version == "both" else [args.broker_version]
     runs = [run_audit(spark, args.store, args.audit_path, args.broker_config, v, args.since_last, args.scan_dir)
@@ -238,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                   for s in sides}}, indent=2))
     else:
         print_audit(runs[0], args.audit_path)
+    if args.report:
+        page = htmlreport.write(args.report, htmlreport.audit_page(runs[0], args.store))
+        print(f"  report             {page}", file=sys.stderr if args.json else sys.stdout)
     for r in runs:
         for problem in r.prediction.load_problems:
             print(f"warning: the broker ({r.prediction.broker_version}) would not start on this store: "

@@ -57,6 +57,8 @@ class RunReport:
     """The run's scan directory: the kept records, and the tables its passes exchange (``jobs.exchange``)."""
     scans: dict[str, float] = field(default_factory=dict)
     """Per segment: how often the run walked its bytes (1: once)."""
+    html_report: str | None = None
+    """The run's page (``jobs.htmlreport``), once written."""
 
     @property
     def offset_facts(self) -> list[offsets.OffsetFacts]:
@@ -128,7 +130,9 @@ def dry_run_header(report: RunReport) -> list[str]:
     """A dry run's first lines: that it wrote nothing (but the audit tables, when asked for), and
     what the real run would write."""
     pred = report.prediction
-    wrote = f" but the audit tables ({os.path.dirname(report.audit_tables[0])})" if report.audit_tables else ""
+    written = ([f"the audit tables ({os.path.dirname(report.audit_tables[0])})"] if report.audit_tables else []) + \
+        ([f"the report page ({report.html_report})"] if report.html_report else [])
+    wrote = f" but {' and '.join(written)}" if written else ""
     target = report.out or "the --out directory"
     if report.keep_consumer_offsets:
         moved = "kept as they are"
@@ -207,5 +211,7 @@ def print_report(report: RunReport, out=None) -> None:
           f"{report.applied_backup}", file=out)
     elif report.written:
         p(f"  repaired store     {report.out}", file=out)
+    if report.html_report:
+        p(f"  report             {report.html_report}", file=out)
     if report.written and report.salvaged is not None:
         print_reappended(report.salvaged, out)
