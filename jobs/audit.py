@@ -39,13 +39,14 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import audittables
+from jobs import audittables, htmlreport
 from jobs import findings as fnd
 from jobs.deltasink import read_table, store_id_for
 from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
 from jobs.taskerrors import reports_store_errors
 from store_reader import open_store, publish, recovery
 from store_reader import scanned as scanned_records
+from store_reader.audit import offsets
 from store_reader.audit import state as audit_state
 from store_reader.commitlog import SegmentSummary
 from store_reader.exceptions import StoreReaderError
@@ -170,12 +171,9 @@ def print_audit(run: AuditRun, audit_path: str | None, out=None) -> None:
             print(f"  {s.end_reason:<18} {s.path} @ byte {s.valid_bytes} ({s.end_check}); "
                   f"{s.records_after_cut} intact records behind it", file=out)
         fnd.print_summary(run.findings, out)
-        co = run.findings.tables.get("consumer_offset_findings")
-        if co is not None and co.num_rows:
-            risk = co.filter(co["at_risk"])
-            print(f"  consumer offsets   {co.num_rows} committed, {risk.num_rows} at risk "
-                  f"({pc.sum(risk['redelivered']).as_py() or 0} redelivered, "
-                  f"{pc.sum(risk['skipped']).as_py() or 0} skipped)", file=out)
+        for i, line in enumerate(offsets.describe(offsets.offset_facts(
+                run.findings.tables.get("consumer_offset_findings")))):
+            print(f"  {'consumer offsets' if i == 0 else '':<18} {line}", file=out)
     if run.written:
         print(f"  audit tables       {audit_path} ({', '.join(sorted(run.tables))})", file=out)
 
@@ -215,7 +213,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", action="store_true",
                     help="print the prediction, consumer offsets and findings as JSON")
     ap.add_argument("--scan-dir", help=SCAN_DIR_HELP)
+    ap.add_argument("--report", metavar="FILE.html",
+                    help="write the audit as one self-contained HTML page (no network, figures inline)")
     args = ap.parse_args(argv)
+    if args.broker_version == "both" and args.report:
+        ap.error("--report pages one version's audit: not with --broker-version both")
     if args.broker_version == "both" and args.since_last:
         # each version's run would carry the other's scan summaries over
         ap.error("--since-last audits one version: it cannot be used with --broker-version both")
@@ -231,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from jobs import whatif
 
+    if args.report:
+        htmlreport.check_target(args.report, args.store)
     spark = get_spark("rocketmq-audit", session=False)
     versions = whatif.VERSIONS if args.broker_version == "both" else [args.broker_version]
     runs = [run_audit(spark, args.store, args.audit_path, args.broker_config, v, args.since_last, args.scan_dir)
@@ -243,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                   for s in sides}}, indent=2))
     else:
         print_audit(runs[0], args.audit_path)
+    if args.report:
+        page = htmlreport.write(args.report, htmlreport.audit_page(runs[0], args.store))
+        print(f"  report             {page}", file=sys.stderr if args.json else sys.stdout)
     for r in runs:
         for problem in r.prediction.load_problems:
             print(f"warning: the broker ({r.prediction.broker_version}) would not start on this store: "

@@ -74,8 +74,7 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
         t = time.monotonic()
         report.findings = fnd.audit(spark, store, pred, report.summaries, records=report.records or None,
                                     work_dir=report.scan_dir, on_lost=on_lost)
-        report.log_pass("audit", t, ", ".join(f"{v} {k}" for k, v in
-                                              fnd.alerting_counts(report.findings).items()))
+        report.log_pass("audit", t, fnd.count_line(report.findings))
 
     if out is None:
         audit(None)

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from jobs.exchange import exchange
 from store_reader import recovery
+from store_reader.audit import offsets
 from store_reader.audit.compare import audit_partition, audit_tables, lost_table
 from store_reader.audit.files import store_file_findings
 from store_reader.audit.kinds import INDEX_KINDS, INFO_KINDS, QUEUE_KINDS
@@ -104,9 +105,18 @@ def alerting_counts(f: Findings) -> dict[str, int]:
         if q.num_rows else 0,
         "index_findings": f.count("index_findings"),
         "lost_messages": f.count("lost_messages"),
-        "consumer_offsets_at_risk": f.count("consumer_offset_findings", lambda t: t["at_risk"]),
+        "consumer_offsets_at_risk": sum(x.at_risk for x in offsets.offset_facts(f.tables.get("consumer_offset_findings"))),
         "store_findings": f.count("store_findings", lambda t: pc.equal(t["severity"], "anomaly")),
     }
+
+
+def count_line(f: Findings) -> str:
+    """The alerting counts in a few words (a pass line); the consumer offsets in the words of
+    ``store_reader.audit.offsets``, not as a count of their own."""
+    counts = alerting_counts(f)
+    counts.pop("consumer_offsets_at_risk")
+    facts = offsets.offset_facts(f.tables.get("consumer_offset_findings"))
+    return ", ".join([*(f"{v} {k}" for k, v in counts.items()), f"consumer offsets: {offsets.short(facts)}"])
 
 
 def bad_segments(summaries: Sequence[SegmentSummary]) -> list[SegmentSummary]:

@@ -49,9 +49,8 @@ from pathlib import Path
 
 from store_reader import apply, open_store, publish, recovery, repair, scanned
 from store_reader.audit import state as audit_state
-from store_reader.config import read_consumer_offsets
 from store_reader.store import Store
-from jobs import audittables
+from jobs import audittables, htmlreport
 from jobs import salvage as salvage_job
 from jobs.deltasink import store_id_for
 from jobs.recoverreport import RunReport, prediction_summary, print_report
@@ -130,9 +129,6 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
                                 records=scanned.prefix_source(scan.records, opts),
                                 puts=scanned.prefix_puts(scan.records), on_cut=cut_known, scratch=kept)
         replayed.set()
-        if pred.load_result:
-            offsets = read_consumer_offsets(store.root).value
-            report.offset_checks = recovery.consumer_offset_checks(pred, store.config, offsets)
         report.log_pass("plan", scan_done, f"{pred.recovery_path} path, start {pred.start_file}, "
                         f"truncation point {pred.max_phy_offset}")
         report.count_reads(store.config, writing)
@@ -197,6 +193,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "exports with replay=send) to the repaired store, at new phy and queue offsets, "
                          "dispatched into its consume queues and index; MANIFEST.json and the "
                          "salvaged_messages audit table say where each went")
+    ap.add_argument("--report", metavar="FILE.html",
+                    help="write the run as one self-contained HTML page (no network, figures inline) to "
+                         "FILE.html; default with --out: <out>.report.html beside the repaired store")
     ap.add_argument("--json", action="store_true", help="print the prediction as JSON")
     ap.add_argument("--demo", metavar="DIR",
                     help="make a sample store with a simulated crash in DIR and recover it")
@@ -213,6 +212,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--link places a repaired store's commitlog: it needs --out, not --dry-run")
     if args.broker_version == "both" and (not args.dry_run or args.demo):
         ap.error("--broker-version both is a what-if: it needs --dry-run")
+    if args.broker_version == "both" and args.report:
+        ap.error("--report pages one version's run: not with --broker-version both")
     return args
 
 
@@ -253,10 +254,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{refused[0].prediction.load_problems[0]}", file=sys.stderr)
             return 2
         return 0
+    page = args.report or (f"{os.path.abspath(args.out)}.report.html"
+                           if args.out and not args.dry_run and not publish.is_uri(args.out) else None)
+    if args.report:             # the default, beside --out, is checked with it
+        htmlreport.check_target(args.report, args.store)
     report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                      args.dry_run, args.overwrite, args.backup if args.apply else None,
                      args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.scan_dir,
                      args.link, args.salvage)
+    if page:
+        report.html_report = htmlreport.write(page, htmlreport.recover_page(report))
     if args.json:
         print(json.dumps(prediction_summary(report.prediction, report), indent=2))
     else:

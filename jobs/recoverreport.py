@@ -13,6 +13,7 @@ from pathlib import Path
 from jobs import findings as fnd
 from jobs.salvage import print_reappended
 from store_reader import publish, recovery, scanned
+from store_reader.audit import offsets
 from store_reader.brokerconf import BrokerConfig
 from store_reader.commitlog import SegmentSummary
 from store_reader.fsutil import walk_files
@@ -21,6 +22,7 @@ from store_reader.store import Store
 
 # the recovery run's pass lines, under the job's name like the rebuilds' (``jobs.rebuild``)
 log = logging.getLogger("jobs.recover")
+LIST_LIMIT = 10         # moved offsets listed in the printed report (all of them: the audit table)
 
 
 @dataclass
@@ -31,7 +33,6 @@ class RunReport:
     broker_version: str
     prediction: recovery.Prediction
     summaries: list[SegmentSummary]
-    offset_checks: list[recovery.OffsetCheck] = field(default_factory=list)
     passes: list[tuple[str, float, str]] = field(default_factory=list)
     written: bool = False
     applied_backup: str | None = None
@@ -58,6 +59,14 @@ class RunReport:
     """The run's scan directory: the kept records, and the tables its passes exchange (``jobs.exchange``)."""
     scans: dict[str, float] = field(default_factory=dict)
     """Per segment: how often the run walked its bytes (1: once)."""
+    html_report: str | None = None
+    """The run's page (``jobs.htmlreport``), once written."""
+
+    @property
+    def offset_facts(self) -> list[offsets.OffsetFacts]:
+        """The committed offsets' counts per file (``store_reader.audit.offsets``)."""
+        rows = self.findings.tables.get("consumer_offset_findings") if self.findings is not None else None
+        return offsets.offset_facts(rows)
 
     def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
         secs = (time.monotonic() if ended is None else ended) - started
@@ -120,10 +129,33 @@ def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
             **({"timerStore": report.timer_store} if report.timer_store is not None else {})}
 
 
+def dry_run_header(report: RunReport) -> list[str]:
+    """A dry run's first lines: that it wrote nothing (but the audit tables, when asked for), and
+    what the real run would write."""
+    pred = report.prediction
+    written = ([f"the audit tables ({os.path.dirname(report.audit_tables[0])})"] if report.audit_tables else []) + \
+        ([f"the report page ({report.html_report})"] if report.html_report else [])
+    wrote = f" but {' and '.join(written)}" if written else ""
+    target = report.out or "the --out directory"
+    if report.keep_consumer_offsets:
+        moved = "kept as they are"
+    else:
+        moved = "moved " + offsets.per_file({f.source: f.repaired for f in report.offset_facts})
+    return [f"DRY RUN: nothing was written{wrote}; the input store is never written.",
+            f"  the real run would write a repaired store to {target}: the commitlog cut at phy "
+            f"{pred.max_phy_offset} ({len(pred.commitlog_files)} files kept, "
+            f"{len(pred.deleted_commitlog_files)} dropped), consume queues and index files rebuilt "
+            f"from every record below the cut, a consistent checkpoint, no abort file, committed "
+            f"consumer offsets {moved}, and MANIFEST.json"]
+
+
 def print_report(report: RunReport, out=None) -> None:
     out = out or sys.stdout
     pred = report.prediction
     p = print
+    if not report.written:
+        for line in dry_run_header(report):
+            p(line, file=out)
     p(f"run {report.run_id}: store {report.store} (broker {report.broker_version})", file=out)
     if not pred.load_result:
         p("  the broker would REFUSE to start on this store as it is:", file=out)
@@ -156,17 +188,19 @@ def print_report(report: RunReport, out=None) -> None:
               f"{s.records_after_cut} intact records behind it", file=out)
     p(f"  records lost       {lost} intact records behind a bad one", file=out)
     p(f"  consume queues     {len(pred.consume_queues)} after the broker's recovery", file=out)
-    moved = [c for c in report.offset_checks if c.status not in ("FOUND", "OFFSET_OVERFLOW_ONE")]
-    p(f"  consumer offsets   {len(report.offset_checks)} committed, {len(moved)} the broker would "
-      f"move at the next pull", file=out)
-    for c in moved[:10]:
-        p(f"    {c.group}@{c.topic}/{c.queue_id}: committed {c.committed_offset} -> {c.status}, "
-          f"next {c.next_begin_offset} (queue {c.min_offset}..{c.max_offset})", file=out)
+    facts = report.offset_facts
+    if report.findings is not None and pred.load_result:
+        for i, line in enumerate(offsets.describe(facts)):
+            p(f"  {'consumer offsets' if i == 0 else '':<18} {line}", file=out)
+        for r in offsets.moved_rows(report.findings.tables.get("consumer_offset_findings"))[:LIST_LIMIT]:
+            p(f"    {r['group']}@{r['topic']}/{r['queue_id']}: committed {r['committed_offset']} -> {r['status']}, "
+              f"next {r['next_begin_offset']} (queue {r['min_after']}..{r['max_after']})", file=out)
     if report.written and report.keep_consumer_offsets:
         p("  repaired offsets   kept as they were (--keep-consumer-offsets)", file=out)
     elif report.written:
-        p(f"  repaired offsets   {len(report.offsets_moved)} moved where the repaired queues serve "
-          f"them (originals in MANIFEST.json)", file=out)
+        p(f"  repaired offsets   moved where the repaired queues serve them: "
+          f"{offsets.per_file(offsets.repaired_per_file(report.offsets_moved, facts))} "
+          f"(originals in MANIFEST.json)", file=out)
     if report.findings is not None:
         p("  audit", file=out)
         fnd.print_summary(report.findings, out)
@@ -186,7 +220,7 @@ def print_report(report: RunReport, out=None) -> None:
           f"{report.applied_backup}", file=out)
     elif report.written:
         p(f"  repaired store     {report.out}", file=out)
-    elif report.out:
-        p("  dry run: nothing written", file=out)
+    if report.html_report:
+        p(f"  report             {report.html_report}", file=out)
     if report.written and report.salvaged is not None:
         print_reappended(report.salvaged, out)

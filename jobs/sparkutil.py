@@ -18,7 +18,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from jobs import cds
+from jobs import cds, console
 from jobs.taskerrors import quiet_task_failures
 from store_reader import publish
 
@@ -44,6 +44,7 @@ def read_conf(path: str | os.PathLike[str]) -> dict[str, str]:
 def configure_logging() -> None:
     """The jobs' log on stderr: their own lines at INFO, py4j's at WARNING (at INFO it logs a line
     each time one of its connections closes, which interleaves with the jobs' pass lines)."""
+    console.separate_streams()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
@@ -58,14 +59,28 @@ def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str
     start another Python that lacks this project's packages), and the driver JVM uses the
     class-data-sharing archive when there is one (``jobs.cds``).
     """
-    from pyspark import SparkConf, SparkContext
-    from pyspark.sql import SparkSession
-
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
+    # no session before pyspark is imported: a job's mistakes are found without importing it
+    if "pyspark.sql" in sys.modules:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            return active
+    if not session:
+        return JobSpark(functools.partial(_context, app_name, conf_file, extra))
+    from pyspark.sql import SparkSession
+
+    _context(app_name, conf_file, extra)
+    return SparkSession.builder.getOrCreate()
+
+
+def _context(app_name: str, conf_file: str | os.PathLike[str] | None, extra: dict[str, str] | None):
+    """Start the SparkContext (``get_spark``'s settings), the JVM's start-up lines kept off the
+    console (``jobs.console``)."""
+    from pyspark import SparkConf, SparkContext
+
     conf = SparkConf().setAppName(app_name)
     if "SPARK_SUBMIT_OPTS" not in os.environ and not os.environ.get("SPARK_ENV_LOADED"):
         conf.setAll(list(embedded_settings(conf_file, extra).items()))
@@ -80,22 +95,34 @@ def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str
     # it (NumpyArrayConverter): imported here while this thread waits for the JVM to start
     threading.Thread(target=importlib.import_module, args=("pyspark.testing.utils",),
                      name="pyspark-imports", daemon=True).start()
-    sc = SparkContext.getOrCreate(conf)
+    conf.setIfMissing("spark.ui.showConsoleProgress", console.progress_bar())
+    started = time.monotonic()
+    with console.quiet_jvm_start():
+        sc = SparkContext.getOrCreate(conf)
     quiet_task_failures(sc)
-    return SparkSession.builder.getOrCreate() if session else JobSpark(sc)
+    logging.getLogger("jobs.sparkutil").info("spark started in %.2fs (%s, %d cores)", time.monotonic() - started,
+                                             sc.master, sc.defaultParallelism)
+    return sc
 
 
 class JobSpark:
-    """A batch job's Spark: its SparkContext at once, a SparkSession only once something asks.
+    """A batch job's Spark: its SparkContext once a pass needs it, a SparkSession only once
+    something asks.
 
-    The recovery, audit and replica jobs run RDD tasks; they use a SparkSession only to hand rows
-    to delta-spark's writer. Spark 4 spends about a second of driver JVM time building one (it
-    registers its ML functions through Scala reflection), on every run's critical path. Anything
-    but ``sparkContext`` is the session's, which is built on first use.
+    Nothing starts before the first use: a job checks its input and outputs first, so a mistake is
+    reported before the JVM starts (in a fraction of the time). The recovery, audit and replica
+    jobs run RDD tasks; they use a SparkSession only to hand rows to delta-spark's writer. Spark 4
+    spends about a second of driver JVM time building one (it registers its ML functions through
+    Scala reflection), on every run's critical path. Anything but ``sparkContext`` is the
+    session's, which is built on first use.
     """
 
-    def __init__(self, sc) -> None:
-        self.sparkContext = sc
+    def __init__(self, start) -> None:
+        self._start = start
+
+    @functools.cached_property
+    def sparkContext(self):
+        return self._start()
 
     @functools.cached_property
     def session(self):
@@ -109,7 +136,7 @@ class JobSpark:
     def stop(self) -> None:
         if "session" in self.__dict__:
             self.session.stop()
-        else:
+        elif "sparkContext" in self.__dict__:
             self.sparkContext.stop()
 
 
@@ -142,8 +169,11 @@ def embedded_settings(conf_file: str | os.PathLike[str] | None = None,
     settings.update(extra or {})
     if "spark.local.dir" not in settings and not os.environ.get("SPARK_LOCAL_DIRS"):
         settings["spark.local.dir"] = _local_dir()
-    archive = cds.archive_path()
     options = settings.get(JAVA_OPTIONS, "")
+    if "log4j2.configurationFile" not in options:   # Spark's loggers at WARN, its start-up lines off
+        options = f"{options} -Dlog4j2.configurationFile={(SPARK_CONF_DIR / 'log4j2.properties').as_uri()}"
+    settings[JAVA_OPTIONS] = options.strip()
+    archive = cds.archive_path()
     if archive is not None and cds.archive_ready(archive) and "Archive" not in options:
         settings[JAVA_OPTIONS] = f"{options} -XX:SharedArchiveFile={archive}".strip()
     return settings

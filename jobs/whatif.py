@@ -17,10 +17,11 @@ from typing import Any, Sequence
 from jobs import findings as fnd
 from jobs.recoverreport import prediction_summary
 from store_reader import recovery
+from store_reader.audit import offsets
 from store_reader.commitlog import SegmentSummary
 
 VERSIONS = (recovery.V49, recovery.V5X)
-# a committed offset a pull serves as it is; any other status moves it (R§9.2)
+# a committed offset a pull serves as it is; the others are compared between the versions
 _SERVED = ("FOUND", "OFFSET_OVERFLOW_ONE")
 LIST_LIMIT = 20          # lines per list in the side-by-side text
 _TABLES = ("queue_findings", "index_findings", "lost_messages", "flush_window", "consumer_offset_findings")
@@ -79,6 +80,8 @@ def side_json(s: Side) -> dict:
     out["recordsLost"] = len(_rows(s.findings, "lost_messages"))
     out["queues"] = _queues(pred)
     out["consumerOffsets"] = _rows(s.findings, "consumer_offset_findings")
+    out["consumerOffsetFacts"] = [f.to_dict() for f in offsets.offset_facts(
+        s.findings.tables.get("consumer_offset_findings") if s.findings is not None else None)]
     out["findings"] = {t: _rows(s.findings, t) for t in _TABLES if t != "consumer_offset_findings"}
     out["alerting"] = fnd.alerting_counts(s.findings) if s.findings is not None else {}
     return out
@@ -175,13 +178,19 @@ def print_side_by_side(doc: dict, out) -> None:
         p = s["prediction"]
         if not p["loadResult"]:
             return {"load": "REFUSED: " + "; ".join(p["loadProblems"])}
-        moved = [r for r in s["consumerOffsets"] if r["status"] not in _SERVED]
-        return {"load": "loads", "recovery path": p["recoveryPath"], "start file": p["startFile"],
-                "truncation point": p["maxPhyOffset"], "min phy offset": p["minPhyOffset"],
-                "commitlog files": f"{len(p['commitLogFiles'])} kept, {len(p['deletedCommitLogFiles'])} deleted",
-                "records lost": s["recordsLost"], "queues kept": len(s["queues"]),
-                "consumer offsets": f"{len(s['consumerOffsets'])} committed, {len(moved)} moved at the next pull",
-                "status": s["status"]}
+        out = {"load": "loads", "recovery path": p["recoveryPath"], "start file": p["startFile"],
+               "truncation point": p["maxPhyOffset"], "min phy offset": p["minPhyOffset"],
+               "commitlog files": f"{len(p['commitLogFiles'])} kept, {len(p['deletedCommitLogFiles'])} deleted",
+               "records lost": s["recordsLost"], "queues kept": len(s["queues"])}
+        for f in s["consumerOffsetFacts"]:       # the words of store_reader.audit.offsets.sentence
+            bak = f["file"].endswith(".bak")
+            out[f["file"] + (" (fallback)" if bak else "")] = f"{f['committed']} committed offsets"
+            sub = "  .bak: " if bak else "  "
+            out[f"{sub}moved at the next pull"] = f"{f['groupsMoved']} group(s) / {f['queuesMoved']} queue(s)"
+            out[f"{sub}messages redelivered"] = f["redelivered"]
+            out[f"{sub}skipped"] = f["skipped"]
+        out["status"] = s["status"]
+        return out
 
     sa, sb = summary(a), summary(b)
     rows += [(label, sa.get(label, "-"), sb.get(label, "-")) for label in dict.fromkeys([*sa, *sb])]

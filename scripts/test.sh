@@ -6,12 +6,20 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh || exit $?
-# The placement tests clone commitlog files on a real reflink filesystem (XFS on a loop device):
-# as root with apt-get, install its mkfs when missing; elsewhere those two tests skip, saying why.
-if [ "$(id -u)" = 0 ] && ! command -v mkfs.xfs >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    apt-get install -y -q xfsprogs >/dev/null 2>&1 ||
-        { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q xfsprogs >/dev/null 2>&1; } ||
-        echo "note: xfsprogs could not be installed; the XFS reflink placement tests will skip"
+# System packages two kinds of tests need, installed when missing as root with apt-get (said on the
+# console first); elsewhere those tests skip, saying why:
+#   xfsprogs  mkfs.xfs: the placement tests clone commitlog files on a real reflink filesystem (XFS
+#             on a loop device)
+#   chromium  a real browser: the HTML report test renders the page headless and screenshots it
+missing=()
+command -v mkfs.xfs >/dev/null 2>&1 || missing+=(xfsprogs)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing with apt-get for the tests: ${missing[*]} (see scripts/test.sh)"
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
+        { apt-get update -q >/dev/null 2>&1 &&
+          apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; } ||
+        echo "note: ${missing[*]} could not be installed; the tests that need them will skip"
 fi
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 

@@ -1,0 +1,114 @@
+"""One set of facts about consumer offsets (issue 37, 1): every job prints the committed offsets'
+counts in the same words, per file, and each count is the audit table's.
+
+The store: the real 5.3.3 ``torn-middle-crc`` (a CRC break mid-store: offsets past the new end are
+redelivered, lost messages are skipped) with a ``consumerOffset.json.bak`` beside the live file, as
+the broker leaves it (``ConfigManager#persist`` keeps the previous generation there): here the
+previous generation, each offset 2 behind (a consumer that moved on since), so the two files'
+counts differ.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+
+import pytest
+
+import support
+from jobs import audit as audit_job
+from jobs import recover as recover_job
+from jobs.deltasink import read_table
+from store_reader import config as cf
+
+CASE = ("rocketmq-5.3.3", "torn-middle-crc")
+LIVE, BAK = cf.CONSUMER_OFFSET_GENERATIONS
+# a committed offset the next pull moves: PULL_OFFSET_MOVED (R§9.2), to somewhere else
+MOVED = ("NO_MESSAGE_IN_QUEUE", "OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY")
+LINE = re.compile(r"(consumerOffset\.json(?:\.bak)?)(?: \(the broker's fallback\))?: (\d+) committed offsets?; "
+                  r"(\d+) groups? / (\d+) queues? would be moved at the next pull, (\d+) messages? redelivered, "
+                  r"(\d+) skipped")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("offset-facts") / "store"
+    shutil.copytree(support.input_store(*CASE), root, symlinks=True)
+    config = root / "config"
+    shutil.copyfile(config / LIVE, config / BAK)
+    assert cf.rewrite_consumer_offsets(config / BAK, lambda t, g, q, o: max(o - 2, 0))
+    return root
+
+
+def _expected(rows: list[dict]) -> dict[str, tuple]:
+    """Per file: (committed, groups moved, queues moved, redelivered, skipped), from the audit rows."""
+    out = {}
+    for source in (LIVE, BAK):
+        mine = [r for r in rows if r["source"] == source]
+        moved = [r for r in mine if r["status"] in MOVED and r["next_begin_offset"] != r["committed_offset"]]
+        out[source] = (len(mine), len({r["group"] for r in moved}), len(moved),
+                       sum(r["redelivered"] for r in mine), sum(r["skipped"] for r in mine))
+    return out
+
+
+def _repaired(rows: list[dict]) -> dict[str, int]:
+    """Per file: offsets outside what the repaired queue serves (the repaired store moves them)."""
+    def moves(r: dict) -> bool:
+        lo, hi, c = r["repaired_min"], r["repaired_max"], r["committed_offset"]
+        return (c != 0) if hi == 0 else (c < lo or c > hi)
+    return {s: sum(1 for r in rows if r["source"] == s and moves(r)) for s in (LIVE, BAK)}
+
+
+def _printed(text: str) -> dict[str, tuple]:
+    return {m.group(1): tuple(int(x) for x in m.groups()[1:]) for m in LINE.finditer(text)}
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_every_job_prints_the_audit_tables_counts(spark, store, tmp_path, capsys, caplog):
+    caplog.set_level(logging.INFO)
+    conf = str(support.broker_conf(*CASE))
+    base = ["--store", str(store), "--broker-config", conf]
+    audit_path = tmp_path / "audit"
+
+    assert audit_job.main([*base, "--audit-path", str(audit_path)]) == 1
+    audit_out = capsys.readouterr().out
+    rows = read_table(str(audit_path / "consumer_offset_findings")).to_pylist()
+    expected = _expected(rows)
+    assert expected[LIVE] != expected[BAK], "the two files should differ for this test to tell them apart"
+    assert all(n for n in expected[LIVE][1:]), f"nothing moved, redelivered or skipped: {expected}"
+    runs = read_table(str(audit_path / "runs"))
+    assert runs["consumer_offsets_at_risk"].to_pylist() == [sum(r["at_risk"] for r in rows)]
+    assert _printed(audit_out) == expected, audit_out
+
+    assert recover_job.main([*base, "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert dry.startswith("DRY RUN: nothing was written")
+    assert _printed(dry) == expected, dry
+    # the audit pass line on stderr: the live file's counts, in the same terms
+    _, groups, queues, redelivered, skipped = expected[LIVE]
+    assert any(f"consumer offsets: {groups}/{queues} groups/queues moved, {redelivered} redelivered, "
+               f"{skipped} skipped" in r.getMessage() for r in caplog.records), caplog.text
+
+    out = tmp_path / "repaired"
+    assert recover_job.main([*base, "--out", str(out)]) == 0
+    real = capsys.readouterr().out
+    assert _printed(real) == expected, real
+    moved = json.loads((out / "MANIFEST.json").read_text())["consumerOffsets"]["moved"]
+    per_file = {s: sum(1 for m in moved if m["file"] == f"config/{s}") for s in (LIVE, BAK)}
+    assert per_file == _repaired(rows)
+    words = f"{per_file[LIVE]} in {LIVE}, {per_file[BAK]} in {BAK}"
+    assert f"repaired offsets   moved where the repaired queues serve them: {words} " in real, real
+    assert f"committed consumer offsets moved {words}," in dry, dry      # what the dry run promised
+
+    assert recover_job.main([*base, "--dry-run", "--broker-version", "both"]) == 0
+    both = capsys.readouterr().out
+    for source, (committed, groups, queues, redelivered, skipped) in expected.items():
+        label, sub = (f"{BAK} (fallback)", ".bak: ") if source == BAK else (LIVE, "")
+        # the 5.x column (the store's own version, as the audit above) is the last one
+        for row, value in ((label, f"{committed} committed offsets"),
+                           (f"{sub}moved at the next pull", f"{groups} group(s) / {queues} queue(s)"),
+                           (f"{sub}messages redelivered", str(redelivered)),
+                           (f"{sub}skipped", str(skipped))):
+            assert re.search(rf"^. +{re.escape(row)} .*  {re.escape(value)}$", both, re.M), (row, value, both)
