@@ -300,3 +300,20 @@ def test_recover_writes_a_store_the_broker_starts_on(spark, tmp_path, capsys, br
     assert all(os.path.getsize(out / "commitlog" / f.name) == SEGMENT for f in want.commitlog_files)
     if want.deleted_commitlog_files:      # what is lost is said
         assert f"lost               {sum(s.records for s in store.summaries() if s.segment in want.deleted_commitlog_files)} records" in stdout
+
+
+def test_dirty_cq_truncation_after_dispatch_keeps_the_empty_file_from_throwing(tmp_path):
+    """[5.4] whether the dirty CQ entries are cut is decided after the recovery's own dispatch
+    (5.3.3: before it, R§4.5). Here 5.x's normal recovery dispatches the newest record, whose end
+    is the commitlog's end: 5.4 then runs the cut, which keeps the zeroed last file's entry 0 as a
+    bogus entry (E#22), so the queue is not empty and 5.4's correctMinOffset does not throw where
+    5.3.3's does; 5.5 never throws (the read is guarded since 5.5.0)."""
+    root, info = _store(tmp_path, "5.x")
+    (topic, qid), last = _empty_last_cq_file(root)
+    p53, p54, p55 = (recovery.predict(_open(root), v) for v in ("5.3", "5.4", "5.5"))
+    assert (p53.cq_truncated, p54.cq_truncated, p55.cq_truncated) == (False, True, True)
+    assert not p53.load_result and "correctMinOffset" in p53.load_problems[0]
+    assert p54.load_result and p55.load_result, (p54.load_problems, p55.load_problems)
+    f = p54.consume_queues[(topic, qid)].files[-1]
+    assert (f.start, f.wrote) == (int(os.path.basename(last.path)), 20)        # the bogus entry
+    assert p53.max_phy_offset == p54.max_phy_offset == p55.max_phy_offset == info.truncation_offset
