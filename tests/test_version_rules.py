@@ -15,6 +15,8 @@ from store_reader import open_store, recovery
 from store_reader.checkpoint import read_checkpoint, write_checkpoint
 from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
+pytestmark = [pytest.mark.reader]
+
 SEGMENT = 64 << 10
 FILES = 14                      # more than commitLogRecoverMaxNum (10)
 V53, V54, V55 = recovery.V53, recovery.V54, recovery.V55
