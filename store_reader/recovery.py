@@ -6,7 +6,7 @@ losses included. Nothing here "fixes" anything: the repaired store is built else
 says what the broker itself would end up with, so the audit can report the difference.
 
 Versions: the releases whose recovery rules differ, ``VERSIONS`` (R§12): ``"4.9"`` (4.9.7 and
-4.9.8), ``"5.3"`` (5.3.3), ``"5.4"`` (5.4.0), ``"5.5"`` (5.5.0 and 5.5.1); ``"5.x"`` spells the newest.
+4.9.8), ``"5.3"`` (5.3.3), ``"5.4"`` (5.4.0), ``"5.5"`` (5.5.1); ``"5.x"`` spells the newest.
 A rule that changed names the release that introduced it (``since``).
 """
 from __future__ import annotations
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 V49, V53, V54, V55 = "4.9", "5.3", "5.4", "5.5"
 VERSIONS = (V49, V53, V54, V55)          # oldest first: ``since`` compares positions
 V5X = "5.x"                              # a spelling of the newest 5.x
-_SPELLINGS = {V5X: VERSIONS[-1], "4.9.7": V49, "4.9.8": V49, "5.3.3": V53, "5.4.0": V54,
-              "5.5.0": V55, "5.5.1": V55}
+# 5.5.0 is not 5.5: it lacks 5.5.1's negative-TOTALSIZE check (R§12)
+_SPELLINGS = {V5X: VERSIONS[-1], "4.9.7": V49, "4.9.8": V49, "5.3.3": V53, "5.4.0": V54, "5.5.1": V55}
 
 
 def resolve_version(name: str) -> str:
@@ -610,7 +610,7 @@ def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config:
         if s.end_reason != "eof_marker":
             break
         if since(version, V55) and s.blank_declared_size is not None and s.blank_declared_size < 0:
-            break                                     # [5.5] a negative TOTALSIZE is INVALID first (R§3)
+            break                                     # [5.5.1] a negative TOTALSIZE is INVALID first (R§3)
     if abnormal and since(version, V55) and config.checkCommitLogOffsetOnRecover:
         opts = opts or rf.ScanOptions.for_broker(config, True)
         end = _offset_check_cut(summaries, config, start, end, opts)

@@ -203,7 +203,7 @@ def test_offset_check_on_abnormal_recovery(stores, tmp_path):
 
 
 def test_negative_blank_marker_size(stores, tmp_path):
-    """[5.5.0] checkMessageAndReturnSize rejects a negative TOTALSIZE before the magic: a blank
+    """[5.5.1] checkMessageAndReturnSize rejects a negative TOTALSIZE before the magic: a blank
     marker whose size turned negative ends the commitlog (5.3/5.4: it still moves on to the next
     file). No checkpoint: the abnormal walk starts 10 files back and passes the marker."""
     root, info = _copy(stores, "clean", tmp_path)
