@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
         bench.ensure_store(store_dir, bench.parse_size("1.5GiB"))
     store = open_store(str(store_dir), str(store_dir / "broker.conf"))
-    pred = recovery.predict(store, recovery.V5X if store.looks_5x() else recovery.V49)
+    pred = recovery.predict(store)
     srcs = {c.name: c.path for c in store.commitlog_files}
     out = Path(args.out or f"{store_dir}-placed")
     plan = placement.plan(pred.commitlog_files, link=True)

@@ -397,14 +397,14 @@ def reference(store_path: str, out_path: str) -> dict[str, float]:
 
     t = time.perf_counter()
     store = open_store(store_path, Path(store_path) / "broker.conf")
-    version = recovery.V5X if store.looks_5x() else recovery.V49
-    summaries = store.summaries(store.scan_options(broker_5x=version == recovery.V5X))
+    version = store.broker_version()
+    summaries = store.summaries(store.scan_options(broker_5x=recovery.is_5x(version)))
     timed("scan", t)
     t = time.perf_counter()
     pred = recovery.predict(store, version, summaries=summaries)
     timed("plan", t)
     out, cfg, end = Path(out_path), store.config, pred.max_phy_offset
-    five = version == recovery.V5X
+    five = recovery.is_5x(version)
     shutil.rmtree(out, ignore_errors=True)
     for d in ("consumequeue", "index", "commitlog"):
         (out / d).mkdir(parents=True)

@@ -1,7 +1,7 @@
 """Scheduled, read-only consistency audit of a RocketMQ store into Delta audit tables.
 
     spark-submit jobs/audit.py --store DIR --audit-path URI [--broker-config FILE]
-                               [--broker-version 4.9|5.x|both] [--since-last] [--json]
+                               [--broker-version 4.9|5.3|5.4|5.5|5.x|both|all|V,V..] [--since-last] [--json]
     python -m jobs.audit ...              (embedded local Spark, settings from spark-conf/local.conf)
     spark-submit --properties-file spark-conf/cluster.conf --load-spark-defaults jobs/audit.py ...
                  (cluster: executors run the archive of scripts/build_env_archive.sh, see
@@ -19,7 +19,7 @@ that need the records are then judged inside the scanned range only (``runs.scan
 rest (consume queues vs the broker's recovery, index files, consumer offsets, the store's other
 files) are judged in full every run.
 
-``--broker-version both`` audits the store as 4.9 and as 5.x and prints the two side by side
+``--broker-version both`` (``all``, ``5.3,5.5`` ..) audits the store as each version and prints them side by side
 (``jobs/whatif.py``); ``--json`` prints everything (predictions, consumer offsets, findings).
 
 Exit codes: 0 clean (both versions, with both), 1 findings, 2 could not audit (unreadable or
@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 
 from jobs import audittables, htmlreport
 from jobs import findings as fnd
+from jobs import whatif
 from jobs.deltasink import read_table, store_id_for
 from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
 from jobs.taskerrors import reports_store_errors
@@ -112,7 +113,7 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     started = time.monotonic()
     audited_at = dt.datetime.now(dt.timezone.utc)
     store = open_store(store_path, broker_config)
-    version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
+    version = recovery.resolve_version(broker_version or store.broker_version())
     store_id = store_id_for(str(store.root))
     if since_last and not audit_path:
         raise StoreReaderError("--since-last needs --audit-path (the state lives in its tables)", store_path)
@@ -126,7 +127,7 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     with records_dir(run_id, scan_dir) as kept:
         passes = []
         t = time.monotonic()
-        opts = store.scan_options(broker_5x=version == recovery.V5X)
+        opts = store.scan_options(broker_5x=recovery.is_5x(version))
         scan = scan_once(spark, store, opts, kept, [f.path for f in to_scan])
         scanned = scan.summaries
         by_name = {s.segment: s for s in scanned}
@@ -205,9 +206,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--store", required=True, help="store root (storePathRootDir); never written")
     ap.add_argument("--audit-path", help="directory or URI of the Delta audit tables")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
-    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X, "both"],
-                    help="recovery semantics; default: detected from the store; both: the two "
-                         "versions side by side")
+    ap.add_argument("--broker-version", type=whatif.version_arg,
+                    help=whatif.VERSION_HELP + whatif.WHATIF_HELP)
     ap.add_argument("--since-last", action="store_true",
                     help="scan only segments new or changed since the last audit of this store")
     ap.add_argument("--json", action="store_true",
@@ -216,11 +216,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--report", metavar="FILE.html",
                     help="write the audit as one self-contained HTML page (no network, figures inline)")
     args = ap.parse_args(argv)
-    if args.broker_version == "both" and args.report:
-        ap.error("--report pages one version's audit: not with --broker-version both")
-    if args.broker_version == "both" and args.since_last:
+    if recovery.is_whatif(args.broker_version) and args.report:
+        ap.error(f"--report pages one version's audit: not with --broker-version {args.broker_version}")
+    if recovery.is_whatif(args.broker_version) and args.since_last:
         # each version's run would carry the other's scan summaries over
-        ap.error("--since-last audits one version: it cannot be used with --broker-version both")
+        ap.error(f"--since-last audits one version: it cannot be used with --broker-version {args.broker_version}")
     return args
 
 
@@ -231,16 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     args = parse_args(argv)
 
-    from jobs import whatif
-
     if args.report:
         htmlreport.check_target(args.report, args.store)
     spark = get_spark("rocketmq-audit", session=False)
-    versions = whatif.VERSIONS if args.broker_version == "both" else [args.broker_version]
+    several = recovery.is_whatif(args.broker_version)
+    versions = recovery.versions_of(args.broker_version) if several else [args.broker_version]
     runs = [run_audit(spark, args.store, args.audit_path, args.broker_config, v, args.since_last, args.scan_dir)
             for v in versions]
-    sides = [whatif.Side(r.prediction.broker_version, r.prediction, r.summaries, r.findings) for r in runs]
-    if args.broker_version == "both":
+    sides = [whatif.Side(v or r.prediction.broker_version, r.prediction, r.summaries, r.findings)
+             for v, r in zip(versions, runs)]
+    if several:
         whatif.print_both(runs[0].store_id, sides, args.json, sys.stdout)
     elif args.json:
         print(json.dumps({"store": runs[0].store_id, "versions": {s.version: whatif.side_json(s)

@@ -46,7 +46,9 @@ class AuditRun:
 
     @property
     def broker_version(self) -> str:
-        return self.run["broker_version"]
+        # runs recorded before 5.4 had rules of their own wrote "5.x" for 5.3.3's
+        v = self.run["broker_version"]
+        return recovery.V53 if v == recovery.V5X else v
 
     def describe(self) -> pd.Series:
         """The run's headline fields, for display."""

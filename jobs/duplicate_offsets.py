@@ -49,7 +49,7 @@ def queue_finding_messages(spark: "SparkSession", store: Store, pred: recovery.P
     # findings' order, each run's entries in queue offset order
     entries = entries.sort_values(["order", "queue_offset"], kind="stable")[cols].reset_index(drop=True)
     entries["queue_id"] = entries["queue_id"].astype(int)
-    rec = records_at(spark, store, pred.broker_version == recovery.V5X,
+    rec = records_at(spark, store, recovery.is_5x(pred.broker_version),
                      entries["phy_offset"])[["phy_offset", *SHOWN_RECORD_COLUMNS]]
     return entries.merge(rec, on="phy_offset", how="left")
 
@@ -76,7 +76,7 @@ def redelivered_messages(spark: "SparkSession", store: Store, run: AuditRun,
     cols = ["group", "topic", "queue_id", "queue_offset", "phy_offset", "served_again", *SHOWN_RECORD_COLUMNS]
     if redelivered.empty:
         return pd.DataFrame(columns=cols)
-    broker_5x = run.broker_version == recovery.V5X
+    broker_5x = recovery.is_5x(run.broker_version)
     groups = redelivered[["group", "topic", "queue_id", "next_begin_offset", "committed_offset"]]
     # 1. the rewound queues' records at those queue offsets (only dispatchable ones are in a CQ)
     rewound = F.lit(False)
@@ -117,7 +117,7 @@ def duplicate_index_messages(spark: "SparkSession", store: Store, pred: recovery
     if not rows:
         return pd.DataFrame(columns=cols)
     dup = pd.concat(rows, ignore_index=True).drop_duplicates()
-    rec = records_at(spark, store, pred.broker_version == recovery.V5X, dup["phy_offset"])
+    rec = records_at(spark, store, recovery.is_5x(pred.broker_version), dup["phy_offset"])
     rec = rec[["phy_offset", "topic", "queue_id", "queue_offset", *SHOWN_RECORD_COLUMNS]]
     return dup.merge(rec, on="phy_offset", how="left")
 

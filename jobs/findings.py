@@ -87,7 +87,7 @@ def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[Se
     if len(scan) < len(summaries):       # --since-last: records read only in the new segments
         last = summaries[-1].file_start + summaries[-1].file_size if summaries else 0
         out.scope = (scan[0].file_start, last) if scan else (last, last)
-    out.tables["store_findings"] = store_file_findings(store, pred.broker_version == recovery.V5X, summaries, pred)
+    out.tables["store_findings"] = store_file_findings(store, recovery.is_5x(pred.broker_version), summaries, pred)
     out.flush = flush_risk(store)
     if not pred.load_result:
         return out

@@ -1,13 +1,13 @@
 """Broker-exact recovery of a RocketMQ store into a new, repaired store.
 
     spark-submit jobs/recover.py --store DIR --out DIR [--broker-config FILE]
-                                 [--broker-version 4.9|5.x|both] [--dry-run] [--overwrite]
+                                 [--broker-version 4.9|5.3|5.4|5.5|5.x|both|all|V,V..] [--dry-run] [--overwrite]
                                  [--apply --backup DIR] [--audit-path URI]
                                  [--keep-consumer-offsets] [--commitlog-gone] [--link] [--salvage]
                                  [--json]
     python -m jobs.recover ...            (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.recover --demo DIR     (a sample store with a simulated crash, made and recovered)
-    python -m jobs.recover --store DIR --dry-run --broker-version both [--json]
+    python -m jobs.recover --store DIR --dry-run --broker-version both|all|5.3,5.5 [--json]
                                           (what-if: the 4.9 and 5.x predictions side by side)
 
 Passes (each a function the notebooks can call):
@@ -52,6 +52,7 @@ from store_reader.audit import state as audit_state
 from store_reader.store import Store
 from jobs import audittables, htmlreport
 from jobs import salvage as salvage_job
+from jobs import whatif
 from jobs.deltasink import store_id_for
 from jobs.recoverreport import RunReport, prediction_summary, print_report
 from jobs.auditwrite import StartedWrite, abandon_write, audit_and_write, start_write
@@ -83,7 +84,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
                                backup if not dry_run else None, audit_path,
                                lambda done: log.info("output: %s", done), scan_dir):
         audited_at = dt.datetime.now(dt.timezone.utc)
-        version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
+        version = recovery.resolve_version(broker_version or store.broker_version())
         mode = "dry_run" if dry_run or out is None else "apply" if backup is not None else "write"
         run_id = audit_state.run_id("recover", store, version, mode)
         log.info("pass %-22s %7.2fs  %d commitlog files, version %s, abort=%s", "discover",
@@ -101,7 +102,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
                      keep_consumer_offsets: bool, started: float, audited_at, kept: str,
                      link_commitlog: bool = False, salvage: bool = False) -> RunReport:
     t = time.monotonic()
-    opts = store.scan_options(broker_5x=version == recovery.V5X)
+    opts = store.scan_options(broker_5x=recovery.is_5x(version))
     scan = scan_once(spark, store, opts, kept)
     summaries = scan.summaries
     scan_done = time.monotonic()
@@ -163,9 +164,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--store", help="store root (storePathRootDir)")
     ap.add_argument("--out", help="directory for the repaired store (must not exist)")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
-    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X, "both"],
-                    help="recovery semantics; default: detected from the store; both (with "
-                         "--dry-run): the two versions' predictions side by side")
+    ap.add_argument("--broker-version", type=whatif.version_arg,
+                    help=whatif.VERSION_HELP + " (with --dry-run)" + whatif.WHATIF_HELP)
     ap.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     ap.add_argument("--overwrite", action="store_true", help="replace an earlier repaired store")
     ap.add_argument("--apply", action="store_true",
@@ -210,10 +210,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--out is required unless --dry-run")
     if args.link and args.dry_run:
         ap.error("--link places a repaired store's commitlog: it needs --out, not --dry-run")
-    if args.broker_version == "both" and (not args.dry_run or args.demo):
-        ap.error("--broker-version both is a what-if: it needs --dry-run")
-    if args.broker_version == "both" and args.report:
-        ap.error("--report pages one version's run: not with --broker-version both")
+    if recovery.is_whatif(args.broker_version) and (not args.dry_run or args.demo):
+        ap.error(f"--broker-version {args.broker_version} is a what-if: it needs --dry-run")
+    if recovery.is_whatif(args.broker_version) and args.report:
+        ap.error(f"--report pages one version's run: not with --broker-version {args.broker_version}")
     return args
 
 
@@ -239,15 +239,14 @@ def main(argv: list[str] | None = None) -> int:
             if finished.completed and finished.same_command(args.out, args.backup):
                 return 0
     spark = get_spark("rocketmq-recover", session=False)
-    if args.broker_version == "both":
-        from jobs import whatif
-
+    if recovery.is_whatif(args.broker_version):
         # a scan and an audit per version: their record checks differ
+        versions = recovery.versions_of(args.broker_version)
         reports = [recover(spark, args.store, None, args.broker_config, v, dry_run=True,
                            audit_path=args.audit_path, commitlog_gone=args.commitlog_gone)
-                   for v in whatif.VERSIONS]
-        whatif.print_both(reports[0].store, [whatif.Side(r.broker_version, r.prediction, r.summaries,
-                                                         r.findings) for r in reports], args.json, sys.stdout)
+                   for v in versions]
+        whatif.print_both(reports[0].store, [whatif.Side(v, r.prediction, r.summaries, r.findings)
+                                             for v, r in zip(versions, reports)], args.json, sys.stdout)
         refused = [r for r in reports if not r.prediction.load_result]
         if refused:
             print(f"error: broker {refused[0].broker_version} would refuse to load this store: "

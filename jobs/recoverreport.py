@@ -81,7 +81,7 @@ class RunReport:
             for s in self.summaries:
                 if not scanned.lost_columns_cover(s, end):
                     self.scans[s.segment] += 1
-        if writing and not scanned.serves_rebuild(config, pred.broker_version == recovery.V5X):
+        if writing and not scanned.serves_rebuild(config, recovery.is_5x(pred.broker_version)):
             for s in self.summaries:      # the consume queue and the index rebuilds
                 if s.file_start < end:
                     self.scans[s.segment] += 2

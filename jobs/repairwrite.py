@@ -76,7 +76,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
     as soon as the cut is known, ``recovery.predict(on_cut=...)``: what reads the broker's replay,
     the kept queues' ranges, the salvage and the manifest, waits for it)."""
     pred = report.prediction
-    version_5x = pred.broker_version == recovery.V5X
+    version_5x = recovery.is_5x(pred.broker_version)
     cfg = store.config
     end = pred.max_phy_offset
     cancel = cancel or threading.Event()

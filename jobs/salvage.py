@@ -1,7 +1,7 @@
 """Export the intact records a broker's recovery would discard, ready for a producer to send again.
 
     spark-submit jobs/salvage.py --store DIR --out FILE [--broker-config FILE]
-                                 [--broker-version 4.9|5.x] [--format jsonl|parquet] [--overwrite]
+                                 [--broker-version 4.9|5.3|5.4|5.5|5.x] [--format jsonl|parquet] [--overwrite]
     python -m jobs.salvage ...            (embedded local Spark, settings from spark-conf/local.conf)
 
 Reads the store only (local or a URI ``storefs`` reads). Passes:
@@ -78,8 +78,8 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
     publish.check_output_file(out, overwrite, "salvage file")
     store = open_store(store_path, broker_config)
     publish.check_outside_store(store.root, out, "salvage file")
-    version = broker_version or (recovery.V5X if store.looks_5x() else recovery.V49)
-    broker_5x = version == recovery.V5X
+    version = recovery.resolve_version(broker_version or store.broker_version())
+    broker_5x = recovery.is_5x(version)
     summaries = scan_segments(spark, store, store.scan_options(broker_5x=broker_5x))
     pred = recovery.predict(store, version, summaries=summaries)
     end = pred.max_phy_offset
@@ -112,7 +112,7 @@ def reappend(spark, store, pred: recovery.Prediction, summaries, out_root: str, 
     if any(f.start + f.wrote > end for f in pred.commitlog_files):
         raise StoreReaderError(f"--salvage: the broker keeps records after its truncation point {end}; "
                                "appending there would overwrite records it serves", store.commitlog_dirs[0])
-    broker_5x = pred.broker_version == recovery.V5X
+    broker_5x = recovery.is_5x(pred.broker_version)
     segments = sv.lost_segments(summaries, end, sv.cut_segment(pred))
     opts = audit_scan_options(store, broker_5x)
     tables = spark.sparkContext.parallelize(segments, len(segments)).map(
@@ -153,8 +153,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--store", required=True, help="store root (storePathRootDir), a path or URI")
     ap.add_argument("--out", required=True, help="the file to write (must not exist)")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
-    ap.add_argument("--broker-version", choices=[recovery.V49, recovery.V5X],
-                    help="recovery semantics; default: detected from the store")
+    ap.add_argument("--broker-version", choices=[*recovery.VERSIONS, recovery.V5X],
+                    help=f"recovery rules of broker {', '.join(recovery.VERSIONS)} ({recovery.V5X}: "
+                         "the newest); default: guessed from the store")
     ap.add_argument("--format", choices=sv.FORMATS, default="jsonl",
                     help="jsonl (bodies base64) or parquet (bodies binary); default jsonl")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing output file")

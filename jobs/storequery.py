@@ -108,7 +108,7 @@ def queue_entries(spark: "SparkSession", store: Store, pred: recovery.Prediction
                          .assign(run=i))
     elif len(runs):
         cq = read_store(spark, store, "consume_queue", ["topic", "queue_id", *cols],
-                        pred.broker_version == recovery.V5X)
+                        recovery.is_5x(pred.broker_version))
         wanted = F.lit(False)
         for r in runs.itertuples(index=False):
             wanted = wanted | ((F.col("topic") == r.topic) & (F.col("queue_id") == int(r.queue_id))

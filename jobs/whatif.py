@@ -1,5 +1,6 @@
-"""What-if for both broker versions at once (``--broker-version both`` of ``jobs.recover --dry-run``
-and ``jobs.audit``): the 4.9 and 5.x predictions of one store side by side, and what differs.
+"""What-if for several broker versions at once (``--broker-version both|all|V1,V2,..`` of
+``jobs.recover --dry-run`` and ``jobs.audit``): the versions' predictions of one store side by
+side, and what differs.
 
 Each version's side is built from what a single-version run already has: the prediction, the scan
 summaries and the findings (``jobs/findings.py``; the consumer-offset corrections are its
@@ -20,7 +21,22 @@ from store_reader import recovery
 from store_reader.audit import offsets
 from store_reader.commitlog import SegmentSummary
 
-VERSIONS = (recovery.V49, recovery.V5X)
+VERSIONS = (recovery.V49, recovery.V5X)      # ``both``
+VERSION_HELP = (f"recovery rules of broker {', '.join(recovery.VERSIONS)} ({recovery.V5X}: the newest); "
+                "default: guessed from the store")
+WHATIF_HELP = ("; both, all or a comma list (e.g. 5.3,5.5): those versions' predictions side by side")
+
+
+def version_arg(value: str) -> str:
+    """argparse ``type`` of ``--broker-version``: a version, or a what-if's list of them."""
+    import argparse
+
+    try:
+        for name in recovery.versions_of(value) if recovery.is_whatif(value) else [value]:
+            recovery.resolve_version(name)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 # a committed offset a pull serves as it is; the others are compared between the versions
 _SERVED = ("FOUND", "OFFSET_OVERFLOW_ONE")
 LIST_LIMIT = 20          # lines per list in the side-by-side text
@@ -92,24 +108,35 @@ def _offset_key(r: dict) -> str:
 
 
 def differences(sides: dict[str, dict]) -> dict:
-    """What differs between the versions' ``side_json``: prediction fields, queue ranges (a queue
-    one version does not keep: null), the consumer-offset corrections (a committed offset the next
-    pull moves on either side, moved differently), and finding rows only one version reports."""
-    a, b = (sides[v] for v in VERSIONS)
+    """What differs between the versions' ``side_json`` (keyed by version, in order): prediction
+    fields, queue ranges (a queue one version does not keep: null), the consumer-offset
+    corrections (a committed offset the next pull moves on some side, moved differently on
+    another), and finding rows not every version reports (per version, its rows of those)."""
+    names = list(sides)
 
-    def pair(x: Any, y: Any) -> dict:
-        return {VERSIONS[0]: x, VERSIONS[1]: y}
+    def per(get) -> dict:
+        return {v: get(sides[v]) for v in names}
+
+    def same(d: dict) -> bool:
+        return all(x == next(iter(d.values())) for x in d.values())
 
     fields = ("loadResult", "loadProblems", "recoveryPath", "startFile", "maxPhyOffset", "minPhyOffset",
               "deletedCommitLogFiles")
-    out: dict[str, Any] = {"prediction": {k: pair(a["prediction"][k], b["prediction"][k]) for k in fields
-                                          if a["prediction"][k] != b["prediction"][k]}}
-    if a.get("recordsLost") != b.get("recordsLost"):
-        out["recordsLost"] = pair(a.get("recordsLost"), b.get("recordsLost"))
-    qa, qb = a.get("queues", {}), b.get("queues", {})
-    out["queues"] = {q: pair(qa.get(q), qb.get(q)) for q in sorted(set(qa) | set(qb)) if qa.get(q) != qb.get(q)}
-    oa = {_offset_key(r): r for r in a.get("consumerOffsets", [])}
-    ob = {_offset_key(r): r for r in b.get("consumerOffsets", [])}
+    out: dict[str, Any] = {"prediction": {}}
+    for k in fields:
+        d = per(lambda s: s["prediction"][k])
+        if not same(d):
+            out["prediction"][k] = d
+    lost = per(lambda s: s.get("recordsLost"))
+    if not same(lost):
+        out["recordsLost"] = lost
+    queues = per(lambda s: s.get("queues", {}))
+    out["queues"] = {}
+    for q in sorted(set().union(*queues.values())):
+        d = {v: queues[v].get(q) for v in names}
+        if not same(d):
+            out["queues"][q] = d
+    offsets = per(lambda s: {_offset_key(r): r for r in s.get("consumerOffsets", [])})
 
     def pull(r: dict | None) -> dict | None:
         return None if r is None else {"committed": r["committed_offset"], "status": r["status"],
@@ -117,18 +144,20 @@ def differences(sides: dict[str, dict]) -> dict:
 
     def moved(r: dict | None) -> bool:
         return r is None or r["status"] not in _SERVED
-    # the corrections: offsets a pull moves on one side at least, moved differently on the other
-    out["consumerOffsets"] = {k: pair(pull(oa.get(k)), pull(ob.get(k))) for k in sorted(set(oa) | set(ob))
-                              if pull(oa.get(k)) != pull(ob.get(k)) and (moved(oa.get(k)) or moved(ob.get(k)))}
+    # the corrections: offsets a pull moves on one side at least, moved differently on another
+    out["consumerOffsets"] = {}
+    for k in sorted(set().union(*offsets.values())):
+        d = {v: pull(offsets[v].get(k)) for v in names}
+        if not same(d) and any(moved(offsets[v].get(k)) for v in names):
+            out["consumerOffsets"][k] = d
     out["findings"] = {}
     for t in _TABLES:
         if t == "consumer_offset_findings":
             continue
-        ra = {json.dumps(r, sort_keys=True) for r in a.get("findings", {}).get(t, [])}
-        rb = {json.dumps(r, sort_keys=True) for r in b.get("findings", {}).get(t, [])}
-        if ra != rb:
-            out["findings"][t] = pair([json.loads(r) for r in sorted(ra - rb)],
-                                      [json.loads(r) for r in sorted(rb - ra)])
+        rows = per(lambda s: {json.dumps(r, sort_keys=True) for r in s.get("findings", {}).get(t, [])})
+        common = set.intersection(*rows.values())
+        if any(r != common for r in rows.values()):
+            out["findings"][t] = {v: [json.loads(r) for r in sorted(rows[v] - common)] for v in names}
     return out
 
 
@@ -159,7 +188,7 @@ def _finding_counts(side: dict) -> dict[str, int]:
 
 
 def print_both(store: str, sides: Sequence[Side], as_json: bool, out) -> None:
-    """The two versions of ``store`` side by side on ``out``: as JSON (``compare_json``) or text."""
+    """The versions of ``store`` side by side on ``out``: as JSON (``compare_json``) or text."""
     doc = compare_json(store, sides)
     if as_json:
         print(json.dumps(doc, indent=2), file=out)
@@ -168,11 +197,12 @@ def print_both(store: str, sides: Sequence[Side], as_json: bool, out) -> None:
 
 
 def print_side_by_side(doc: dict, out) -> None:
-    """The two predictions in two columns, a ``*`` on every line that differs, then the queues,
+    """The predictions in columns, a ``*`` on every line that differs, then the queues,
     consumer-offset corrections and findings that differ."""
-    a, b = (doc["versions"][v] for v in VERSIONS)
+    names = list(doc["versions"])
+    sides = [doc["versions"][v] for v in names]
     diff = doc["differences"]
-    rows: list[tuple | str] = []
+    rows: list[tuple | str] = []          # (label, value per version[, "*"]) or a heading
 
     def summary(s: dict) -> dict[str, Any]:
         p = s["prediction"]
@@ -192,41 +222,43 @@ def print_side_by_side(doc: dict, out) -> None:
         out["status"] = s["status"]
         return out
 
-    sa, sb = summary(a), summary(b)
-    rows += [(label, sa.get(label, "-"), sb.get(label, "-")) for label in dict.fromkeys([*sa, *sb])]
+    sums = [summary(s) for s in sides]
+    rows += [(label, *(x.get(label, "-") for x in sums)) for label in dict.fromkeys(k for x in sums for k in x)]
     if diff["queues"]:
         rows.append(f"queues that differ ({len(diff['queues'])}), min..max:")
         for q, v in list(diff["queues"].items())[:LIST_LIMIT]:
-            x, y = (("-" if r is None else f"{r[0]}..{r[1]}") for r in v.values())
-            rows.append((f"  {q}", x, y))
+            rows.append((f"  {q}", *("-" if r is None else f"{r[0]}..{r[1]}" for r in v.values())))
     if diff["consumerOffsets"]:
         rows.append(f"consumer-offset corrections that differ ({len(diff['consumerOffsets'])}), "
                     "committed -> status, next:")
         for k, v in list(diff["consumerOffsets"].items())[:LIST_LIMIT]:
-            x, y = (("-" if r is None else f"{r['committed']} -> {r['status']}, {r['nextBeginOffset']}")
-                    for r in v.values())
-            rows.append((f"  {k}", x, y))
-    ca, cb = _finding_counts(a), _finding_counts(b)
-    kinds = [k for k in sorted(set(ca) | set(cb)) if ca.get(k, 0) != cb.get(k, 0)]
+            rows.append((f"  {k}", *("-" if r is None else f"{r['committed']} -> {r['status']}, {r['nextBeginOffset']}"
+                                     for r in v.values())))
+    counts = [_finding_counts(s) for s in sides]
+    kinds = [k for k in sorted(set().union(*counts)) if len({c.get(k, 0) for c in counts}) > 1]
     if kinds or diff["findings"]:
-        rows.append("findings that differ (entries; rows only one version reports):")
-        rows += [(f"  {k}", ca.get(k, 0), cb.get(k, 0)) for k in kinds]
+        rows.append("findings that differ (entries; rows not every version reports):")
+        rows += [(f"  {k}", *(c.get(k, 0) for c in counts)) for k in kinds]
         rows += [(f"  {t} rows", *(len(r) for r in v.values()), "*") for t, v in diff["findings"].items()]
     else:
-        rows.append("findings: the same for both versions")
+        rows.append(f"findings: the same for {'both' if len(names) == 2 else 'all'} versions")
     lw = max(len(r[0]) for r in rows if isinstance(r, tuple))
-    xw = max(max(len(str(r[1])) for r in rows if isinstance(r, tuple)), 10)
+    widths = [max(max(len(str(r[1 + i])) for r in rows if isinstance(r, tuple)), 10, len(f"broker {v}"))
+              for i, v in enumerate(names)]
     print(f"what-if: store {doc['store']}", file=out)
-    print(f"  {'':<{lw}}  {'broker ' + VERSIONS[0]:<{xw}}  broker {VERSIONS[1]}", file=out)
+    head = "  ".join(f"{'broker ' + v:<{w}}" for v, w in zip(names, widths))
+    print(f"  {'':<{lw}}  {head}".rstrip(), file=out)
     for r in rows:
         if isinstance(r, str):
             print(f"  {r}", file=out)
-        else:
-            print(f"{'*' if r[1] != r[2] or len(r) > 3 else ' '} {r[0]:<{lw}}  {str(r[1]):<{xw}}  {r[2]}",
-                  file=out)
+            continue
+        values = r[1:1 + len(names)]
+        star = len(r) > 1 + len(names) or len({str(x) for x in values}) > 1
+        cells = "  ".join(f"{str(x):<{w}}" for x, w in zip(values, widths))
+        print(f"{'*' if star else ' '} {r[0]:<{lw}}  {cells}".rstrip(), file=out)
     longer = [n for n in (len(diff["queues"]), len(diff["consumerOffsets"])) if n > LIST_LIMIT]
     if longer:
         print(f"  (lists cut at {LIST_LIMIT} lines: --json has them all)", file=out)
 
 
-__all__ = ["VERSIONS", "Side", "side_json", "differences", "compare_json", "print_both", "print_side_by_side"]
+__all__ = ["VERSIONS", "version_arg", "Side", "side_json", "differences", "compare_json", "print_both", "print_side_by_side"]

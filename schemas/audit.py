@@ -30,7 +30,7 @@ RUNS = audit_table("runs", (
     F("job", "string", doc="recover | audit"),
     F("mode", "string", doc="recover: write | dry_run | apply; audit: full | since_last"),
     F("status", "string", doc="clean | findings | refused (the broker would not load the store)"),
-    F("broker_version", "string", doc="4.9 | 5.x: whose recovery rules were applied"),
+    F("broker_version", "string", doc="4.9 | 5.3 | 5.4 | 5.5: whose recovery rules were applied"),
     F("load_result", "bool", doc="would the broker's load() succeed"),
     F("recovery_path", "string", nullable=True, doc="normal | abnormal (abort file present)"),
     F("start_file", "string", nullable=True, doc="commitlog file the broker's recovery starts from"),

@@ -40,6 +40,8 @@ class BrokerConfig:
     enableLmq: bool = False
     autoMessageVersionOnTopicLen: bool = True
     recheckReputOffsetFromCq: bool = False
+    commitLogRecoverMaxNum: int = 10           # [5.4] files the start-file search looks at (R§4.1)
+    checkCommitLogOffsetOnRecover: bool = False  # [5.5] abnormal walk checks PHYSICALOFFSET (R§4.3)
     offsetCheckInSlave: bool = False
     maxMsgsNumBatch: int = 64
     flushDiskType: str = "ASYNC_FLUSH"

@@ -42,7 +42,8 @@ __all__ = [
 #   offset 16 i64 indexMsgTimestamp
 #   offset 24 i64 masterFlushedOffset    5.x only
 #   offset 32 i64 confirmPhyOffset       5.x only
-#   offset 40 .. 4095 unused (zeros)
+#   offset 40 i64 logicsPhysicalOffset   5.5 only (R§4.1: the abnormal start file)
+#   offset 48 .. 4095 unused (zeros)
 _FIELDS = (("physic_msg_timestamp", "q"), ("logics_msg_timestamp", "q"), ("index_msg_timestamp", "q"),
            ("master_flushed_offset", "q"), ("confirm_phy_offset", "q"))
 CHECKPOINT_STRUCT = struct.Struct(">" + "".join(c for _, c in _FIELDS))
@@ -50,6 +51,7 @@ USED_BYTES_4 = struct.calcsize(">" + "".join(c for _, c in _FIELDS[:3]))  # 4.9.
 USED_BYTES_5 = CHECKPOINT_STRUCT.size                                     # 5.x writes 40 bytes
 CHECKPOINT_FILE_SIZE = 4096                                               # OS_PAGE_SIZE
 assert (USED_BYTES_4, USED_BYTES_5) == (24, 40)
+LOGICS_PHYSICAL_OFFSET = struct.Struct(">q")     # at USED_BYTES_5, written by 5.5.0 and later
 
 _I64 = 1 << 64
 
@@ -70,6 +72,9 @@ class Checkpoint:
         Store times (ms) written by every version.
     master_flushed_offset, confirm_phy_offset
         5.x fields (bytes 24..39); 0 in a 4.9.7 file.
+    logics_physical_offset
+        5.5 field (bytes 40..47): PHYSICALOFFSET of the last record put into a consume queue when
+        the consume queues were last flushed in full; 0 when an older broker wrote the file.
     exists
         False when the file is missing: the broker then starts from an all-zero checkpoint (E#13).
     file_length
@@ -84,6 +89,7 @@ class Checkpoint:
     index_msg_timestamp: int = 0
     master_flushed_offset: int = 0
     confirm_phy_offset: int = 0
+    logics_physical_offset: int = 0
     exists: bool = True
     file_length: int | None = None
     path: str | StoreLocation | None = None
@@ -116,7 +122,8 @@ class Checkpoint:
         vals = list(self.values())
         if not rocketmq5:
             vals[3:] = [0, 0]
-        return CHECKPOINT_STRUCT.pack(*vals).ljust(CHECKPOINT_FILE_SIZE, b"\0")
+        tail = LOGICS_PHYSICAL_OFFSET.pack(self.logics_physical_offset) if rocketmq5 else b""
+        return (CHECKPOINT_STRUCT.pack(*vals) + tail).ljust(CHECKPOINT_FILE_SIZE, b"\0")
 
     def to_table(self, *, rocketmq5: bool | None = None) -> pa.Table:
         """One-row ``CHECKPOINT`` table; the 5.x columns are null for a 4.9.7 reading.
@@ -156,8 +163,10 @@ def read_checkpoint(path: PathRef) -> Checkpoint:
         return Checkpoint(exists=False, file_length=None, path=loc.ref)
     except OSError as exc:
         raise UnreadableFileError(f"cannot read checkpoint: {exc.strerror}", str(loc)) from None
-    vals = CHECKPOINT_STRUCT.unpack_from(data.ljust(USED_BYTES_5, b"\0"), 0)
-    return Checkpoint(*vals, exists=True, file_length=length, path=loc.ref)
+    data = data.ljust(USED_BYTES_5 + LOGICS_PHYSICAL_OFFSET.size, b"\0")
+    vals = CHECKPOINT_STRUCT.unpack_from(data, 0)
+    logics_phy = LOGICS_PHYSICAL_OFFSET.unpack_from(data, USED_BYTES_5)[0]
+    return Checkpoint(*vals, logics_physical_offset=logics_phy, exists=True, file_length=length, path=loc.ref)
 
 
 def write_checkpoint(path: str | os.PathLike[str], checkpoint: Checkpoint, *, rocketmq5: bool = True) -> None:

@@ -55,7 +55,7 @@ from .commitlog import DEFAULT_BATCH_SIZE, SegmentScan, summaries_table, summari
 from .exceptions import ConfigError
 from .mappedfile import MappedFile
 from .recordformat import ScanOptions
-from .recovery import V49, V5X
+from .recovery import is_5x, resolve_version
 from .store import open_store
 
 FORMAT_NAME = "rocketmq"
@@ -336,9 +336,10 @@ class RocketMQReader(DataSourceReader):
         store = open_store(options["path"], options.get("brokerconfig"))
         self.config = store.config
         version = options.get("brokerversion")
-        if version is not None and version not in (V49, V5X):
-            raise ConfigError(f"option brokerVersion={version!r} is not {V49!r} or {V5X!r}")
-        self.broker_5x = store.looks_5x() if version is None else version == V5X
+        try:
+            self.broker_5x = store.looks_5x() if version is None else is_5x(resolve_version(version))
+        except ValueError as exc:
+            raise ConfigError(f"option brokerVersion: {exc}") from None
         compute = _flag(options, "computeCrc")
         if compute is None:       # CRCs cost a pass over every body: only when a column shows them
             compute = bool(CRC_COLUMNS.get(self.table, set()) & set(self.columns))

@@ -5,7 +5,9 @@ queue files, the checkpoint and the ``abort`` flag, following ``recovery.md`` st
 losses included. Nothing here "fixes" anything: the repaired store is built elsewhere; this module
 says what the broker itself would end up with, so the audit can report the difference.
 
-Versions: ``"4.9"`` (rocketmq-all-4.9.7) and ``"5.x"`` (5.3.3 semantics).
+Versions: the releases whose recovery rules differ, ``VERSIONS`` (R§12): ``"4.9"`` (4.9.7 and
+4.9.8), ``"5.3"`` (5.3.3), ``"5.4"`` (5.4.0), ``"5.5"`` (5.5.1); ``"5.x"`` spells the newest.
+A rule that changed names the release that introduced it (``since``).
 """
 from __future__ import annotations
 
@@ -36,7 +38,48 @@ from .storefs import PathRef, location
 if TYPE_CHECKING:
     from .repair import IndexPuts
 
-V49, V5X = "4.9", "5.x"
+V49, V53, V54, V55 = "4.9", "5.3", "5.4", "5.5"
+VERSIONS = (V49, V53, V54, V55)          # oldest first: ``since`` compares positions
+V5X = "5.x"                              # a spelling of the newest 5.x
+# 5.5.0 is not 5.5: it lacks 5.5.1's negative-TOTALSIZE check (R§12)
+_SPELLINGS = {V5X: VERSIONS[-1], "4.9.7": V49, "4.9.8": V49, "5.3.3": V53, "5.4.0": V54, "5.5.1": V55}
+
+
+def resolve_version(name: str) -> str:
+    """The ``VERSIONS`` entry ``name`` spells (a release number or ``"5.x"`` = the newest)."""
+    version = _SPELLINGS.get(name, name)
+    if version not in VERSIONS:
+        raise ValueError(f"broker version must be one of {', '.join(VERSIONS + (V5X,))}, got {name!r}")
+    return version
+
+
+def versions_of(spec: str) -> list[str]:
+    """The versions a what-if compares, as spelled: ``all`` (``VERSIONS``), ``both`` (4.9 and 5.x,
+    the newest) or a comma list of spellings (one per version)."""
+    if spec == "all":
+        return list(VERSIONS)
+    if spec == "both":
+        return [V49, V5X]
+    out: list[str] = []
+    for name in (n.strip() for n in spec.split(",")):
+        if resolve_version(name) not in map(resolve_version, out):
+            out.append(name)
+    return out
+
+
+def is_whatif(spec: str | None) -> bool:
+    """Does a ``--broker-version`` value ask for several versions side by side?"""
+    return spec is not None and (spec in ("all", "both") or "," in spec)
+
+
+def is_5x(version: str) -> bool:
+    """A 5.x broker: its store format and load rules (V2 records, 5.x checkpoint fields ...)."""
+    return resolve_version(version) != V49
+
+
+def since(version: str, introduced: str) -> bool:
+    """Does ``version`` follow a rule ``introduced`` in that release (R§12)?"""
+    return VERSIONS.index(resolve_version(version)) >= VERSIONS.index(introduced)
 
 
 # -- a consume queue as the broker holds it in memory ------------------------------------------------
@@ -359,7 +402,7 @@ class ConsumeQueueState:
             return
         first = self.files[0]
         readable = first.wrote // CQ_STORE_UNIT_SIZE
-        if version == V49:
+        if not is_5x(version):
             phys = first.slots["phy_offset"][:readable]
             hit = np.flatnonzero(phys >= min_phy)
             if hit.size:
@@ -481,49 +524,105 @@ class Prediction:
         return {f"{t}-{q}": s.max_offset for (t, q), s in self.consume_queues.items()}
 
 
-def _start_file_abnormal(summaries: Sequence[SegmentSummary], version: str, config: BrokerConfig,
-                         min_ts: int, min_ts_index: int) -> int:
-    """R§4.1 abnormal (4.9.7 / 5.3.3): newest file whose first record's header passes
-    ``isMappedFileMatchedRecover``; only magic, STORETIMESTAMP != 0 and the checkpoint bound count."""
-    magics = (rf.MAGIC_V1, rf.MAGIC_V2) if version == V5X else (rf.MAGIC_V1,)
-    bound = min_ts_index if config.messageIndexEnable and config.messageIndexSafe else min_ts
-    for i in range(len(summaries) - 1, -1, -1):
-        s = summaries[i]
-        ts = s.first_store_timestamp_raw
-        if s.first_magic in magics and ts and ts <= bound:
-            return i
+def _first_record_matches(s: SegmentSummary, version: str, config: BrokerConfig, abnormal: bool,
+                          ckpt: Checkpoint, cq_max: int) -> bool:
+    """``CommitLog#isMappedFileMatchedRecover`` for one file (R§4.1)."""
+    ts = s.first_store_timestamp_raw
+    if not since(version, V54):
+        # 4.9.7 / 5.3.3 (abnormal path only): the first record's header, read by position
+        magics = (rf.MAGIC_V1, rf.MAGIC_V2) if is_5x(version) else (rf.MAGIC_V1,)
+        bound = ckpt.min_timestamp_index if config.messageIndexEnable and config.messageIndexSafe \
+            else ckpt.min_timestamp
+        return s.first_magic in magics and bool(ts) and ts <= bound
+    # [5.4] the first record passes the full check (CRC included) and has a store time
+    if not s.first_record_valid or not ts:
+        return False
+    # IndexService: with messageIndexSafe, no later than the last full index file
+    if config.messageIndexEnable and config.messageIndexSafe and ts > ckpt.index_msg_timestamp:
+        return False
+    # ConsumeQueueStore#isMappedFileMatchedRecover
+    if not abnormal:
+        return s.first_stored_phy_offset <= cq_max
+    if not since(version, V55):
+        return ts <= ckpt.min_timestamp
+    # [5.5] the checkpoint's logicsPhysicalOffset; a checkpoint without one: its logicsMsgTimestamp
+    if ckpt.logics_physical_offset <= 0:
+        return ts <= ckpt.logics_msg_timestamp
+    return s.first_stored_phy_offset <= ckpt.logics_physical_offset
+
+
+def start_file(summaries: Sequence[SegmentSummary], version: str, config: BrokerConfig, abnormal: bool,
+               ckpt: Checkpoint, cq_max: int) -> int:
+    """R§4.1: the index of the file the commitlog recovery starts from."""
+    if not abnormal and not since(version, V53):          # 4.9.7: the third-last file
+        return max(0, len(summaries) - 3)
+    if not abnormal and not since(version, V54):          # 5.3.3: the file holding the CQ max
+        index = len(summaries) - 1
+        while index > 0 and summaries[index].file_start > cq_max:
+            index -= 1
+        return index
+    # from the newest file back; the normal path never tests the first file
+    # [5.4] commitLogRecoverMaxNum: the n-th file from the end is taken whether it matches or not
+    left = (config.commitLogRecoverMaxNum if config.commitLogRecoverMaxNum > 0 else 10) \
+        if since(version, V54) else None
+    lowest = 0 if abnormal else 1
+    for index in range(len(summaries) - 1, lowest - 1, -1):
+        if left is not None:
+            left -= 1
+        if _first_record_matches(summaries[index], version, config, abnormal, ckpt, cq_max) \
+                or (left is not None and left <= 0):
+            return index
     return 0
 
 
-def _start_file_normal(summaries: Sequence[SegmentSummary], version: str, cq_max: int) -> int:
-    if version == V49:                                  # the third-last file
-        return max(0, len(summaries) - 3)
-    index = len(summaries) - 1                          # 5.3.3: file holding the CQ max
-    while index > 0 and summaries[index].file_start > cq_max:
-        index -= 1
-    return index
+def _offset_check_cut(summaries: Sequence[SegmentSummary], config: BrokerConfig, start: int, end: int,
+                      opts: rf.ScanOptions) -> int:
+    """[5.5] ``checkCommitLogOffsetOnRecover`` on the abnormal path: the first VALID record from
+    ``start`` whose stored PHYSICALOFFSET lies outside ``[file start, file start + file size]``
+    ends the walk where it starts (R§4.3); ``end`` when there is none."""
+    from .commitlog import SegmentScan
+
+    size = config.mappedFileSizeCommitLog
+    for s in summaries[start:]:
+        if s.file_start >= end:
+            break
+        for batch in SegmentScan(s.path, opts, columns=["phy_offset", "stored_phy_offset"]):
+            pos = batch["phy_offset"].to_numpy()
+            stored = batch["stored_phy_offset"].to_numpy()
+            bad = np.flatnonzero((pos < end) & ((stored < s.file_start) | (stored > s.file_start + size)))
+            if bad.size:
+                return int(pos[bad[0]])
+    return end
 
 
 def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config: BrokerConfig,
-                      abnormal: bool, checkpoint_min_ts: int, checkpoint_min_ts_index: int,
-                      cq_max: int) -> tuple[int, int, list[CommitLogFileState], list[str]]:
-    """R§4: (start index, recovered end, files after truncation, deleted file names)."""
+                      abnormal: bool, ckpt: Checkpoint, cq_max: int, opts: rf.ScanOptions | None = None
+                      ) -> tuple[int, int, list[CommitLogFileState], list[str]]:
+    """R§4: (start index, recovered end, files after truncation, deleted file names); ``opts``:
+    the options the summaries were scanned with (the broker's for ``config`` when None)."""
     if not summaries:
         return 0, 0, [], []
-    size = config.mappedFileSizeCommitLog    # a file of another length is refused; it maps this much
-    if abnormal:
-        start = _start_file_abnormal(summaries, version, config, checkpoint_min_ts,
-                                     checkpoint_min_ts_index)
-    else:
-        start = _start_file_normal(summaries, version, cq_max)
+    start = start_file(summaries, version, config, abnormal, ckpt, cq_max)
     end = summaries[start].file_start
     for i in range(start, len(summaries)):           # R§4.2: a blank marker moves on to the next file
         s = summaries[i]
         end = s.file_start + s.valid_bytes
         if s.end_reason != "eof_marker":
             break
+        if since(version, V55) and s.blank_declared_size is not None and s.blank_declared_size < 0:
+            break                                     # [5.5.1] a negative TOTALSIZE is INVALID first (R§3)
+    if abnormal and since(version, V55) and config.checkCommitLogOffsetOnRecover:
+        opts = opts or rf.ScanOptions.for_broker(config, True)
+        end = _offset_check_cut(summaries, config, start, end, opts)
+    return start, end, *commitlog_files_after(summaries, config, end)
+
+
+def commitlog_files_after(summaries: Sequence[SegmentSummary], config: BrokerConfig, end: int
+                          ) -> tuple[list[CommitLogFileState], list[str]]:
+    """R§5.1 ``MappedFileQueue#truncateDirtyFiles(end)``: (files kept, names deleted)."""
+    size = config.mappedFileSizeCommitLog    # a file of another length is refused; it maps this much
     files, deleted = [], []
-    for s in summaries:                               # R§5.1 truncateDirtyFiles(end)
+    for s in summaries:
         if s.file_start + size > end:
             if end >= s.file_start:
                 files.append(CommitLogFileState(s.segment, s.file_start, size, end - s.file_start))
@@ -531,7 +630,7 @@ def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config:
                 deleted.append(s.segment)
         else:
             files.append(CommitLogFileState(s.segment, s.file_start, size, size))
-    return start, end, files, deleted
+    return files, deleted
 
 
 class ScratchDir:
@@ -683,6 +782,7 @@ class Dispatched:
     index: IndexDispatch | None = None
     records: int = 0
     last_cq_store_timestamp: int | None = None
+    last_cq_phy_offset: int | None = None       # [5.5] the checkpoint's logicsPhysicalOffset
     early_delivery: list[tuple[int, int]] = field(default_factory=list)
     """(schedule queue id, phy) of delayed records given the TAGS hash as tags code (E#30b)."""
 
@@ -758,6 +858,7 @@ def _dispatch_to_queues(config: BrokerConfig, broker_5x: bool, batch: pa.RecordB
     b = b if len(rows) == b.num_rows else b.take(pa.array(rows))
     out.last_cq_store_timestamp = int(b["store_timestamp"][-1].as_py())
     phy, size = b["stored_phy_offset"].to_numpy(), b["total_size"].to_numpy().astype(np.int64)
+    out.last_cq_phy_offset = int(phy[-1])
     qid, offset = b["queue_id"].to_numpy(), b["queue_offset"].to_numpy()
     tags_code = b["tags_code"].to_numpy().copy()
     topics = b["topic"].dictionary_encode()
@@ -825,7 +926,8 @@ def predict(store: Store, broker_version: str | None = None,
     store
         An opened store.
     broker_version
-        ``"4.9"`` or ``"5.x"``; None = from the store's version hints.
+        One of ``VERSIONS`` (or a spelling ``resolve_version`` takes); None = the store's guess
+        (``Store.broker_version``).
     summaries
         Segment summaries scanned with the broker's options (computed here when None).
     records
@@ -841,10 +943,8 @@ def predict(store: Store, broker_version: str | None = None,
         The directory the replay writes the index files it builds in (a run's scan directory:
         executors read them there); default a temporary one, removed with the prediction.
     """
-    version = broker_version or (V5X if store.looks_5x() else V49)
-    if version not in (V49, V5X):
-        raise ValueError(f"broker_version must be {V49!r} or {V5X!r}, got {version!r}")
-    broker_5x = version == V5X
+    version = resolve_version(broker_version or store.broker_version())
+    broker_5x = is_5x(version)
     opts = store.scan_options(broker_5x=broker_5x)
     queues, cq_problems = load_consume_queues(store, broker_5x)
     problems = store.load_problems_for(broker_5x) + cq_problems
@@ -867,8 +967,8 @@ def predict(store: Store, broker_version: str | None = None,
     pred.max_phy_offset_of_consume_queue = cq_max
     # 2. start file and scan (R§4.1, R§4.2)
     abnormal = store.abort_exists
-    start, end, files, deleted = predict_commitlog(
-        summaries, version, store.config, abnormal, ckpt.min_timestamp, ckpt.min_timestamp_index, cq_max)
+    start, end, files, deleted = predict_commitlog(summaries, version, store.config, abnormal, ckpt, cq_max,
+                                                   opts)
     pred.start_file = summaries[start].segment if summaries else None
     pred.max_phy_offset, pred.commitlog_files, pred.deleted_commitlog_files = end, files, deleted
     pred.min_phy_offset = files[0].start if files else -1
@@ -895,7 +995,10 @@ def predict(store: Store, broker_version: str | None = None,
                          opts, dispatched, records=records, puts=puts)
     if broker_5x and summaries:
         pred.confirm_offset = end
-    # 4. consume queue entries beyond the recovered end (R§4.5, R§5.2)
+    # 4. consume queue entries beyond the recovered end (R§4.5, R§5.2); [5.4] the CQ max is
+    # taken after the scan's dispatch
+    if since(version, V54):
+        cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
     if cq_max >= end:
         pred.cq_truncated = True
         for q in queues.values():
@@ -911,8 +1014,9 @@ def predict(store: Store, broker_version: str | None = None,
             if reput < end else len(summaries)
         dispatch_records(store, summaries, first, reput, end, None, queues, opts, dispatched,
                          records=records, puts=puts)
-    # 6. queue tables and min offsets (R§7); 5.x throws on a queue whose last file is empty
-    if broker_5x:
+    # 6. queue tables and min offsets (R§7); 5.3.3 and 5.4.0 throw on a queue whose last file is
+    # empty (fixed in 5.5.0)
+    if broker_5x and not since(version, V55):
         thrown = [str(p) for p in correct_min_offset_throws(queues)]
         pred.load_problems += thrown
         pred.load_result = pred.load_result and not thrown
@@ -928,6 +1032,9 @@ def predict(store: Store, broker_version: str | None = None,
         logics_msg_timestamp=(dispatched.last_cq_store_timestamp
                               if dispatched.last_cq_store_timestamp is not None
                               else ckpt.logics_msg_timestamp),
+        logics_physical_offset=(dispatched.last_cq_phy_offset
+                                if since(version, V55) and dispatched.last_cq_phy_offset is not None
+                                else ckpt.logics_physical_offset),
         index_msg_timestamp=index_msg_ts)
     return pred
 

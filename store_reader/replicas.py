@@ -45,7 +45,7 @@ from .config import read_consumer_offsets
 from .consumequeue import CQ_STORE_UNIT_SIZE
 from .dispatch import dispatchable
 from .exceptions import FileSizeError, StoreReaderError
-from .recovery import V49, V5X, load_consume_queues
+from .recovery import V49, V53, load_consume_queues
 from .store import Store
 from .storefs import PathRef, SegmentBuffer
 
@@ -635,7 +635,7 @@ def _queue_ranges(store: Store, side: str, min_phy: int | None, data_end: int,
         first = q.files[0].start // CQ_STORE_UNIT_SIZE
         hi = first + (int(kept[-1]) + 1 if kept.size else 0)
         if min_phy is not None:
-            q.correct_min_offset(min_phy, V5X if broker_5x else V49)
+            q.correct_min_offset(min_phy, V53 if broker_5x else V49)
         out[key] = (min(q.min_offset, hi), hi)
     for (s, topic, qid), (lo, hi) in tails.items():
         if s != side:

@@ -122,16 +122,29 @@ class Store:
         """
         return self.version_hints().get("broker_5x", False)
 
+    def broker_version(self) -> str:
+        """The recovery rules a prediction uses when none is asked for (``recovery.VERSIONS``):
+        4.9 for a 4.9 store; 5.5 when the checkpoint holds a logicsPhysicalOffset (only 5.5.0 and
+        later write one); else 5.3, since 5.3.3, 5.4.0 and a young 5.5.x store look alike."""
+        from .recovery import V49, V53, V55
+
+        hints = self.version_hints()
+        if not hints.get("broker_5x", False):
+            return V49
+        return V55 if hints.get("checkpoint_logics_physical_offset") else V53
+
     def version_hints(self) -> dict[str, bool]:
         hints: dict[str, bool] = {}
         if (self.root / "abort.bak").exists():
             hints["broker_5x"] = True
             hints["abort.bak"] = True
         try:
-            head = location(self.checkpoint_path).read_bytes(0, 40)
-            if len(head) == 40 and any(head[24:40]):
+            head = location(self.checkpoint_path).read_bytes(0, 48)
+            if len(head) >= 40 and any(head[24:40]):
                 hints["broker_5x"] = True
                 hints["checkpoint_5_longs"] = True
+            if len(head) == 48 and any(head[40:48]):
+                hints["broker_5x"] = hints["checkpoint_logics_physical_offset"] = True
         except (OSError, StoreReaderError):
             pass
         first = self._first_record_tail()

@@ -89,7 +89,7 @@ SCHEDULE_TOPIC = rf.SCHEDULE_TOPIC
 TRANS_HALF_TOPIC = rf.TRANS_HALF_TOPIC
 TRANS_OP_HALF_TOPIC = rf.TRANS_OP_HALF_TOPIC
 RETRY_GROUP_TOPIC_PREFIX = rf.RETRY_GROUP_TOPIC_PREFIX
-BROKER_STYLES = ("4.9", "5.x")
+BROKER_STYLES = ("4.9", "5.x", "5.3", "5.4", "5.5")
 COMPRESSION_ZLIB = 3 << 8          # 5.x clients also set the compression type bits (F§3.5)
 DELAY_LEVELS_MS = tuple(BrokerConfig().delay_levels_ms)
 
@@ -163,7 +163,9 @@ class SyntheticStoreSpec:
         User topics and their queue counts.
     broker
         ``"4.9"`` (properties without the trailing ``\\x02``, ``WAIT`` dropped, 24-byte checkpoint)
-        or ``"5.x"`` (trailing ``\\x02``, ``WAIT=true`` kept, compression-type bits, ``abort.bak``).
+        or ``"5.x"`` (trailing ``\\x02``, ``WAIT=true`` kept, compression-type bits, ``abort.bak``);
+        ``"5.3"`` and ``"5.4"`` write as ``"5.x"``, ``"5.5"`` also the checkpoint's
+        logicsPhysicalOffset (R§4.1).
     seed
         Seed of every random choice: same spec, same bytes.
     start_timestamp, messages_per_second
@@ -248,7 +250,7 @@ class SyntheticStoreSpec:
 
     @property
     def rocketmq5(self) -> bool:
-        return self.broker == "5.x"
+        return self.broker != "4.9"
 
     @property
     def retry_topic(self) -> str:
@@ -1092,7 +1094,9 @@ def write_store(dest_dir: str | os.PathLike[str], spec: SyntheticStoreSpec | Non
         # IndexService#flush rewrites the whole checkpoint) if that came later
         at = max(int(store_ts[int(crash.checkpoint_fraction * (n - 1))]), index_ts)
         physic, logics = min(physic, at), min(logics, at)
-    checkpoint = Checkpoint(physic, logics, index_ts)
+    # 5.5: the last record put into a consume queue by the flush that wrote logicsMsgTimestamp
+    logics_phy = int(phy[rows][store_ts[rows] <= logics][-1]) if spec.broker == "5.5" and logics else 0
+    checkpoint = Checkpoint(physic, logics, index_ts, logics_physical_offset=logics_phy)
     write_checkpoint(root / "checkpoint", checkpoint, rocketmq5=spec.rocketmq5)
 
     (root / "lock").write_bytes(b"lock")

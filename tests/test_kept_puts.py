@@ -13,7 +13,7 @@ from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 pytestmark = [pytest.mark.reader]
 
 
-@pytest.fixture(scope="module", params=[("5.x", True), ("4.9", True), ("5.x", False), ("4.9", False)],
+@pytest.fixture(scope="module", params=[("5.3", True), ("4.9", True), ("5.3", False), ("4.9", False)],
                 ids=["5.x-abnormal", "4.9-abnormal", "5.x-normal", "4.9-normal"])
 def kept(request, tmp_path_factory):
     """(store, broker version, summaries, kept records by segment) of a crashed store whose last
@@ -26,7 +26,7 @@ def kept(request, tmp_path_factory):
                                                    broker=broker, seed=11),
                 CrashSpec(abort=abort, torn_tail=True, cq_behind=3000, corrupt="crc"))
     store = open_store(root / "store", root / "store" / "broker.conf")
-    five = broker == "5.x"
+    five = broker == "5.3"
     opts = store.scan_options(broker_5x=five)
     cols, lost = scanned.columns_for(store.config, five)
     mp = pytest.MonkeyPatch()

@@ -44,15 +44,15 @@ def _entries(qdir):
     return out
 
 
-@pytest.mark.parametrize("version", ["4.9", "5.x"])
+@pytest.mark.parametrize("version", ["4.9", "5.3"])
 def test_lmq_queues_predicted(tmp_path, version):
-    root = _lmq_store(tmp_path / "store", version == "5.x")
+    root = _lmq_store(tmp_path / "store", version == "5.3")
     pred = predict(open_store(root), version)
     a, b = pred.consume_queues[("%LMQ%a", 0)], pred.consume_queues[("%LMQ%b", 0)]
     main = pred.consume_queues[("TopicL", 1)]
     assert (main.min_offset, main.max_offset) == (0, 6)
     assert (a.min_offset, a.max_offset) == (0, 5)
-    assert b.min_offset == 5 if version == "5.x" else b.min_offset == 0   # 4.9.7 min lands on fillers
+    assert b.min_offset == 5 if version == "5.3" else b.min_offset == 0   # 4.9.7 min lands on fillers
     assert b.max_offset == 10
     assert [int(x) for x in b.entries()["phy_offset"]][-5:] == [int(x) for x in a.entries()["phy_offset"]]
 
@@ -61,8 +61,8 @@ def test_lmq_queues_predicted(tmp_path, version):
 def test_lmq_queues_rebuilt(spark, tmp_path):
     root = _lmq_store(tmp_path / "store", True)
     out = tmp_path / "out"
-    recover(spark, str(root), str(out), str(root / "broker.conf"), "5.x")
-    pred = predict(open_store(root), "5.x")
+    recover(spark, str(root), str(out), str(root / "broker.conf"), "5.3")
+    pred = predict(open_store(root), "5.3")
     for topic, qid in [("%LMQ%a", 0), ("%LMQ%b", 0), ("TopicL", 1)]:
         want = [(int(e["phy_offset"]), int(e["size"])) for e in pred.consume_queues[(topic, qid)].entries()
                 if e["size"] != 0x7FFFFFFF]

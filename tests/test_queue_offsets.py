@@ -104,7 +104,7 @@ DAMAGES = {
     "zeroed-last": {"zeroed_span": "last"},
     "missing-file": {"missing_file": True},
 }
-CASES = [(b, d, a) for b in ("4.9", "5.x") for d in DAMAGES for a in ("normal", "abnormal")]
+CASES = [(b, d, a) for b in ("4.9", "5.3") for d in DAMAGES for a in ("normal", "abnormal")]
 
 
 def _case_id(case):
@@ -157,7 +157,7 @@ def test_every_entry_sits_at_its_records_queue_offset(case, repaired):
     store = open_store(out, out / "broker.conf")
     again = predict(store, broker)              # the repaired store as the broker loads it
     assert again.load_result and again.max_phy_offset == end
-    records = _records(out, end, broker == "5.x")
+    records = _records(out, end, broker == "5.3")
     held: dict[tuple[str, int], dict[int, int]] = {}
     for phy, (topic, qid, qoff, _) in records.items():
         held.setdefault((topic, qid), {}).setdefault(qoff, phy)
@@ -193,7 +193,7 @@ def test_every_entry_sits_at_its_records_queue_offset(case, repaired):
     found = qf.filter(pa.compute.equal(qf["kind"], "filler"))
     assert sum(found["count"].to_pylist()) == sum(map(len, fillers.values()))
     # the brokers keep what lies after a missing file, and 5.x's normal path a span it never re-reads
-    kept = damage == "missing-file" or (broker == "5.x" and path == "normal" and damage == "zeroed-second-last")
+    kept = damage == "missing-file" or (broker == "5.3" and path == "normal" and damage == "zeroed-second-last")
     assert (end == info.written_end) == kept
     if kept:
         assert fillers, "the case must have records gone inside queues"
@@ -207,7 +207,7 @@ def test_every_entry_sits_at_its_records_queue_offset(case, repaired):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_records_behind_a_kept_span_keep_their_entries_and_index_keys(repaired):
-    info, report, out = repaired(("5.x", "zeroed-second-last", "normal"))
+    info, report, out = repaired(("5.3", "zeroed-second-last", "normal"))
     cut = next(s for s in report.summaries if s.end_reason == "corrupt")
     assert cut.file_start + cut.file_size < report.prediction.max_phy_offset and cut.records_after_cut > 100
     behind = (cut.file_start + cut.resync_position, cut.file_start + cut.file_size)

@@ -35,14 +35,14 @@ def test_refusals(spark, tmp_path):
     src = support.input_store(*case)
     conf = str(support.broker_conf(*case))
     with pytest.raises(StoreReaderError, match="must not be the store"):
-        job.recover(spark, str(src), str(src / "repaired"), conf, "5.x")
+        job.recover(spark, str(src), str(src / "repaired"), conf, "5.3")
     existing = tmp_path / "exists"
     existing.mkdir()
     with pytest.raises(StoreReaderError, match="output directory exists"):
-        job.recover(spark, str(src), str(existing), conf, "5.x")
+        job.recover(spark, str(src), str(existing), conf, "5.3")
     (existing / "precious.txt").write_text("x")
     with pytest.raises(StoreReaderError, match="not a repaired store"):
-        job.recover(spark, str(src), str(existing), conf, "5.x", overwrite=True)
+        job.recover(spark, str(src), str(existing), conf, "5.3", overwrite=True)
     assert (existing / "precious.txt").exists()
     assert job.main(["--store", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
 
@@ -50,7 +50,7 @@ def test_refusals(spark, tmp_path):
 def test_overwrite_replaces_an_earlier_repaired_store(spark, tmp_path):
     case = (V5, "clean")
     out = tmp_path / "out"
-    args = (str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "5.x")
+    args = (str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "5.3")
     job.recover(spark, *args)
     first = support.tree_digest(out)
     job.recover(spark, *args, overwrite=True)

@@ -19,7 +19,7 @@ CASES = support.scenarios()
 def _predict(case):
     version, scenario = case
     store = open_store(support.input_store(*case), support.broker_conf(*case))
-    return predict(store, "5.x" if version.endswith("5.3.3") else "4.9")
+    return predict(store, "5.3" if version.endswith("5.3.3") else "4.9")
 
 
 @pytest.mark.parametrize("case", CASES, ids=support.case_id)
@@ -146,7 +146,7 @@ def test_the_replay_writes_its_index_files_in_the_scratch_directory_and_maps_non
         store = open_store(support.input_store(*case), support.broker_conf(*case))
         scratch = tmp_path / support.case_id(case).replace("/", "-")
         scratch.mkdir()
-        pred = predict(store, "5.x" if case[0].endswith("5.3.3") else "4.9", scratch=str(scratch))
+        pred = predict(store, "5.3" if case[0].endswith("5.3.3") else "4.9", scratch=str(scratch))
         for f in pred.index_files:
             if f.built is not None:
                 assert os.path.dirname(f.built) == str(scratch)
@@ -197,7 +197,7 @@ def test_a_replayed_index_file_the_scratch_filesystem_cannot_hold_is_one_clear_e
         "from store_reader.recovery import predict\n"
         f"store = open_store({str(support.input_store(*case))!r}, {str(support.broker_conf(*case))!r})\n"
         "try:\n"
-        f"    predict(store, {'5.x' if case[0].endswith('5.3.3') else '4.9'!r}, scratch={str(tmp_path)!r})\n"
+        f"    predict(store, {'5.3' if case[0].endswith('5.3.3') else '4.9'!r}, scratch={str(tmp_path)!r})\n"
         "except OutputError as exc:\n"
         "    print('OutputError:', exc)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -70,7 +70,7 @@ def _empty_last_cq_file(root, partial: bytes = b""):
 
 # -- consume queue file of the wrong length ----------------------------------------------------------
 
-@pytest.mark.parametrize("broker", ["4.9", "5.x"])
+@pytest.mark.parametrize("broker", ["4.9", "5.3"])
 def test_short_consume_queue_file_is_refused_naming_file_and_byte(tmp_path, broker):
     root, info = _store(tmp_path, broker)
     victim = _queue_files(root, "TopicA", 1)[1].path
@@ -94,9 +94,9 @@ def test_short_consume_queue_file_is_refused_naming_file_and_byte(tmp_path, brok
     (struct.pack(">qi", 4096, 300), False),                 # phy and size: a valid entry
 ])
 def test_empty_last_consume_queue_file_throws_in_5x_only(tmp_path, partial, throws):
-    root, info = _store(tmp_path, "5.x")
+    root, info = _store(tmp_path, "5.3")
     (topic, qid), last = _empty_last_cq_file(root, partial)
-    pred = recovery.predict(_open(root), "5.x")
+    pred = recovery.predict(_open(root), "5.3")
     assert pred.load_result is not throws
     if throws:
         (problem,) = pred.load_problems
@@ -110,27 +110,27 @@ def test_empty_last_consume_queue_file_throws_in_5x_only(tmp_path, partial, thro
 def test_single_empty_consume_queue_file_not_named_zero_throws(tmp_path):
     """minLogicOffset is 0 after load whatever the first file's name: a queue whose only file
     (starting at 600) is empty has min 0 < max 600."""
-    root, _ = _store(tmp_path, "5.x")
+    root, _ = _store(tmp_path, "5.3")
     (_, _), last = _empty_last_cq_file(root)
     for f in _queue_files(root, *os.path.normpath(last.path).split(os.sep)[-3:-1]):
         if f.path != last.path:
             os.unlink(f.path)
-    pred = recovery.predict(_open(root), "5.x")
+    pred = recovery.predict(_open(root), "5.3")
     assert not pred.load_result and "correctMinOffset" in pred.load_problems[0]
 
 
 def test_only_consume_queue_file_named_zero_and_empty_does_not_throw(tmp_path):
-    root, _ = _store(tmp_path, "5.x")
+    root, _ = _store(tmp_path, "5.3")
     q = root / "consumequeue" / "TopicC" / "0"
     q.mkdir(parents=True)
     (q / "00000000000000000000").write_bytes(bytes(600))
-    pred = recovery.predict(_open(root), "5.x")
+    pred = recovery.predict(_open(root), "5.3")
     assert pred.load_result, pred.load_problems
 
 
 # -- stray entries in commitlog/ -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("broker", ["4.9", "5.x"])
+@pytest.mark.parametrize("broker", ["4.9", "5.3"])
 def test_name_that_is_not_a_number(tmp_path, broker):
     root, info = _store(tmp_path, broker)
     first = root / "commitlog" / info.commitlog_files[0]
@@ -143,7 +143,7 @@ def test_name_that_is_not_a_number(tmp_path, broker):
     assert pred.max_phy_offset == info.truncation_offset
 
 
-@pytest.mark.parametrize("broker", ["4.9", "5.x"])
+@pytest.mark.parametrize("broker", ["4.9", "5.3"])
 def test_name_that_is_a_number_but_not_20_digits(tmp_path, broker):
     """``851968``: Long.parseLong reads it; the broker maps it at that offset, in name order."""
     root, info = _store(tmp_path, broker)
@@ -162,27 +162,27 @@ def test_name_that_is_a_number_but_not_20_digits(tmp_path, broker):
     assert "is 1000 bytes but mappedFileSizeCommitLog" in problem and "20-digit" not in problem
 
 
-@pytest.mark.parametrize("broker", ["4.9", "5.x"])
+@pytest.mark.parametrize("broker", ["4.9", "5.3"])
 def test_sub_directory_refused_by_4x_only(tmp_path, broker):
     root, info = _store(tmp_path, broker)
     (root / "commitlog" / "lost+found").mkdir()
     store = _open(root)
     assert store.loadable and store.left_out == [str(root / "commitlog" / "lost+found")]
     pred = recovery.predict(store, broker)
-    assert pred.load_result is (broker == "5.x")
+    assert pred.load_result is (broker == "5.3")
     if broker == "4.9":
         (problem,) = pred.load_problems
         assert "lost+found" in problem and "does not skip directories" in problem
     assert pred.max_phy_offset == info.truncation_offset
 
 
-@pytest.mark.parametrize("broker", ["4.9", "5.x"])
+@pytest.mark.parametrize("broker", ["4.9", "5.3"])
 def test_zero_length_last_file_names_the_file_on_4x(tmp_path, broker):
     root, info = _store(tmp_path, broker)
     empty = root / "commitlog" / f"{int(info.commitlog_files[-1]) + SEGMENT:020d}"
     empty.write_bytes(b"")
     pred = recovery.predict(_open(root), broker)
-    assert pred.load_result is (broker == "5.x")
+    assert pred.load_result is (broker == "5.3")
     if broker == "4.9":
         (problem,) = pred.load_problems
         assert problem.startswith(f"{empty} @ byte 0: zero-length last commitlog file")
@@ -191,7 +191,7 @@ def test_zero_length_last_file_names_the_file_on_4x(tmp_path, broker):
 
 # -- a commitlog file of the wrong length: the broker's rule for its bytes --------------------------------
 
-@pytest.mark.parametrize("broker", ["4.9", "5.x"])
+@pytest.mark.parametrize("broker", ["4.9", "5.3"])
 def test_short_commitlog_file_is_read_as_never_written_past_its_data(tmp_path, broker):
     """The bytes a short file lacks are taken as never written (zeros, as preallocated), and the
     broker's recovery rules apply to that: a scan that reaches the file ends where its data ends
@@ -207,7 +207,7 @@ def test_short_commitlog_file_is_read_as_never_written_past_its_data(tmp_path, b
         pred = recovery.predict(store, broker)
         assert not pred.load_result and f"{path} @ byte 10000" in pred.load_problems[-1]
         assert all(f.size == SEGMENT for f in pred.commitlog_files)
-        s = next(s for s in store.summaries(store.scan_options(broker == "5.x")) if s.path == str(path))
+        s = next(s for s in store.summaries(store.scan_options(broker == "5.3")) if s.path == str(path))
         if cut:
             assert pred.max_phy_offset == int(info.commitlog_files[index]) + s.valid_bytes
             assert pred.deleted_commitlog_files == info.commitlog_files[index + 1:]
@@ -240,7 +240,7 @@ def test_cq_file_short_repaired_store_is_the_clean_stores(spark, tmp_path, capsy
     assert "REFUSE" in stdout and f"repaired store     {out}" in stdout
     short = src / "consumequeue" / "TopicA" / "0" / "00000000000000000600"
     assert f"warning: the broker would not start on this store: {short} @ byte 300" in err
-    version_arg = "5.x" if version == V5 else "4.9"
+    version_arg = "5.3" if version == V5 else "4.9"
     repaired = recovery.predict(open_store(out, support.broker_conf(version, "clean")), version_arg)
     assert repaired.load_result
     assert_matches_broker(out, (version, "clean"), repaired.max_phy_offset)
@@ -271,10 +271,10 @@ def _short_full_file(root, info):
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("broker, damage", [
-    ("5.x", lambda root, info: _empty_last_cq_file(root)),
+    ("5.3", lambda root, info: _empty_last_cq_file(root)),
     ("4.9", _lost_found),
     ("4.9", _zero_length_last),
-    ("5.x", _not_a_number),
+    ("5.3", _not_a_number),
     ("4.9", _short_full_file),
 ], ids=["5x-empty-last-cq-file", "4x-lost+found", "4x-zero-length-last", "5x-not-a-number", "4x-short-file"])
 def test_recover_writes_a_store_the_broker_starts_on(spark, tmp_path, capsys, broker, damage):
@@ -300,3 +300,20 @@ def test_recover_writes_a_store_the_broker_starts_on(spark, tmp_path, capsys, br
     assert all(os.path.getsize(out / "commitlog" / f.name) == SEGMENT for f in want.commitlog_files)
     if want.deleted_commitlog_files:      # what is lost is said
         assert f"lost               {sum(s.records for s in store.summaries() if s.segment in want.deleted_commitlog_files)} records" in stdout
+
+
+def test_dirty_cq_truncation_after_dispatch_keeps_the_empty_file_from_throwing(tmp_path):
+    """[5.4] whether the dirty CQ entries are cut is decided after the recovery's own dispatch
+    (5.3.3: before it, R§4.5). Here 5.x's normal recovery dispatches the newest record, whose end
+    is the commitlog's end: 5.4 then runs the cut, which keeps the zeroed last file's entry 0 as a
+    bogus entry (E#22), so the queue is not empty and 5.4's correctMinOffset does not throw where
+    5.3.3's does; 5.5 never throws (the read is guarded since 5.5.0)."""
+    root, info = _store(tmp_path, "5.3")
+    (topic, qid), last = _empty_last_cq_file(root)
+    p53, p54, p55 = (recovery.predict(_open(root), v) for v in ("5.3", "5.4", "5.5"))
+    assert (p53.cq_truncated, p54.cq_truncated, p55.cq_truncated) == (False, True, True)
+    assert not p53.load_result and "correctMinOffset" in p53.load_problems[0]
+    assert p54.load_result and p55.load_result, (p54.load_problems, p55.load_problems)
+    f = p54.consume_queues[(topic, qid)].files[-1]
+    assert (f.start, f.wrote) == (int(os.path.basename(last.path)), 20)        # the bogus entry
+    assert p53.max_phy_offset == p54.max_phy_offset == p55.max_phy_offset == info.truncation_offset

@@ -22,7 +22,7 @@ CUT = [(v, s) for v in (V4, V5) for s in ("crash-tail", "torn-middle-crc", "torn
 
 
 def _version(case):
-    return "5.x" if case[0] == V5 else "4.9"
+    return "5.3" if case[0] == V5 else "4.9"
 
 
 def test_each_committed_offset_is_moved_as_the_next_pull_would(tmp_path):
@@ -143,14 +143,14 @@ def test_lmq_consumer_offsets_follow_the_rebuilt_lmq_queues(spark, tmp_path):
     (root / "config" / "lmqConsumerOffset.json").write_text(
         '{\n\t"lmqOffsetTable":{\n\t\t"%LMQ%a@%LMQ%g":9,\n\t\t"%LMQ%b@%LMQ%g":2\n\t}\n}')
     out = tmp_path / "out"
-    report = job.recover(spark, str(root), str(out), str(root / "broker.conf"), "5.x")
+    report = job.recover(spark, str(root), str(out), str(root / "broker.conf"), "5.3")
     # past the end of TopicL/1 (0..6) and %LMQ%a (0..5); below %LMQ%b's first entry (5: its file
     # starts with pre-blank fillers at 0..4, which no pull is served from)
     want = {"TopicL": (8, 6, "OFFSET_OVERFLOW_BADLY"), "%LMQ%a": (9, 5, "OFFSET_OVERFLOW_BADLY"),
             "%LMQ%b": (2, 5, "OFFSET_TOO_SMALL")}
     assert {m["topic"]: (m["committedOffset"], m["repairedOffset"], m["status"])
             for m in report.offsets_moved} == want
-    pred = predict(open_store(out, root / "broker.conf"), "5.x")    # the repaired queues, as loaded
+    pred = predict(open_store(out, root / "broker.conf"), "5.3")    # the repaired queues, as loaded
     for topic, qid in (("TopicL", 1), ("%LMQ%a", 0), ("%LMQ%b", 0)):
         q = pred.consume_queues[(topic, qid)]
         assert q.min_offset <= want[topic][1] <= q.max_offset

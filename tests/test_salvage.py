@@ -159,16 +159,16 @@ def test_cli_bad_store_is_one_error_line(tmp_path):
 
 # -- a synthetic store with every kind of lost record --------------------------------------------------
 
-def lost_kinds_store(root: Path, broker: str = "5.x") -> tuple[Path, list[dict]]:
+def lost_kinds_store(root: Path, broker: str = "5.3") -> tuple[Path, list[dict]]:
     """A synthetic store cut by a corrupt record, with records of every kind the salvage tells apart
     written after its last record (so behind the cut). Returns the root and what was appended
     (``encode_message`` arguments plus the expected kind and body)."""
     spec = SyntheticStoreSpec(total_bytes=3 << 20, segment_size=1 << 20, broker=broker,
-                              append_prop_crc=broker == "5.x", topics=(("TopicA", 4), ("TopicB", 2)))
+                              append_prop_crc=broker == "5.3", topics=(("TopicA", 4), ("TopicB", 2)))
     info = write_store(root, spec, CrashSpec(corrupt="crc", preallocated_next=True))
     conf = root / "broker.conf"
     conf.write_text(conf.read_text() + "enableMultiDispatch=true\nenableLmq=true\n")
-    five = broker == "5.x"
+    five = broker == "5.3"
     base = {"born_host": "10.0.1.10:40000", "store_host": "10.0.0.1:10911", "trailing_separator": five,
             "append_crc32": spec.append_prop_crc}
     ts = info.checkpoint.physic_msg_timestamp + 60_000
@@ -222,7 +222,7 @@ def lost_kinds_store(root: Path, broker: str = "5.x") -> tuple[Path, list[dict]]
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("broker", ["5.x", "4.9"])
+@pytest.mark.parametrize("broker", ["5.3", "4.9"])
 def test_synthetic_kinds_compression_lmq_and_crc32(broker, spark, tmp_path):
     root, recs = lost_kinds_store(tmp_path / "store", broker)
     report = _salvage(spark, root, root / "broker.conf", tmp_path / "lost.parquet", fmt="parquet")
@@ -245,7 +245,7 @@ def test_synthetic_kinds_compression_lmq_and_crc32(broker, spark, tmp_path):
             assert (row["topic"], row["queue_id"]) == (r["topic"], r["queue_id"])
         if r["body"] != TEXT and r["kind"] == "normal":
             assert row["compression"] in ("zlib", "lz4", "zstd")
-        assert (rf.PROPERTY_CRC32 in dict(row["properties"])) == (broker == "5.x")
+        assert (rf.PROPERTY_CRC32 in dict(row["properties"])) == (broker == "5.3")
 
 
 # -- the re-append: jobs.recover --salvage ------------------------------------------------------------
@@ -262,7 +262,7 @@ def _records(root: Path, conf, version: str) -> dict[int, dict]:
     from store_reader import open_store
 
     store = open_store(root, conf)
-    opts = store.scan_options(broker_5x=version == "5.x")
+    opts = store.scan_options(broker_5x=version == "5.3")
     t = store.scan_commitlog(columns=["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id",
                                       "queue_offset", "uniq_key", "body_crc_ok", "record_crc_ok", "body",
                                       "properties", "valid_prefix"], opts=opts, include_lost=True)
@@ -338,7 +338,7 @@ def support_digest(root: Path) -> str:
 @pytest.mark.spark
 @pytest.mark.parametrize("case", TORN_MIDDLE, ids=case_id)
 def test_fixture_salvage_reappends_every_send_record(case, spark, tmp_path):
-    version = "5.x" if case[0].endswith("5.3.3") else "4.9"
+    version = "5.3" if case[0].endswith("5.3.3") else "4.9"
     conf = broker_conf(*case)
     _salvage(spark, input_store(*case), conf, tmp_path / "lost.jsonl", broker_version=version)
     sent = [r for r in read_jsonl(tmp_path / "lost.jsonl") if r["replay"] == "send"]
@@ -351,7 +351,7 @@ def test_fixture_salvage_reappends_every_send_record(case, spark, tmp_path):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("broker", ["5.x", "4.9"])
+@pytest.mark.parametrize("broker", ["5.3", "4.9"])
 def test_synthetic_salvage_of_every_kind_lmq_and_crc32(broker, spark, tmp_path):
     root, recs = lost_kinds_store(tmp_path / "store", broker)
     conf = root / "broker.conf"
@@ -379,7 +379,7 @@ def test_synthetic_salvage_of_every_kind_lmq_and_crc32(broker, spark, tmp_path):
             for name, o in zip(("%LMQ%a", "%LMQ%b"), offsets):
                 phy, size, _ = _cq_entry(tmp_path / "out", name, 0, o, 300_000 * 20)
                 assert phy == moved[r["phy"]]["newPhyOffset"]
-        if broker == "5.x":
+        if broker == "5.3":
             assert new["record_crc_ok"] is True       # __CRC32# recomputed for the new place
 
 
@@ -404,18 +404,18 @@ def _corrupt_middle_of_second_file(tmp_path: Path) -> tuple[Path, int]:
 def test_salvage_across_the_file_boundary(spark, tmp_path):
     root, cut = _corrupt_middle_of_second_file(tmp_path)
     conf = root / "broker.conf"
-    _salvage(spark, root, conf, tmp_path / "lost.jsonl", broker_version="5.x")
+    _salvage(spark, root, conf, tmp_path / "lost.jsonl", broker_version="5.3")
     sent = [r for r in read_jsonl(tmp_path / "lost.jsonl") if r["replay"] == "send"]
-    report = _recover(spark, root, conf, tmp_path / "out", "5.x")
+    report = _recover(spark, root, conf, tmp_path / "out", "5.3")
     assert report.prediction.max_phy_offset == cut
-    assert_reappended(spark, tmp_path / "out", conf, "5.x", report, sent)
+    assert_reappended(spark, tmp_path / "out", conf, "5.3", report, sent)
     names = sorted(os.listdir(tmp_path / "out" / "commitlog"))
     assert len(names) >= 3                           # the records went on into new files
     # each file the re-append filled ends with a blank marker, none crossed
     import struct
     for name in names[1:-1]:
         data = (tmp_path / "out" / "commitlog" / name).read_bytes()
-        recs = _records(tmp_path / "out", conf, "5.x")
+        recs = _records(tmp_path / "out", conf, "5.3")
         start = int(name)
         last = max(p for p in recs if start <= p < start + len(data))
         pos = last - start + recs[last]["total_size"]

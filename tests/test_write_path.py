@@ -210,8 +210,8 @@ def test_write_tables_failure_leaves_no_run_row(tmp_path):
 
 def _report(spark, case, out):
     store = open_store(support.input_store(*case), support.broker_conf(*case))
-    version = "5.x" if case[0] == V5 else "4.9"
-    summaries = scan_segments(spark, store, store.scan_options(broker_5x=version == "5.x"))
+    version = "5.3" if case[0] == V5 else "4.9"
+    summaries = scan_segments(spark, store, store.scan_options(broker_5x=version == "5.3"))
     pred = recovery.predict(store, version, summaries=summaries)
     return store, RunReport("test-run", str(store.root), str(out), version, pred, summaries)
 
@@ -349,7 +349,7 @@ def test_tasks_still_running_after_a_failed_job_leave_nothing_behind(spark, tmp_
 
     monkeypatch.setattr(repairwrite, "rebuild_consume_queues", rebuild_consume_queues)
     with pytest.raises(Exception, match="a consume queue task failed"):
-        job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "5.x")
+        job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "5.3")
     assert list(work.iterdir()) == []
 
 
@@ -461,7 +461,7 @@ def test_built_cds_archive_is_one_the_driver_jvm_maps(tmp_path):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("version", ["4.9", "5.x"])
+@pytest.mark.parametrize("version", ["4.9", "5.3"])
 def test_the_write_starts_once_the_cut_is_known_while_the_replay_runs(spark, tmp_path, monkeypatch, version):
     """``recovery.predict(on_cut=...)``: the commitlog is placed while the broker's replay is still
     held back, and the repaired store is the one written after the whole prediction."""

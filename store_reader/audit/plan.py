@@ -167,7 +167,7 @@ class AuditPlan:
 
 def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
                scan: Sequence[SegmentSummary], scope: tuple[int, int] | None, work_dir: str | None) -> AuditPlan:
-    broker_5x = pred.broker_version == recovery.V5X
+    broker_5x = recovery.is_5x(pred.broker_version)
     cfg = store.config
     disk_queues = {(ref.topic, ref.queue_id): [(f.path, f.start) for f in
                                                list_queue_files(ref.path, cfg.cq_file_size, rocketmq5=broker_5x)]

@@ -97,8 +97,8 @@ class StoreView:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.config = store.config
-        self.broker_5x = store.looks_5x()
-        self.version = recovery.V5X if self.broker_5x else recovery.V49
+        self.version = store.broker_version()
+        self.broker_5x = recovery.is_5x(self.version)
         self.opts = store.scan_options(broker_5x=self.broker_5x)
         self._summaries: list[SegmentSummary] | None = None
         self._records: RecordTable | None = None
@@ -148,8 +148,7 @@ class StoreView:
                 queues = {}
             cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
             start, end, files, _ = recovery.predict_commitlog(
-                self.summaries, self.version, self.config, self.store.abort_exists,
-                ckpt.min_timestamp, ckpt.min_timestamp_index, cq_max)
+                self.summaries, self.version, self.config, self.store.abort_exists, ckpt, cq_max, self.opts)
             min_phy = files[0].start if files else -1
             self._recovery = (start, min_phy, end, cq_max)
         return self._recovery
