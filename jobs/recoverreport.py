@@ -15,7 +15,6 @@ from jobs.salvage import print_reappended
 from store_reader import publish, recovery, scanned
 from store_reader.brokerconf import BrokerConfig
 from store_reader.commitlog import SegmentSummary
-from store_reader.fsutil import walk_files
 from store_reader.salvage import Reappended
 from store_reader.store import Store
 
@@ -56,6 +55,8 @@ class RunReport:
     """The run's scan directory: the kept records, and the tables its passes exchange (``jobs.exchange``)."""
     scans: dict[str, float] = field(default_factory=dict)
     """Per segment: how often the run walked its bytes (1: once)."""
+    store_modes: str = "classic"
+    """The modes the store uses (``inventory.Inventory.modes_text``)."""
 
     def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
         secs = (time.monotonic() if ended is None else ended) - started
@@ -107,11 +108,12 @@ def _resolved(path: str | None) -> str | None:
 
 
 def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
-    inputs = [{"path": rel, "size": size} for rel, size, _ in walk_files(store.root)]
+    inputs = [{"path": rel, "size": size} for rel, size, _ in store.inventory.files]
     # resolved: the same store and config give the same manifest however they were spelled
     return {"runId": report.run_id, "store": _resolved(str(store.root)),
             "brokerConfig": _resolved(store.config.source),
             "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
+            "storeModes": list(store.inventory.modes),
             "prediction": prediction_summary(report.prediction, report),
             "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved},
             **({"salvaged": report.salvaged.to_manifest()} if report.salvaged is not None else {})}
@@ -122,6 +124,7 @@ def print_report(report: RunReport, out=None) -> None:
     pred = report.prediction
     p = print
     p(f"run {report.run_id}: store {report.store} (broker {report.broker_version})", file=out)
+    p(f"  store modes        {report.store_modes}", file=out)
     if not pred.load_result:
         p("  the broker would REFUSE to start on this store as it is:", file=out)
         for problem in pred.load_problems:

@@ -45,6 +45,10 @@ class BrokerConfig:
     flushDiskType: str = "ASYNC_FLUSH"
     brokerRole: str = "ASYNC_MASTER"
     storeType: str = "default"
+    rocksdbCQDoubleWriteEnable: bool = False
+    configManagerVersion: str = "v1"
+    enableDLegerCommitLog: bool = False
+    enableControllerMode: bool = False
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
     storePathRootDir: str | None = None
     storePathCommitLog: str | None = None

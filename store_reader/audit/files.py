@@ -12,7 +12,7 @@ from schemas.findings import STORE_FINDING_ROW
 from store_reader.audit.commitlog import (PredictedCut, segment_findings, verify_commitlog_sequence,
                                           verify_layout)
 from store_reader.audit.queues import verify_queue_files
-from store_reader.audit.report import Findings, norm_path
+from store_reader.audit.report import Findings, join_path, norm_path
 from store_reader.checkpoint import CHECKPOINT_FILE_SIZE, read_checkpoint
 from store_reader.config import (ConfigLoad, load_config, read_consumer_offsets, read_delay_offsets,
                                  read_lmq_consumer_offsets, read_subscription_groups, read_topics)
@@ -86,17 +86,27 @@ def verify_config(store: Store, found: Findings, only: Path | None = None) -> No
                        "leftover of a crash during persist (4.9.7); the broker never reads it")
 
 
+def verify_inventory(store: Store, found: Findings) -> None:
+    """Entries of the store directory no broker writes (``inventory``: the store's one walk)."""
+    for e in store.inventory.unknown:
+        found.note("note.unknown_entry", join_path(store.root, *e.path.split("/")), None,
+                   f"no RocketMQ broker 4.9.x-5.5.x writes this {'directory' if e.is_dir else 'file'}: "
+                   "the broker never reads it")
+
+
 def store_file_findings(store: Store, broker_5x: bool | None = None,
                         summaries: Sequence[SegmentSummary] | None = None,
                         prediction: Prediction | None = None) -> pa.Table:
     """What ``jobs.dump --verify`` reports without reading a record or an entry, as
-    ``store_findings`` rows: a commitlog the broker refuses to load (``layout.load_problem``), a
+    ``store_findings`` rows: entries of the store directory no broker writes (``inventory``), a
+    commitlog the broker refuses to load (``layout.load_problem``), a
     gap in its file sequence (a note: the broker only logs it), consume queue files of the wrong
     size, a missing or short checkpoint, config files the broker cannot use. ``broker_5x``: whose
     load rules apply (default: what the store looks like). With the segments' scan ``summaries``
     and the broker's predicted recovery, also dump's commitlog findings
     (``commitlog.segment_findings``: bad records, missing end-of-file markers, their notes)."""
     found = Findings()
+    verify_inventory(store, found)
     verify_commitlog_sequence(store, found)
     verify_config(store, found)
     five = store.looks_5x() if broker_5x is None else broker_5x

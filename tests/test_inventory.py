@@ -1,0 +1,198 @@
+"""The store's one walk (``store_reader.inventory``): every entry a 4.9.x-5.5.x broker writes
+classified, the modes it shows, unknown entries reported as ``note.unknown_entry`` (dump --verify
+and the audit's ``store_findings`` alike), and a feature this project cannot recover exactly refused
+in one line naming it, in every job.
+
+The extra entries are added to copies of the real-broker fixtures under the names the release
+sources give them (``docs/spec/store-format.md`` §1, §11). The DLedger store is its directory shape
+(DLedger 0.3.1.2's ``DLedgerConfig`` / ``DLedgerMmapFileStore`` / ``MemberState``:
+``dledger-<selfId>/{data,index,checkpoint,currterm}``) with the fixture's commitlog bytes as its data
+file, not entries framed by a real DLedger server: the refusal reads names only.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+
+import pytest
+
+from jobs import audit as audit_job
+from jobs import dump
+from jobs import recover as recover_job
+from jobs import salvage as salvage_job
+from store_reader import inventory, open_store
+from store_reader.audit.files import store_file_findings
+from store_reader.exceptions import UnsupportedStoreError
+from store_reader.fsutil import walk_files
+from tests import support
+
+V4, V5 = support.VERSIONS
+
+
+def _copy(tmp_path, case=(V5, "clean")):
+    dest = tmp_path / "store"
+    shutil.copytree(support.input_store(*case), dest)
+    return dest
+
+
+def _conf(tmp_path, case=(V5, "clean"), **settings) -> str:
+    """The fixture's broker.conf with ``settings`` added."""
+    text = support.broker_conf(*case).read_text()
+    text += "".join(f"\n{k}={v}" for k, v in settings.items()) + "\n"
+    path = tmp_path / "broker.conf"
+    path.write_text(text)
+    return str(path)
+
+
+def _touch(root, *rels, data=b"x"):
+    for rel in rels:
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if rel.endswith("/"):
+            p.mkdir(exist_ok=True)
+        else:
+            p.write_bytes(data)
+
+
+ROCKSDB = ("CURRENT", "IDENTITY", "LOCK", "LOG", "MANIFEST-000005", "OPTIONS-000007", "000004.log",
+           "000009.sst")
+
+
+@pytest.mark.parametrize("case", support.scenarios(), ids=support.case_id)
+def test_every_fixture_entry_is_known(case):
+    """What the real 4.9.7 and 5.3.3 stores hold is all classified (5.3.3's compaction/ with only
+    its position-checkpoint is not the compaction mode), and the walk is the tree's one listing."""
+    root = support.input_store(*case)
+    store = open_store(root, support.broker_conf(*case))
+    assert store.inventory.unknown == [] and store.inventory.modes == ()
+    assert store.inventory.files == walk_files(root)
+    assert {"commitlog", "config", "lock"} <= store.inventory.kinds() or case[1] == "commitlog-all-deleted"
+
+
+def test_5x_entries_classified_and_modes_stated(tmp_path):
+    root = _copy(tmp_path)
+    _touch(root, "timerwheel", "timerlog/00000000000000000000", "config/timercheck",
+           "config/timermetrics", "config/timercheck.bak", "config/topics.json.bak",
+           "config/subscriptionGroup.json", "config/consumerOrderInfo.json",
+           "config/topicQueueMapping.json", "config/messageRequestMode.json",
+           "config/transactionMetrics", "config/consumerFilter.json",
+           *(f"rocksdbstore/{n}" for n in ROCKSDB), *(f"kvStore/{n}" for n in ROCKSDB),
+           "compaction/compactionLog/", "compaction/compactionCq/", "MANIFEST.json")
+    inv = open_store(root, support.broker_conf(V5, "clean")).inventory
+    assert inv.unknown == [] and inv.refusals == []
+    assert inv.modes == (inventory.TIMER, inventory.ROCKSDB_MESSAGE, inventory.POP_ROCKSDB)
+    assert inv.modes_text() == "timer, rocksdb_message, pop_rocksdb"
+    kinds = {e.path: e.kind for e in inv.entries}
+    assert kinds["timerwheel"] == "timer.wheel" and kinds["config/timercheck.bak"] == "timer.check"
+    assert kinds["abort.bak"] == "abort" and kinds["compaction/position-checkpoint"] == "compaction"
+
+
+def test_unknown_entries_are_notes_in_dump_verify_and_store_findings(tmp_path):
+    root = _copy(tmp_path)
+    _touch(root, "lost+found/", "notes.txt", "config/extra.yaml", "consumequeue/stray.txt")
+    conf = support.broker_conf(V5, "clean")
+    store = open_store(root, conf)
+    assert sorted(e.path for e in store.inventory.unknown) == \
+        ["config/extra.yaml", "consumequeue/stray.txt", "lost+found", "notes.txt"]
+    rows = [r for r in store_file_findings(store).to_pylist() if r["kind"] == "note.unknown_entry"]
+    assert sorted(r["file"] for r in rows) == sorted(
+        str(root / p) for p in ("config/extra.yaml", "consumequeue/stray.txt", "lost+found", "notes.txt"))
+    assert all(r["severity"] == "note" for r in rows)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = dump.main([str(root), "--verify", "--json", "--broker-config", str(conf)])
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    notes = sorted((x["file"], x["message"]) for x in lines if x.get("kind") == "note.unknown_entry")
+    assert notes == sorted((r["file"], r["detail"]) for r in rows) and rc == 0
+    modes = next(x for x in lines if x["type"] == "modes")
+    assert modes["modes"] == [] and len(modes["unknown"]) == 4
+
+
+def _dledger(root, keep_commitlog=False):
+    """The directory a DLedger broker writes (dledger-n0/data and index, checkpoint, currterm)."""
+    data = sorted((root / "commitlog").iterdir())[0].read_bytes()
+    _touch(root, "dledger-n0/data/00000000000000000000", data=data)
+    _touch(root, "dledger-n0/index/00000000000000000000", data=bytes(32 * 16))
+    _touch(root, "dledger-n0/checkpoint", data=b"committedIndex=15\n")
+    _touch(root, "dledger-n0/currterm", data=b"currTerm=1\nvoteLeader=n0\n")
+    if not keep_commitlog:
+        shutil.rmtree(root / "commitlog")
+
+
+# (what the store holds, the settings, the words the one line must name, the entry it names)
+REFUSED = {
+    "dledger": (lambda r: _dledger(r), {}, "DLedger", "dledger-n0"),
+    "dledger-converted": (lambda r: _dledger(r, keep_commitlog=True), {"enableDLegerCommitLog": "true"},
+                          "DLedger", "dledger-n0"),
+    "rocksdb-cq": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)),
+                   {"storeType": "defaultRocksDB"}, "storeType=defaultRocksDB", "consumequeue"),
+    "rocksdb-cq-separate": (lambda r: _touch(r, *(f"consumequeue_rocksdb/{n}" for n in ROCKSDB)),
+                            {"storeType": "defaultRocksDB"}, "RocksDB", "consumequeue_rocksdb"),
+    "rocksdb-cq-unsaid": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)), {},
+                          "which consume queue the broker serves is not known", "consumequeue"),
+    "batch-cq": (lambda r: _touch(r, "batchconsumequeue/T/0/00000000000000000000"), {},
+                 "batch consume queues", "batchconsumequeue"),
+    "cq-ext": (lambda r: _touch(r, "consumequeue_ext/T/0/00000000000000000000"), {},
+               "consume queue ext", "consumequeue_ext"),
+    "compaction": (lambda r: _touch(r, "compaction/compactionLog/T/0/00000000000000000000"), {},
+                   "compacted topics", "compaction"),
+    "rocksdb-offsets-v2": (lambda r: _touch(r, *(f"config/rdb/{n}" for n in ROCKSDB)),
+                           {"configManagerVersion": "v2"}, "consumer offsets kept in RocksDB", "config/rdb"),
+    "controller": (lambda r: _touch(r, "epochFileCheckpoint", data=b"1\n0\n1-0\n"), {},
+                   "controller mode", "epochFileCheckpoint"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused_by_name(tmp_path, name):
+    make, settings, words, entry = REFUSED[name]
+    root = _copy(tmp_path)
+    make(root)
+    with pytest.raises(UnsupportedStoreError) as err:
+        open_store(root, _conf(tmp_path, **settings))
+    assert words in str(err.value) and err.value.path == f"{root}/{entry}"
+    assert "--commitlog-gone" not in str(err.value)
+
+
+def test_rocksdb_directories_left_behind_by_another_setting_are_not_refused(tmp_path):
+    """RocksDB config directories with configManagerVersion v1 and storeType default: the broker
+    reads the .json files (``BrokerController``'s manager choice), so the store is recovered."""
+    root = _copy(tmp_path)
+    _touch(root, *(f"config/consumerOffsets/{n}" for n in ROCKSDB))
+    inv = open_store(root, support.broker_conf(V5, "clean")).inventory
+    assert inv.modes == (inventory.ROCKSDB_CONFIG,) and inv.refusals == []
+
+
+def _errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith(("error: ", "dump: error: "))]
+
+
+def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys):
+    """Never the missing-commitlog advice (``--commitlog-gone`` would drop every message): one
+    line naming DLedger and exit 2 from recover, its dry run, audit, dump, dump --verify, salvage."""
+    root = _copy(tmp_path)
+    _dledger(root)
+    conf = support.broker_conf(V5, "clean")
+    before = support.tree_digest(root)
+    runs = {
+        "recover": lambda: recover_job.main(["--store", str(root), "--out", str(tmp_path / "out"),
+                                             "--broker-config", str(conf)]),
+        "dry run": lambda: recover_job.main(["--store", str(root), "--dry-run", "--broker-config", str(conf)]),
+        "what-if": lambda: recover_job.main(["--store", str(root), "--dry-run", "--broker-version", "both",
+                                             "--broker-config", str(conf)]),
+        "audit": lambda: audit_job.main(["--store", str(root), "--broker-config", str(conf)]),
+        "dump": lambda: dump.main([str(root)]),
+        "dump --verify": lambda: dump.main([str(root), "--verify", "--broker-config", str(conf)]),
+        "salvage": lambda: salvage_job.main(["--store", str(root), "--out", str(tmp_path / "s.jsonl"),
+                                             "--broker-config", str(conf)]),
+    }
+    for job, run in runs.items():
+        rc = run()
+        errors = _errors(capsys.readouterr().err)
+        assert rc == 2 and len(errors) == 1, (job, errors)
+        assert "a DLedger store" in errors[0] and "dledger-n0" in errors[0], (job, errors)
+        assert "commitlog-gone" not in errors[0] and "missing" not in errors[0], (job, errors)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "s.jsonl").exists()
+    assert support.tree_digest(root) == before
