@@ -171,16 +171,21 @@ def take(root: PathRef, config: BrokerConfig, commitlog_names: Sequence[str] = (
     them (``docs/spec/store-format.md`` §11).
     """
     files, dirs = walk_tree(root)
-    children: dict[str, list[tuple[str, bool]]] = {}
-    for rel in dirs:
-        parent, _, name = rel.replace("\\", "/").rpartition("/")
-        children.setdefault(parent, []).append((name, True))
+    # an object store lists a directory only where one was made: a file's parents are directories
+    all_dirs = {d.replace("\\", "/") for d in dirs}
+    for rel, _, _ in files:
+        parts = rel.replace("\\", "/").split("/")[:-1]
+        all_dirs.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    children: dict[str, set[tuple[str, bool]]] = {}
+    for rel in all_dirs:
+        parent, _, name = rel.rpartition("/")
+        children.setdefault(parent, set()).add((name, True))
     for rel, _, _ in files:
         parent, _, name = rel.replace("\\", "/").rpartition("/")
-        children.setdefault(parent, []).append((name, False))
+        children.setdefault(parent, set()).add((name, False))
 
     def listing(d: str) -> list[tuple[str, bool]]:
-        return sorted(children.get(d, []))
+        return sorted(children.get(d, ()))
 
     entries: list[Entry] = []
     modes: set[str] = set()

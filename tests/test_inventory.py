@@ -196,3 +196,20 @@ def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys
         assert "commitlog-gone" not in errors[0] and "missing" not in errors[0], (job, errors)
     assert not (tmp_path / "out").exists() and not (tmp_path / "s.jsonl").exists()
     assert support.tree_digest(root) == before
+
+
+def test_modes_in_the_report_the_manifest_and_the_runs_table(spark, tmp_path, capsys):
+    """A 5.x store with its timer files: recovered as the classic store is, and the timer mode is
+    stated where the run reports and records (stdout, MANIFEST.json, ``runs.store_modes``)."""
+    from deltalake import DeltaTable
+
+    root = _copy(tmp_path)
+    _touch(root, "timerwheel", "timerlog/00000000000000000000", "config/timercheck")
+    out, audit = tmp_path / "out", tmp_path / "audit"
+    rc = recover_job.main(["--store", str(root), "--out", str(out), "--audit-path", str(audit),
+                           "--broker-config", str(support.broker_conf(V5, "clean"))])
+    printed = capsys.readouterr().out
+    assert rc == 0 and "  store modes        timer\n" in printed
+    assert json.loads((out / "MANIFEST.json").read_text())["storeModes"] == ["timer"]
+    runs = DeltaTable(str(audit / "runs")).to_pyarrow_table()
+    assert runs["store_modes"].to_pylist() == ["timer"]
