@@ -46,6 +46,10 @@ class BrokerConfig:
     brokerRole: str = "ASYNC_MASTER"
     storeType: str = "default"
     rocksdbCQDoubleWriteEnable: bool = False
+    combineCQLoadingCQTypes: str = "default;defaultRocksDB"      # 5.4+ CombineConsumeQueueStore
+    combineCQPreferCQType: str = "default"
+    combineAssignOffsetCQType: str = "default"
+    combineCQMaxExtraSearchCommitLogFiles: int = 3
     configManagerVersion: str = "v1"
     enableDLegerCommitLog: bool = False
     enableControllerMode: bool = False

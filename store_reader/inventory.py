@@ -235,10 +235,16 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
         modes.add(CONTROLLER)
     if rocksdb_in:
         inv.rocksdb_cq_dir = rocksdb_in[0]
-    if rocksdb_store:
+    # 5.4+ CombineConsumeQueueStore: the file queue is read (combineCQPreferCQType) and assigns
+    # queue offsets (combineAssignOffsetCQType) unless set to defaultRocksDB; 5.3 double-write
+    # always serves the file queue (the RocksDB one is an extra dispatcher)
+    combine = [config.combineCQPreferCQType, config.combineAssignOffsetCQType]
+    file_cq_served = all(t.strip().lower() == "default" for t in combine) and "default" in \
+        [t.strip().lower() for t in config.combineCQLoadingCQTypes.split(";")]
+    if rocksdb_store or (config.rocksdbCQDoubleWriteEnable and not file_cq_served):
         inv.cq_served_by = "rocksdb"
         modes.add(ROCKSDB_CQ)
-    elif rocksdb_in:
+    elif config.rocksdbCQDoubleWriteEnable or rocksdb_in:
         modes.add(ROCKSDB_CQ_DOUBLE_WRITE if config.rocksdbCQDoubleWriteEnable else ROCKSDB_CQ)
     rocksdb_config = [f"config/{n}" for n, is_dir in listing("config")
                       if is_dir and n in _CONFIG_ROCKSDB_DIRS and
@@ -262,6 +268,12 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
         if rocksdb_store:
             why = ("consume queues kept in RocksDB (storeType=defaultRocksDB): the broker serves "
                    f"them from {where}/, which this project does not read")
+        elif config.rocksdbCQDoubleWriteEnable:
+            why = ("consume queues served from RocksDB (rocksdbCQDoubleWriteEnable with "
+                   f"combineCQPreferCQType={config.combineCQPreferCQType}, combineAssignOffsetCQType="
+                   f"{config.combineAssignOffsetCQType}, combineCQLoadingCQTypes="
+                   f"{config.combineCQLoadingCQTypes}): the broker reads {where}/, which this "
+                   "project does not read")
         else:
             why = (f"{where}/ holds a RocksDB consume queue but broker.conf sets neither "
                    "storeType=defaultRocksDB nor rocksdbCQDoubleWriteEnable=true: which consume "

@@ -26,9 +26,10 @@ from .commitlog import SegmentSummary
 from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, list_queue_files,
                            list_queues, range_status, read_queue_slots)
 from .dispatch import dispatchable, index_put_keys, multi_dispatch_rows
-from .exceptions import OutputError, StoreReaderError
+from .exceptions import OutputError, StoreReaderError, UnsupportedStoreError
 from .indexfile import (IndexFile, IndexHeader, _put_all, create_index_file, list_index_files,
                         query_key_hash, read_header, unmap_entries)
+from .inventory import ROCKSDB_CQ_DOUBLE_WRITE
 from .javahash import index_key, index_key_hash, index_key_hashes_of, java_string_hashes
 from .store import Store
 from .storefs import PathRef, location
@@ -504,6 +505,23 @@ def _start_file_normal(summaries: Sequence[SegmentSummary], version: str, cq_max
     return index
 
 
+def check_double_write_start(summaries: Sequence[SegmentSummary], start: int, config: BrokerConfig) -> None:
+    """R§4.1 with a RocksDB double-write consume queue (5.4+ ``CombineConsumeQueueStore``): while
+    the RocksDB queue does not match a file, the broker looks up to
+    ``combineCQMaxExtraSearchCommitLogFiles`` files further back, which this project cannot tell
+    without reading RocksDB. The cut is the same from any of them when the walk passes through
+    each (it ends in its end-of-file marker); otherwise the store is refused naming the file."""
+    for s in summaries[max(0, start - config.combineCQMaxExtraSearchCommitLogFiles):start]:
+        if s.end_reason != "eof_marker":
+            raise UnsupportedStoreError(
+                f"RocksDB double-write consume queue (rocksdbCQDoubleWriteEnable): a 5.4+ broker may "
+                f"start its recovery up to {config.combineCQMaxExtraSearchCommitLogFiles} files before "
+                f"{summaries[start].segment}, as far back as the RocksDB consume queue says, and this "
+                f"file's records end at byte {s.valid_bytes} ({s.end_reason}): where the commitlog is "
+                "cut depends on the RocksDB consume queue, which this project does not read",
+                s.path, s.valid_bytes)
+
+
 def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config: BrokerConfig,
                       abnormal: bool, checkpoint_min_ts: int, checkpoint_min_ts_index: int,
                       cq_max: int) -> tuple[int, int, list[CommitLogFileState], list[str]]:
@@ -869,6 +887,8 @@ def predict(store: Store, broker_version: str | None = None,
     abnormal = store.abort_exists
     start, end, files, deleted = predict_commitlog(
         summaries, version, store.config, abnormal, ckpt.min_timestamp, ckpt.min_timestamp_index, cq_max)
+    if broker_5x and summaries and store.inventory.has(ROCKSDB_CQ_DOUBLE_WRITE):
+        check_double_write_start(summaries, start, store.config)
     pred.start_file = summaries[start].segment if summaries else None
     pred.max_phy_offset, pred.commitlog_files, pred.deleted_commitlog_files = end, files, deleted
     pred.min_phy_offset = files[0].start if files else -1

@@ -132,6 +132,9 @@ REFUSED = {
                             {"storeType": "defaultRocksDB"}, "RocksDB", "consumequeue_rocksdb"),
     "rocksdb-cq-unsaid": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)), {},
                           "which consume queue the broker serves is not known", "consumequeue"),
+    "rocksdb-cq-combine-prefer": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)),
+                                  {"rocksdbCQDoubleWriteEnable": "true", "combineCQPreferCQType": "defaultRocksDB"},
+                                  "consume queues served from RocksDB", "consumequeue"),
     "batch-cq": (lambda r: _touch(r, "batchconsumequeue/T/0/00000000000000000000"), {},
                  "batch consume queues", "batchconsumequeue"),
     "cq-ext": (lambda r: _touch(r, "consumequeue_ext/T/0/00000000000000000000"), {},
@@ -213,3 +216,73 @@ def test_modes_in_the_report_the_manifest_and_the_runs_table(spark, tmp_path, ca
     assert json.loads((out / "MANIFEST.json").read_text())["storeModes"] == ["timer"]
     runs = DeltaTable(str(audit / "runs")).to_pyarrow_table()
     assert runs["store_modes"].to_pylist() == ["timer"]
+
+
+def _double_write(tmp_path, case):
+    root = tmp_path / "dw"
+    shutil.copytree(support.input_store(*case), root)
+    _touch(root, *(f"consumequeue/{n}" for n in ROCKSDB))
+    return root, _conf(tmp_path, case, rocksdbCQDoubleWriteEnable="true")
+
+
+@pytest.mark.parametrize("case", support.scenarios(V5), ids=support.case_id)
+def test_double_write_store_recovers_from_its_file_consume_queue(tmp_path, case):
+    """RocksDB double-write beside the file queues (5.3 extra dispatcher, 5.4+
+    CombineConsumeQueueStore reading and assigning offsets from the file queue): the prediction is
+    the file store's. A 5.4+ broker may start up to 3 files earlier (the RocksDB queue decides):
+    refused by name exactly when one of those files does not end in its end-of-file marker."""
+    from jobs.recoverreport import prediction_summary
+    from store_reader import recovery
+
+    root = _copy(tmp_path, case)
+    plain = open_store(root, support.broker_conf(*case))
+    want = recovery.predict(plain, recovery.V5X)
+    summaries = plain.summaries(plain.scan_options(True))
+    start = [s.segment for s in summaries].index(want.start_file) if summaries else 0
+    _touch(root, *(f"consumequeue/{n}" for n in ROCKSDB))
+    store = open_store(root, _conf(tmp_path, case, rocksdbCQDoubleWriteEnable="true"))
+    assert store.inventory.modes == (inventory.ROCKSDB_CQ_DOUBLE_WRITE,)
+    unclean = [s for s in summaries[max(0, start - 3):start] if s.end_reason != "eof_marker"]
+    if unclean:
+        with pytest.raises(UnsupportedStoreError, match="RocksDB double-write") as err:
+            recovery.predict(store, recovery.V5X)
+        assert err.value.path == str(root / "commitlog" / unclean[0].segment)
+        return
+    got = recovery.predict(store, recovery.V5X)
+    assert prediction_summary(got) == prediction_summary(want)
+    assert {k: s.entries().tolist() for k, s in got.consume_queues.items()} == \
+        {k: s.entries().tolist() for k, s in want.consume_queues.items()}
+
+
+def test_double_write_repaired_store_is_the_file_stores(spark, tmp_path):
+    """The repaired store of a double-write store is, file for file, the one of the same store
+    without RocksDB (the broker rebuilds its RocksDB queue from the commitlog)."""
+    case = (V5, "crash-tail")
+    root, conf = _double_write(tmp_path, case)
+    for store, c, out in ((root, conf, tmp_path / "out-dw"),
+                          (support.input_store(*case), support.broker_conf(*case), tmp_path / "out")):
+        assert recover_job.main(["--store", str(store), "--out", str(out), "--broker-config", str(c)]) == 0
+    got, want = (sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.name != "MANIFEST.json")
+                 for d in (tmp_path / "out-dw", tmp_path / "out"))
+    assert got == want
+    for rel in want:
+        if (tmp_path / "out" / rel).is_file():
+            assert (tmp_path / "out-dw" / rel).read_bytes() == (tmp_path / "out" / rel).read_bytes(), rel
+
+
+def test_double_write_refused_when_an_earlier_file_would_cut(tmp_path):
+    """The real clean 5.3.3 store, its 11th commitlog file zeroed from byte 30000 on (the normal
+    recovery starts at the 12th, the file holding the consume queue max): a 5.4+ broker whose
+    RocksDB queue sends it back there cuts at byte 30000, one that starts at the 12th does not."""
+    from store_reader import recovery
+
+    root = _copy(tmp_path)
+    files = sorted((root / "commitlog").iterdir())
+    with open(files[10], "r+b") as f:
+        f.seek(30000)
+        f.write(bytes(files[10].stat().st_size - 30000))
+    _touch(root, *(f"consumequeue/{n}" for n in ROCKSDB))
+    store = open_store(root, _conf(tmp_path, rocksdbCQDoubleWriteEnable="true"))
+    with pytest.raises(UnsupportedStoreError, match="depends on the RocksDB consume queue") as err:
+        recovery.predict(store, recovery.V5X)
+    assert err.value.path == str(files[10]) and err.value.position <= 30000
