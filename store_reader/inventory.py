@@ -293,8 +293,8 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
         refuse((where, "consumer offsets kept in RocksDB (storeType=defaultRocksDB or "
                 "configManagerVersion=v2): this project reads consumer offsets only from "
                 "config/consumerOffset.json"))
-    if CONTROLLER in modes:
+    if CONTROLLER in modes and not config.enableControllerMode and config.source is None:
         refuse((next((e.path for e in inv.entries if e.kind == "controller.epoch"), "epochFileCheckpoint"),
-                "controller mode (enableControllerMode, epochFileCheckpoint): the broker's recovery "
-                "keeps a confirm offset and truncates to the epochs, which this project does not "
-                "predict yet"))
+                "controller-mode files (epochFileCheckpoint) and no broker.conf: whether the broker "
+                "runs with enableControllerMode, which decides its confirm offset, is not known "
+                "(pass the broker's broker.conf)"))

@@ -143,8 +143,6 @@ REFUSED = {
                    "compacted topics", "compaction"),
     "rocksdb-offsets-v2": (lambda r: _touch(r, *(f"config/rdb/{n}" for n in ROCKSDB)),
                            {"configManagerVersion": "v2"}, "consumer offsets kept in RocksDB", "config/rdb"),
-    "controller": (lambda r: _touch(r, "epochFileCheckpoint", data=b"1\n0\n1-0\n"), {},
-                   "controller mode", "epochFileCheckpoint"),
 }
 
 

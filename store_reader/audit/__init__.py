@@ -19,7 +19,8 @@ from its tasks and its driver (``queues.compare_queue``, ``index.header_problems
 from __future__ import annotations
 
 from store_reader.audit.commitlog import verify_commitlog, verify_process_state
-from store_reader.audit.files import verify_checkpoint, verify_config, verify_inventory
+from store_reader.audit.files import (verify_checkpoint, verify_config, verify_controller,
+                                      verify_inventory)
 from store_reader.audit.index import verify_index
 from store_reader.audit.queues import verify_consume_queues
 from store_reader.audit.report import Findings
@@ -38,6 +39,9 @@ def verify_store(view: StoreView, index_only: bool = False) -> Findings:
     if not index_only:
         verify_checkpoint(view.store, found)
         verify_config(view.store, found)
+        controller = view.controller_state()
+        if controller is not None:
+            verify_controller(view.store, found, *controller)
     return found
 
 

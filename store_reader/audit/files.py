@@ -16,6 +16,7 @@ from store_reader.audit.report import Findings, join_path, norm_path
 from store_reader.checkpoint import CHECKPOINT_FILE_SIZE, read_checkpoint
 from store_reader.config import (ConfigLoad, load_config, read_consumer_offsets, read_delay_offsets,
                                  read_lmq_consumer_offsets, read_subscription_groups, read_topics)
+from store_reader.controller import EPOCH_FILE, ConfirmOffset, epoch_problems, read_epoch_file
 from store_reader.exceptions import ConfigError
 from store_reader.fsutil import list_dir
 from store_reader.store import Store
@@ -94,6 +95,23 @@ def verify_inventory(store: Store, found: Findings) -> None:
                    "the broker never reads it")
 
 
+def verify_controller(store: Store, found: Findings, confirm: ConfirmOffset, unconfirmed: int,
+                      first_unconfirmed: int | None) -> None:
+    """Controller mode (``controller``): records kept past the confirm offset as the broker's
+    recovery corrects it, and what the epoch file says against the recovered commitlog."""
+    if unconfirmed and first_unconfirmed is not None:
+        f = next((f for f in store.commitlog_files
+                  if f.start <= first_unconfirmed < f.start + f.size), None)
+        found.add("controller.unconfirmed_tail", f.path if f else store.commitlog_dirs[0],
+                  first_unconfirmed - f.start if f else None,
+                  f"{unconfirmed} records (phy {confirm.corrected}..{confirm.end}) past the confirm "
+                  f"offset {confirm.corrected} (checkpoint {confirm.checkpoint}): the broker keeps "
+                  "them undispatched while fenced, serves them if promoted to master, drops them "
+                  "as a slave (apache/rocketmq #10666)")
+    for path, position, message in epoch_problems(read_epoch_file(store.root / EPOCH_FILE), confirm.end):
+        found.add("controller.epoch_file", path, position, message)
+
+
 def store_file_findings(store: Store, broker_5x: bool | None = None,
                         summaries: Sequence[SegmentSummary] | None = None,
                         prediction: Prediction | None = None) -> pa.Table:
@@ -116,4 +134,8 @@ def store_file_findings(store: Store, broker_5x: bool | None = None,
     if summaries is not None and prediction is not None:
         cut = PredictedCut.of(summaries, prediction.start_file, prediction.max_phy_offset)
         segment_findings(summaries, cut, store.scan_options(broker_5x=five).check_crc, found)
+    if prediction is not None and prediction.controller is not None:
+        u = prediction.unconfirmed
+        verify_controller(store, found, prediction.controller, u.records if u else 0,
+                          u.first_phy if u else None)
     return pa.Table.from_pylist(found.rows(), schema=STORE_FINDING_ROW.arrow())
