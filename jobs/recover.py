@@ -123,7 +123,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
         report.store_modes = store.inventory.modes_text()
         report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scan_done)
         if writing:
-            repair.check_repairable(store, pred, summaries)
+            repair.check_repairable(store, pred, summaries, salvage)
             write = start_write(spark, report, store, Path(out), replayed)
 
     try:

@@ -113,6 +113,17 @@ def read_epoch_file(path: PathRef) -> EpochFile:
     return out
 
 
+def epoch_file_bytes(entries: list[EpochEntry]) -> bytes:
+    """``CheckpointFile#write``: the count, the CRC32 of the entry lines, the entry lines."""
+    body = "".join(f"{e.epoch}-{e.start_offset}\n" for e in entries)
+    crc = zlib.crc32(body.encode()) & 0x7FFFFFFF
+    return f"{len(entries)}\n{crc}\n{body}".encode()
+
+
+# Controller-mode files of the store root a repaired store carries (MessageStoreConfig)
+IDENTITY_FILES = ("brokerIdentity", "brokerIdentity.bak")
+
+
 @dataclass(frozen=True)
 class ConfirmOffset:
     """The confirm offset through a controller-mode recovery (R§4.5)."""
