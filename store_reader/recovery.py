@@ -478,8 +478,10 @@ class Prediction:
     cq_truncated: bool = False
     index_files: list["PredictedIndexFile"] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
+    controller_mode: bool = False
+    """5.x with ``enableControllerMode``: the broker loads fenced and keeps a confirm offset."""
     controller: ConfirmOffset | None = None
-    """Controller mode (5.x): the confirm offset as loaded and as the recovery corrects it."""
+    """Controller mode: the confirm offset as loaded and as the recovery corrects it."""
     unconfirmed: "Unconfirmed | None" = None
     """Controller mode: the records kept past the confirm offset, undispatched while fenced."""
     compensated: dict[str, int] = field(default_factory=dict)
@@ -891,6 +893,7 @@ def predict(store: Store, broker_version: str | None = None,
             key = (rf.SCHEDULE_TOPIC, level - 1)
             queues.setdefault(key, ConsumeQueueState(*key, store.config.cq_file_size))
     pred.recovery_path = "abnormal" if store.abort_exists else "normal"
+    pred.controller_mode = controller = broker_5x and store.config.enableControllerMode
     if summaries is None:
         summaries = store.summaries(opts)
     ckpt = read_checkpoint(store.checkpoint_path)
@@ -924,7 +927,6 @@ def predict(store: Store, broker_version: str | None = None,
     # 3. dispatch during the scan (R§4.4); the index is built alongside (R§8); a controller-mode
     # broker loads fenced: the checkpoint's confirm offset bounds the abnormal path's dispatch
     dispatched = Dispatched(index=index_dispatch)
-    controller = broker_5x and store.config.enableControllerMode
     if abnormal:
         dispatch_records(store, summaries, start, summaries[start].file_start, end, None, queues,
                          opts, dispatched, no_delay_levels=not broker_5x, records=records, puts=puts,

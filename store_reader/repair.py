@@ -99,7 +99,7 @@ def check_repairable(store: Store, pred: Prediction, summaries: Sequence[Segment
     configured size whose valid records go on past that size (the broker maps only the first
     ``mappedFileSizeCommitLog`` bytes and would cut at the record that crosses it); and a
     salvage in controller mode (re-appended records would lie past the confirm offset)."""
-    if salvage and pred.controller is not None:
+    if salvage and pred.controller_mode:
         raise StoreReaderError("--salvage in controller mode: the re-appended records would lie past "
                                "the confirm offset, which the broker does not dispatch while fenced "
                                "and a slave truncates", store.root / "epochFileCheckpoint")
