@@ -160,6 +160,8 @@ def print_audit(run: AuditRun, audit_path: str | None, out=None) -> None:
     pred = run.prediction
     print(f"audit {run.run_id}: store {run.store_id} (broker {pred.broker_version}) -> {run.status.upper()}",
           file=out)
+    if "runs" in run.tables:
+        print(f"  store modes        {run.tables['runs']['store_modes'][0].as_py()}", file=out)
     print(f"  segments           {len(run.summaries)}, {len(run.scanned)} scanned this run", file=out)
     if not pred.load_result:
         print("  the broker would REFUSE to load this store:", file=out)

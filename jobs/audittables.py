@@ -97,6 +97,7 @@ def run_tables(job: str, mode: str, store: Store, pred: recovery.Prediction,
 
     row = run_row(job, mode, run_status(pred, summaries, f), pred, summaries, scanned, f, alerting_counts(f),
                   started, passes, repaired)
+    row["store_modes"] = store.inventory.modes_text()
     written = state.written_fingerprints(store, {s.segment: s.valid_bytes for s in summaries})
     segments = segment_rows(summaries, pred, state.commitlog_mtimes(store), {s.segment for s in scanned}, written)
     out = {"runs": audit_rows(A.RUNS, [row], run_id, store_id, audited_at),

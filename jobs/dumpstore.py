@@ -24,6 +24,11 @@ def dump_overview(p: Printer, view: StoreView) -> None:
            f"{view.version} (hints: {', '.join(k for k in hints if k != 'broker_5x') or 'none'})",
            {"type": "store", "root": str(store.root), "broker_config": cfg.source,
             "broker_version": view.version, "hints": hints})
+    inv = store.inventory
+    p.emit(f"modes: {inv.modes_text()} ({len(inv.entries)} entries classified, "
+           f"{len(inv.unknown)} unknown)",
+           {"type": "modes", "modes": list(inv.modes), "cq_served_by": inv.cq_served_by,
+            "unknown": [e.path for e in inv.unknown]})
     p.emit(f"layout: mappedFileSizeCommitLog: {cfg.mappedFileSizeCommitLog} "
            f"mappedFileSizeConsumeQueue: {cfg.cq_file_size} ({cfg.cq_file_size // CQ_STORE_UNIT_SIZE} "
            f"entries) maxHashSlotNum: {cfg.maxHashSlotNum} maxIndexNum: {cfg.maxIndexNum} (index "

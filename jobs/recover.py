@@ -120,9 +120,10 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
                            records=scan.records, scan_dir=kept, scans=dict(scan.scans),
                            salvage=salvage and writing)
         report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
+        report.store_modes = store.inventory.modes_text()
         report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scan_done)
         if writing:
-            repair.check_repairable(store, pred, summaries)
+            repair.check_repairable(store, pred, summaries, salvage)
             write = start_write(spark, report, store, Path(out), replayed)
 
     try:

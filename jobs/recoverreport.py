@@ -16,7 +16,6 @@ from store_reader import publish, recovery, scanned
 from store_reader.audit import offsets
 from store_reader.brokerconf import BrokerConfig
 from store_reader.commitlog import SegmentSummary
-from store_reader.fsutil import walk_files
 from store_reader.salvage import Reappended
 from store_reader.store import Store
 
@@ -67,6 +66,8 @@ class RunReport:
         """The committed offsets' counts per file (``store_reader.audit.offsets``)."""
         rows = self.findings.tables.get("consumer_offset_findings") if self.findings is not None else None
         return offsets.offset_facts(rows)
+    store_modes: str = "classic"
+    """The modes the store uses (``inventory.Inventory.modes_text``)."""
 
     def log_pass(self, name: str, started: float, detail: str, ended: float | None = None) -> None:
         secs = (time.monotonic() if ended is None else ended) - started
@@ -118,11 +119,12 @@ def _resolved(path: str | None) -> str | None:
 
 
 def manifest(store: Store, report: RunReport, outputs: list[dict]) -> dict:
-    inputs = [{"path": rel, "size": size} for rel, size, _ in walk_files(store.root)]
+    inputs = [{"path": rel, "size": size} for rel, size, _ in store.inventory.files]
     # resolved: the same store and config give the same manifest however they were spelled
     return {"runId": report.run_id, "store": _resolved(str(store.root)),
             "brokerConfig": _resolved(store.config.source),
             "inputs": sorted(inputs, key=lambda e: e["path"]), "outputs": outputs,
+            "storeModes": list(store.inventory.modes),
             "prediction": prediction_summary(report.prediction, report),
             "consumerOffsets": {"keptAsTheyWere": report.keep_consumer_offsets, "moved": report.offsets_moved},
             **({"salvaged": report.salvaged.to_manifest()} if report.salvaged is not None else {}),
@@ -157,6 +159,7 @@ def print_report(report: RunReport, out=None) -> None:
         for line in dry_run_header(report):
             p(line, file=out)
     p(f"run {report.run_id}: store {report.store} (broker {report.broker_version})", file=out)
+    p(f"  store modes        {report.store_modes}", file=out)
     if not pred.load_result:
         p("  the broker would REFUSE to start on this store as it is:", file=out)
         for problem in pred.load_problems:

@@ -153,6 +153,8 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         confirm = next((s.file_start + s.last_record_position for s in reversed(report.summaries)
                         if s.last_record_position is not None and
                         s.file_start + s.last_record_position < end), 0)
+        if pred.controller is not None:       # controller mode: as the broker's recovery leaves it
+            confirm = pred.controller.corrected
         if report.salvaged is not None:
             last_ts, last_cq_ts, headers, confirm = report.salvaged.checkpoint_inputs(last_ts, last_cq_ts,
                                                                                       headers, confirm)
@@ -161,6 +163,8 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                                           confirm, version_5x)
         repair.write_checkpoint_file(tmp, ckpt, version_5x)
         report.config_left_out = repair.copy_config(store.root, tmp)
+        if pred.controller is not None:
+            repair.copy_controller_files(store, tmp, end)
         for line in report.config_left_out:
             log.warning("config file left out of the repaired store (the broker reads its .bak "
                         "instead): %s", line)

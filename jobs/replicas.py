@@ -135,7 +135,7 @@ def run_id_for(master: Store, slaves: Sequence[Store], range_size: int) -> str:
     for role, store in [("master", master)] + sorted((("slave", s) for s in slaves),
                                                      key=lambda p: str(p[1].root)):
         h.update(f"{role} {store_id_for(str(store.root))}\n".encode())
-        hash_tree(h, store.root)
+        hash_tree(h, store.inventory.files)
     return h.hexdigest()[:16]
 
 

@@ -51,6 +51,10 @@ RUNS = audit_table("runs", (
     F("flush_risk", "string", nullable=True,
       doc="async_flush_unclean (ASYNC_FLUSH, abort file present: the flush windows are at risk) | "
           "sync_flush | clean_shutdown (nothing at risk from the page cache)"),
+    F("store_modes", "string", nullable=True,
+      doc="the modes the store uses, from its one walk (store_reader.inventory): a comma-separated "
+          "list of timer, controller, dledger, rocksdb_cq, rocksdb_cq_double_write, rocksdb_config, "
+          "rocksdb_message, pop_rocksdb, compaction, batch_cq, cq_ext; classic when none"),
     F("repaired_store", "string", nullable=True, doc="where recover wrote the repaired store"),
     F("duration_ms", "int64"),
     F("passes", "string", doc="JSON: seconds per pass"),

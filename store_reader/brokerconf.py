@@ -47,6 +47,14 @@ class BrokerConfig:
     flushDiskType: str = "ASYNC_FLUSH"
     brokerRole: str = "ASYNC_MASTER"
     storeType: str = "default"
+    rocksdbCQDoubleWriteEnable: bool = False
+    combineCQLoadingCQTypes: str = "default;defaultRocksDB"      # 5.4+ CombineConsumeQueueStore
+    combineCQPreferCQType: str = "default"
+    combineAssignOffsetCQType: str = "default"
+    combineCQMaxExtraSearchCommitLogFiles: int = 3
+    configManagerVersion: str = "v1"
+    enableDLegerCommitLog: bool = False
+    enableControllerMode: bool = False
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
     timerWheelEnable: bool = True              # 5.x timer store (store-format §16)
     mappedFileSizeTimerLog: int = 100 * 1024 * 1024

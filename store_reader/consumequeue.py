@@ -23,7 +23,6 @@ from schemas import CONSUME_QUEUE_ENTRY
 from .exceptions import (
     CorruptEntryError,
     UnreadableFileError,
-    UnsupportedStoreError,
 )
 from .fsutil import list_dir
 from .javalang import java_parse_int
@@ -364,21 +363,18 @@ def list_queues(store_root: PathRef, *, consumequeue_dir: PathRef | None = None)
     name is not a Java int is skipped, as ``DefaultMessageStore#loadConsumeQueue`` (4.9.7) /
     ``ConsumeQueueStore#loadConsumeQueues`` (5.x) skip it. Plain files at either level are ignored.
 
+    A RocksDB consume queue sharing ``consumequeue/`` (double-write) leaves its files there: plain
+    files, ignored as the broker ignores them; ``inventory`` refuses a store whose RocksDB consume
+    queue is the one served.
+
     Raises
     ------
-    UnsupportedStoreError
-        ``consumequeue/`` holds a RocksDB database (``CURRENT`` or ``*.sst``; 5.x
-        ``storeType=defaultRocksDB``).
     UnreadableFileError
         A directory cannot be listed.
     """
     cq_dir = location(consumequeue_dir) if consumequeue_dir is not None else \
         location(store_root) / "consumequeue"
     topics = list_dir(cq_dir, "consume queue root")
-    for entry in topics:
-        if entry.is_file() and (entry.name == "CURRENT" or entry.name.endswith(".sst")):
-            raise UnsupportedStoreError("consume queues are stored in RocksDB (storeType=defaultRocksDB); "
-                                        "only file consume queues are supported", str(entry.location))
     out: list[QueueRef] = []
     for t in topics:
         if not t.is_dir():

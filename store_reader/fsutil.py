@@ -76,38 +76,51 @@ def list_dir(directory: PathRef, what: str) -> list[DirEntry]:
     return sorted(entries, key=lambda e: e.name)
 
 
-def walk_files(root: PathRef) -> list[tuple[str, int, int]]:
-    """(path relative to ``root``, size, mtime in ns) of every file under ``root``: what run ids
-    and manifests fingerprint. A local tree is walked with ``os.walk`` (directories and files in
-    name order, a directory's files before its sub-directories'), a remote one listed recursively
-    in one request, sorted by path (an object store's modification time is the upload's)."""
+def walk_tree(root: PathRef) -> tuple[list[tuple[str, int, int]], list[str]]:
+    """Every file under ``root`` as (path relative to ``root``, size, mtime in ns), and every
+    directory's relative path: one listing. A local tree is walked with ``os.walk`` (directories and
+    files in name order, a directory's files before its sub-directories'), a remote one listed
+    recursively in one request, sorted by path (an object store's modification time is the
+    upload's; it lists a directory only where one was made)."""
     loc = location(root)
-    out = []
+    files, dirs = [], []
     if loc.filesystem is None:
         for dirpath, dirnames, filenames in os.walk(loc.path):
             dirnames.sort()
+            dirs += (os.path.relpath(os.path.join(dirpath, d), loc.path) for d in dirnames)
             for name in sorted(filenames):
                 p = os.path.join(dirpath, name)
                 try:
                     st = os.stat(p)
                 except OSError:     # a link that cannot be followed (a loop, dangling): its own
                     st = os.lstat(p)  # stat; the broker treats such a file as unreadable, not fatal
-                out.append((os.path.relpath(p, loc.path), st.st_size, st.st_mtime_ns))
-        return out
+                files.append((os.path.relpath(p, loc.path), st.st_size, st.st_mtime_ns))
+        return files, dirs
     try:
         infos = loc.filesystem.get_file_info(pafs.FileSelector(loc.path, recursive=True))
     except (OSError, pa.ArrowException) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise UnreadableFileError(f"cannot list: {reason}", str(loc)) from None
     prefix = loc.path.rstrip("/") + "/"
-    return sorted((i.path[len(prefix):] if i.path.startswith(prefix) else i.path, i.size or 0,
-                   i.mtime_ns or 0) for i in infos if i.type == pafs.FileType.File)
+
+    def rel(i: pafs.FileInfo) -> str:
+        return i.path[len(prefix):] if i.path.startswith(prefix) else i.path
+
+    files = sorted((rel(i), i.size or 0, i.mtime_ns or 0) for i in infos if i.type == pafs.FileType.File)
+    dirs = sorted(rel(i) for i in infos if i.type == pafs.FileType.Directory)
+    return files, dirs
 
 
-def hash_tree(digest: Any, root: PathRef) -> None:
-    """Feed ``digest`` (a ``hashlib`` object) the path, size and mtime of every file under ``root``
+def walk_files(root: PathRef) -> list[tuple[str, int, int]]:
+    """(path relative to ``root``, size, mtime in ns) of every file under ``root`` (``walk_tree``):
+    what run ids and manifests fingerprint."""
+    return walk_tree(root)[0]
+
+
+def hash_tree(digest: Any, files: list[tuple[str, int, int]]) -> None:
+    """Feed ``digest`` (a ``hashlib`` object) the path, size and mtime of every file of a tree
     (``walk_files``): the fingerprint of a store that any write, new file or removal changes."""
-    for rel, size, mtime in walk_files(root):
+    for rel, size, mtime in files:
         digest.update(f"{rel}:{size}:{mtime}\n".encode())
 
 

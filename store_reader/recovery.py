@@ -25,12 +25,14 @@ from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, read_checkpoint
 from .commitlog import SegmentSummary
+from .controller import ConfirmOffset, correct_confirm_offset
 from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, list_queue_files,
                            list_queues, range_status, read_queue_slots)
 from .dispatch import dispatchable, index_put_keys, multi_dispatch_rows
-from .exceptions import OutputError, StoreReaderError
+from .exceptions import OutputError, StoreReaderError, UnsupportedStoreError
 from .indexfile import (IndexFile, IndexHeader, _put_all, create_index_file, list_index_files,
                         query_key_hash, read_header, unmap_entries)
+from .inventory import ROCKSDB_CQ_DOUBLE_WRITE
 from .javahash import index_key, index_key_hash, index_key_hashes_of, java_string_hashes
 from .store import Store
 from .storefs import PathRef, location
@@ -519,9 +521,18 @@ class Prediction:
     cq_truncated: bool = False
     index_files: list["PredictedIndexFile"] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
+    controller_mode: bool = False
+    """5.x with ``enableControllerMode``: the broker loads fenced and keeps a confirm offset."""
+    controller: ConfirmOffset | None = None
+    """Controller mode: the confirm offset as loaded and as the recovery corrects it."""
+    unconfirmed: "Unconfirmed | None" = None
+    """Controller mode: the records kept past the confirm offset, undispatched while fenced."""
+    compensated: dict[str, int] = field(default_factory=dict)
+    """Controller mode: queue offsets advanced past the records after the confirm offset."""
 
     def topic_queue_table(self) -> dict[str, int]:
-        return {f"{t}-{q}": s.max_offset for (t, q), s in self.consume_queues.items()}
+        table = {f"{t}-{q}": s.max_offset for (t, q), s in self.consume_queues.items()}
+        return {**table, **self.compensated}
 
 
 def _first_record_matches(s: SegmentSummary, version: str, config: BrokerConfig, abnormal: bool,
@@ -593,6 +604,23 @@ def _offset_check_cut(summaries: Sequence[SegmentSummary], config: BrokerConfig,
             if bad.size:
                 return int(pos[bad[0]])
     return end
+
+
+def check_double_write_start(summaries: Sequence[SegmentSummary], start: int, config: BrokerConfig) -> None:
+    """R§4.1 with a RocksDB double-write consume queue (5.4+ ``CombineConsumeQueueStore``): while
+    the RocksDB queue does not match a file, the broker looks up to
+    ``combineCQMaxExtraSearchCommitLogFiles`` files further back, which this project cannot tell
+    without reading RocksDB. The cut is the same from any of them when the walk passes through
+    each (it ends in its end-of-file marker); otherwise the store is refused naming the file."""
+    for s in summaries[max(0, start - config.combineCQMaxExtraSearchCommitLogFiles):start]:
+        if s.end_reason != "eof_marker":
+            raise UnsupportedStoreError(
+                f"RocksDB double-write consume queue (rocksdbCQDoubleWriteEnable): a 5.4+ broker may "
+                f"start its recovery up to {config.combineCQMaxExtraSearchCommitLogFiles} files before "
+                f"{summaries[start].segment}, as far back as the RocksDB consume queue says, and this "
+                f"file's records end at byte {s.valid_bytes} ({s.end_reason}): where the commitlog is "
+                "cut depends on the RocksDB consume queue, which this project does not read",
+                s.path, s.valid_bytes)
 
 
 def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config: BrokerConfig,
@@ -785,6 +813,8 @@ class Dispatched:
     last_cq_phy_offset: int | None = None       # [5.5] the checkpoint's logicsPhysicalOffset
     early_delivery: list[tuple[int, int]] = field(default_factory=list)
     """(schedule queue id, phy) of delayed records given the TAGS hash as tags code (E#30b)."""
+    last_end: int | None = None
+    """Where the last record dispatched ends (controller mode: ``lastConfirmValidMsgPhyOffset``)."""
 
     def add(self, batch: pa.RecordBatch, puts: IndexPuts | None = None) -> None:
         """Dispatched records (columns phy_offset, stored_phy_offset, store_timestamp, sys_flag,
@@ -792,6 +822,8 @@ class Dispatched:
         ``topic#UNIQ_KEY`` then ``topic#token`` per KEYS token (F§7.4); ``puts``: those keys as
         the run's scan hashed them (``IndexDispatch._add``)."""
         self.records += batch.num_rows
+        if batch.num_rows and "total_size" in batch.schema.names:
+            self.last_end = int(batch["phy_offset"][-1].as_py()) + int(batch["total_size"][-1].as_py())
         if self.index is not None:
             self.index.add(batch, puts)
 
@@ -811,11 +843,13 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
                      end: int, min_stored_phy: int | None,
                      queues: dict[tuple[str, int], ConsumeQueueState], opts: rf.ScanOptions,
                      out: Dispatched, no_delay_levels: bool = False,
-                     records: RecordSource | None = None, puts: PutsSource | None = None) -> None:
+                     records: RecordSource | None = None, puts: PutsSource | None = None,
+                     confirm: int | None = None) -> None:
     """Feed VALID records in ``[begin, end)`` of files ``from_index..`` to the CQ builder in
     commitlog order and remember them for the index builder (R§4.4, R§6;
     ``DefaultMessageStore#doDispatch``). With ``min_stored_phy``, only records whose stored
-    PHYSICALOFFSET is greater are dispatched (5.x normal recovery, E#20). ``no_delay_levels``:
+    PHYSICALOFFSET is greater are dispatched (5.x normal recovery, E#20); with ``confirm``, only
+    records ending at or before it (5.x abnormal recovery in controller mode). ``no_delay_levels``:
     4.9.7 recovers before ``ScheduleMessageService#load``, so a schedule-topic record gets its
     TAGS hash as tags code, not its deliver time (E#30b).
 
@@ -840,6 +874,8 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
             keep = (pos >= begin) & (pos < end)
             if min_stored_phy is not None:
                 keep &= batch["stored_phy_offset"].to_numpy() > min_stored_phy
+            if confirm is not None:
+                keep &= pos + batch["total_size"].to_numpy() <= confirm
             if not keep.all():
                 batch = batch.filter(pa.array(keep))
             if batch.num_rows:
@@ -957,6 +993,7 @@ def predict(store: Store, broker_version: str | None = None,
             key = (rf.SCHEDULE_TOPIC, level - 1)
             queues.setdefault(key, ConsumeQueueState(*key, store.config.cq_file_size))
     pred.recovery_path = "abnormal" if store.abort_exists else "normal"
+    pred.controller_mode = controller = broker_5x and store.config.enableControllerMode
     if summaries is None:
         summaries = store.summaries(opts)
     ckpt = read_checkpoint(store.checkpoint_path)
@@ -969,6 +1006,8 @@ def predict(store: Store, broker_version: str | None = None,
     abnormal = store.abort_exists
     start, end, files, deleted = predict_commitlog(summaries, version, store.config, abnormal, ckpt, cq_max,
                                                    opts)
+    if broker_5x and summaries and store.inventory.has(ROCKSDB_CQ_DOUBLE_WRITE):
+        check_double_write_start(summaries, start, store.config)
     pred.start_file = summaries[start].segment if summaries else None
     pred.max_phy_offset, pred.commitlog_files, pred.deleted_commitlog_files = end, files, deleted
     pred.min_phy_offset = files[0].start if files else -1
@@ -985,16 +1024,25 @@ def predict(store: Store, broker_version: str | None = None,
         pred.index_files, _ = predict_index(kept_index, ckpt.index_msg_timestamp, Dispatched())
         pred.checkpoint = ckpt
         return pred
-    # 3. dispatch during the scan (R§4.4); the index is built alongside (R§8)
+    # 3. dispatch during the scan (R§4.4); the index is built alongside (R§8); a controller-mode
+    # broker loads fenced: the checkpoint's confirm offset bounds the abnormal path's dispatch
     dispatched = Dispatched(index=index_dispatch)
     if abnormal:
         dispatch_records(store, summaries, start, summaries[start].file_start, end, None, queues,
-                         opts, dispatched, no_delay_levels=not broker_5x, records=records, puts=puts)
+                         opts, dispatched, no_delay_levels=not broker_5x, records=records, puts=puts,
+                         confirm=ckpt.confirm_phy_offset if controller else None)
     elif broker_5x:
         dispatch_records(store, summaries, start, summaries[start].file_start, end, cq_max, queues,
                          opts, dispatched, records=records, puts=puts)
     if broker_5x and summaries:
         pred.confirm_offset = end
+    if controller and summaries:
+        last_confirm_valid = (dispatched.last_end if dispatched.last_end is not None
+                              else summaries[start].file_start) if abnormal else None
+        pred.controller = correct_confirm_offset(ckpt.confirm_phy_offset, summaries[0].file_start, end,
+                                                 last_confirm_valid)
+        pred.confirm_offset = pred.controller.corrected
+        pred.unconfirmed = records_between(store, summaries, pred.confirm_offset, end, opts, records)
     # 4. consume queue entries beyond the recovered end (R§4.5, R§5.2); [5.4] the CQ max is
     # taken after the scan's dispatch
     if since(version, V54):
@@ -1003,8 +1051,10 @@ def predict(store: Store, broker_version: str | None = None,
         pred.cq_truncated = True
         for q in queues.values():
             q.truncate_dirty_logic_files(end)
-    # 5. start(): the reput catches up (R§6)
-    if broker_5x:
+    # 5. start(): the reput catches up (R§6), in controller mode from and to the confirm offset
+    if controller and summaries:
+        pred.reput_from_offset = pred.confirm_offset
+    elif broker_5x:
         pred.reput_from_offset = end
     else:
         reput = max(pred.min_phy_offset, max((q.max_physic_offset for q in queues.values()), default=-1))
@@ -1024,6 +1074,8 @@ def predict(store: Store, broker_version: str | None = None,
         q.correct_min_offset(pred.min_phy_offset, version)
         q.release()
     pred.consume_queues = queues
+    if pred.unconfirmed is not None:     # R§7.1 compensateForHA: queue offsets past the confirm offset
+        pred.compensated = {f"{t}-{q}": n for (t, q), n in pred.unconfirmed.next_queue_offsets.items()}
     # 7. index files: dropped at load after a crash, then fed by the same dispatch (R§8)
     pred.index_files, index_msg_ts = predict_index(kept_index, ckpt.index_msg_timestamp, dispatched)
     # 8. the checkpoint the broker holds afterwards
@@ -1035,8 +1087,47 @@ def predict(store: Store, broker_version: str | None = None,
         logics_physical_offset=(dispatched.last_cq_phy_offset
                                 if since(version, V55) and dispatched.last_cq_phy_offset is not None
                                 else ckpt.logics_physical_offset),
-        index_msg_timestamp=index_msg_ts)
+        index_msg_timestamp=index_msg_ts,
+        confirm_phy_offset=pred.confirm_offset if controller and summaries else ckpt.confirm_phy_offset)
     return pred
+
+
+@dataclass
+class Unconfirmed:
+    """The records a controller-mode broker keeps past its confirm offset (the stale tail of
+    apache/rocketmq #10666 when a slave's truncation came back after a crash)."""
+
+    records: int = 0
+    first_phy: int | None = None
+    next_queue_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Per queue, the queue offset after its last record there (``compensateForHA``)."""
+
+
+def records_between(store: Store, summaries: Sequence[SegmentSummary], begin: int, end: int,
+                    opts: rf.ScanOptions, records: RecordSource | None = None) -> Unconfirmed:
+    """The valid records in ``[begin, end)`` and the queue offset after each one's, per queue
+    (``ConsumeQueueStore#compensateForHA`` takes every record's, LMQ copies aside)."""
+    from .commitlog import SegmentScan
+
+    out = Unconfirmed()
+    cols = ["phy_offset", "topic", "queue_id", "queue_offset"]
+    for s in summaries:
+        if s.file_start + s.file_size <= begin or s.file_start >= end:
+            continue
+        for batch in (SegmentScan(s.path, opts, columns=cols, batch_size=DISPATCH_BATCH) if records is None
+                      else records(s, cols)):
+            pos = batch["phy_offset"].to_numpy()
+            keep = (pos >= begin) & (pos < end)
+            if not keep.any():
+                continue
+            batch = batch.filter(pa.array(keep))
+            out.records += batch.num_rows
+            if out.first_phy is None:
+                out.first_phy = int(batch["phy_offset"][0].as_py())
+            for t, q, o in zip(batch["topic"].to_pylist(), batch["queue_id"].to_pylist(),
+                               batch["queue_offset"].to_pylist()):
+                out.next_queue_offsets[(t, q)] = o + 1     # every record, whatever its type
+    return out
 
 
 @dataclass

@@ -32,6 +32,7 @@ from . import recordformat as rf
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, lock_status, write_checkpoint
 from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
+from .controller import EPOCH_FILE, IDENTITY_FILES, epoch_file_bytes, read_epoch_file
 from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, range_status, write_queue_files,
                            write_queue_slots)
 from .dispatch import dispatchable, index_key_counts, index_put_keys, multi_dispatch_rows
@@ -92,10 +93,16 @@ def check_recoverable(store: Store, commitlog_gone: bool, replacing: bool) -> No
                                store.commitlog_dirs[0])
 
 
-def check_repairable(store: Store, pred: Prediction, summaries: Sequence[SegmentSummary]) -> None:
+def check_repairable(store: Store, pred: Prediction, summaries: Sequence[SegmentSummary],
+                     salvage: bool = False) -> None:
     """Refuse a repair whose cut this package cannot place: a commitlog file longer than the
     configured size whose valid records go on past that size (the broker maps only the first
-    ``mappedFileSizeCommitLog`` bytes and would cut at the record that crosses it)."""
+    ``mappedFileSizeCommitLog`` bytes and would cut at the record that crosses it); and a
+    salvage in controller mode (re-appended records would lie past the confirm offset)."""
+    if salvage and pred.controller_mode:
+        raise StoreReaderError("--salvage in controller mode: the re-appended records would lie past "
+                               "the confirm offset, which the broker does not dispatch while fenced "
+                               "and a slave truncates", store.root / "epochFileCheckpoint")
     size = store.config.mappedFileSizeCommitLog
     for s in summaries:
         if s.file_size > size and s.valid_bytes > size and s.segment not in pred.deleted_commitlog_files:
@@ -825,6 +832,27 @@ def write_manifest(out_dir: str, content: dict) -> None:
     with open(os.path.join(out_dir, "MANIFEST.json"), "x", encoding="utf-8") as fh:
         json.dump(content, fh, indent=2, sort_keys=True)
         fh.write("\n")
+
+
+def copy_controller_files(store: Store, dest_root: Path, end: int) -> None:
+    """Controller mode: the broker identity as it is, and the epoch entries the broker loads
+    (``controller.read_epoch_file``) without those starting past the repaired commitlog's end
+    (``end``), which claim data it does not hold (``EpochFileCache#truncateSuffixByOffset``
+    keeps an epoch that starts at the end). Unchanged entries are copied byte for byte, .bak
+    included; an empty list writes no file, as ``CheckpointFile#write`` does not."""
+    for name in IDENTITY_FILES:
+        src = store.root / name
+        if src.is_file():
+            (dest_root / name).write_bytes(location(src).read_bytes())
+    epochs = read_epoch_file(store.root / EPOCH_FILE)
+    kept = [e for e in epochs.entries if e.start_offset <= end]
+    if kept == epochs.entries and not epochs.problems and epochs.start_fails is None:
+        for name in (EPOCH_FILE, EPOCH_FILE + ".bak"):
+            src = store.root / name
+            if src.is_file():
+                (dest_root / name).write_bytes(location(src).read_bytes())
+    elif kept:
+        (dest_root / EPOCH_FILE).write_bytes(epoch_file_bytes(kept))
 
 
 def copy_config(src_root: Path | StoreLocation, dest_root: Path) -> list[str]:

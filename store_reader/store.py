@@ -19,11 +19,13 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from . import inventory
 from .brokerconf import BrokerConfig, broker_config_of
 from .commitlog import SegmentScan, SegmentSummary, summaries_table, summarize_segment
 from .exceptions import (FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
-                         UnreadableFileError, UnsupportedStoreError)
+                         UnreadableFileError)
 from .fsutil import list_dir
+from .inventory import Inventory
 from .mappedfile import MappedFile, list_mapped_files
 from .recordformat import MAGIC_V2, PROPERTIESLENGTH, SIZE_AND_MAGIC, ScanOptions
 from .storefs import PathRef, StoreLocation, location
@@ -38,6 +40,8 @@ class Store:
 
     root: Path | StoreLocation
     config: BrokerConfig
+    inventory: Inventory
+    """Every entry of the store directory, classified, and the modes it uses (one walk)."""
     commitlog_dirs: list[Path | StoreLocation]
     commitlog_files: list[MappedFile]
     abort_exists: bool
@@ -225,16 +229,12 @@ def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef 
     if broker_config is None and (root / "broker.conf").is_file():
         broker_config = root / "broker.conf"
     config = broker_config_of(broker_config)
-    markers = ("commitlog", "consumequeue", "index", "checkpoint", "config")
     dirs = _commitlog_dirs(root, config)
-    if not any((root / m).exists() for m in markers) and not any(d.is_dir() for d in dirs):
+    inv = inventory.take(root, config, [d.name for d in dirs if d.parent == root])
+    if not inv.kinds() & inventory.STORE_MARKERS and not any(d.is_dir() for d in dirs):
         raise NotAStoreError("not a RocketMQ store root: none of commitlog/, consumequeue/, index/, "
                              "checkpoint, config/ is there", str(root))
-    cq = root / "consumequeue"
-    if (cq / "CURRENT").exists() or (cq.is_dir() and any(os.path.splitext(e.name)[1] == ".sst"
-                                                         for e in list_dir(cq, "consume queue root"))):
-        raise UnsupportedStoreError("consumequeue/ holds a RocksDB database (storeType=defaultRocksDB);"
-                                    " only file consume queues are supported", str(cq))
+    inv.refuse(root)
     problems: list[StoreReaderError] = []
     problems_49: list[StoreReaderError] = []
     notes: list[str] = []
@@ -254,7 +254,7 @@ def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef 
             f"broker's broker.conf", str(sized[0].path))
     mapped = {f.name for f in files}
     left_out = [str(e.location) for d in dirs for e in list_dir(d, "commitlog") if e.name not in mapped]
-    store = Store(root=root, config=config, commitlog_dirs=dirs, commitlog_files=files,
+    store = Store(root=root, config=config, inventory=inv, commitlog_dirs=dirs, commitlog_files=files,
                   abort_exists=(root / "abort").is_file(), lock_exists=(root / "lock").is_file(),
                   load_problems=problems, load_problems_49=problems_49, left_out=left_out, notes=notes)
     if strict and problems:

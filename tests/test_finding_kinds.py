@@ -27,7 +27,7 @@ from store_reader.indexfile import IndexFile
 ROOT = Path(__file__).resolve().parent.parent
 # the kinds store_file_findings covers: dump's checks that read no record and no entry
 RECORD_FREE = {"layout.load_problem", "cq.file_size", "checkpoint.missing", "checkpoint.file_size",
-               "config.undecodable", "note.commitlog_gap", "note.config_tmp"}
+               "config.undecodable", "note.commitlog_gap", "note.config_tmp", "note.unknown_entry"}
 
 
 def _verify_json(store: Path, conf: Path) -> list[dict]:

@@ -20,7 +20,8 @@ from its tasks and its driver (``queues.compare_queue``, ``index.header_problems
 from __future__ import annotations
 
 from store_reader.audit.commitlog import verify_commitlog, verify_process_state
-from store_reader.audit.files import verify_checkpoint, verify_config
+from store_reader.audit.files import (verify_checkpoint, verify_config, verify_controller,
+                                      verify_inventory)
 from store_reader.audit.index import verify_index
 from store_reader.audit.queues import verify_consume_queues
 from store_reader.audit.report import Findings
@@ -33,6 +34,7 @@ def verify_store(view: StoreView, index_only: bool = False) -> Findings:
     """Every check of ``jobs.dump --verify`` on the whole store (``index_only``: index files)."""
     found = Findings()
     if not index_only:
+        verify_inventory(view.store, found)
         verify_process_state(view, found)
         verify_commitlog(view, found)
         verify_consume_queues(view, found)
@@ -42,6 +44,9 @@ def verify_store(view: StoreView, index_only: bool = False) -> Findings:
         verify_config(view.store, found)
         if view.broker_5x:
             verify_timer(view, found)
+        controller = view.controller_state()
+        if controller is not None:
+            verify_controller(view.store, found, *controller)
     return found
 
 

@@ -12,11 +12,12 @@ from schemas.findings import STORE_FINDING_ROW
 from store_reader.audit.commitlog import (PredictedCut, segment_findings, verify_commitlog_sequence,
                                           verify_layout)
 from store_reader.audit.queues import verify_queue_files
-from store_reader.audit.report import Findings, norm_path
+from store_reader.audit.report import Findings, join_path, norm_path
 from store_reader.audit.timer import timer_findings
 from store_reader.checkpoint import CHECKPOINT_FILE_SIZE, read_checkpoint
 from store_reader.config import (ConfigLoad, load_config, read_consumer_offsets, read_delay_offsets,
                                  read_lmq_consumer_offsets, read_subscription_groups, read_topics)
+from store_reader.controller import EPOCH_FILE, ConfirmOffset, epoch_problems, read_epoch_file
 from store_reader.exceptions import ConfigError
 from store_reader.fsutil import list_dir
 from store_reader.store import Store
@@ -87,17 +88,44 @@ def verify_config(store: Store, found: Findings, only: Path | None = None) -> No
                        "leftover of a crash during persist (4.9.7); the broker never reads it")
 
 
+def verify_inventory(store: Store, found: Findings) -> None:
+    """Entries of the store directory no broker writes (``inventory``: the store's one walk)."""
+    for e in store.inventory.unknown:
+        found.note("note.unknown_entry", join_path(store.root, *e.path.split("/")), None,
+                   f"no RocketMQ broker 4.9.x-5.5.x writes this {'directory' if e.is_dir else 'file'}: "
+                   "the broker never reads it")
+
+
+def verify_controller(store: Store, found: Findings, confirm: ConfirmOffset, unconfirmed: int,
+                      first_unconfirmed: int | None) -> None:
+    """Controller mode (``controller``): records kept past the confirm offset as the broker's
+    recovery corrects it, and what the epoch file says against the recovered commitlog."""
+    if unconfirmed and first_unconfirmed is not None:
+        f = next((f for f in store.commitlog_files
+                  if f.start <= first_unconfirmed < f.start + f.size), None)
+        found.add("controller.unconfirmed_tail", f.path if f else store.commitlog_dirs[0],
+                  first_unconfirmed - f.start if f else None,
+                  f"{unconfirmed} records (phy {confirm.corrected}..{confirm.end}) past the confirm "
+                  f"offset {confirm.corrected} (checkpoint {confirm.checkpoint}): the broker keeps "
+                  "them undispatched while fenced, serves them if promoted to master, drops them "
+                  "as a slave (apache/rocketmq #10666)")
+    for path, position, message in epoch_problems(read_epoch_file(store.root / EPOCH_FILE), confirm.end):
+        found.add("controller.epoch_file", path, position, message)
+
+
 def store_file_findings(store: Store, broker_5x: bool | None = None,
                         summaries: Sequence[SegmentSummary] | None = None,
                         prediction: Prediction | None = None) -> pa.Table:
     """What ``jobs.dump --verify`` reports without reading a record or an entry, as
-    ``store_findings`` rows: a commitlog the broker refuses to load (``layout.load_problem``), a
+    ``store_findings`` rows: entries of the store directory no broker writes (``inventory``), a
+    commitlog the broker refuses to load (``layout.load_problem``), a
     gap in its file sequence (a note: the broker only logs it), consume queue files of the wrong
     size, a missing or short checkpoint, config files the broker cannot use. ``broker_5x``: whose
     load rules apply (default: what the store looks like). With the segments' scan ``summaries``
     and the broker's predicted recovery, also dump's commitlog findings
     (``commitlog.segment_findings``: bad records, missing end-of-file markers, their notes)."""
     found = Findings()
+    verify_inventory(store, found)
     verify_commitlog_sequence(store, found)
     verify_config(store, found)
     five = store.looks_5x() if broker_5x is None else broker_5x
@@ -109,4 +137,8 @@ def store_file_findings(store: Store, broker_5x: bool | None = None,
         segment_findings(summaries, cut, store.scan_options(broker_5x=five).check_crc, found)
         if five and prediction.load_result:
             timer_findings(store, prediction, found)
+    if prediction is not None and prediction.controller is not None:
+        u = prediction.unconfirmed
+        verify_controller(store, found, prediction.controller, u.records if u else 0,
+                          u.first_phy if u else None)
     return pa.Table.from_pylist(found.rows(), schema=STORE_FINDING_ROW.arrow())

@@ -106,6 +106,18 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("note.commitlog_gap", _S, "note",
          "consecutive commitlog files not one file size apart (the broker only logs it)",
          "commitlog.verify_commitlog_sequence"),
+    Kind("controller.unconfirmed_tail", _S, "anomaly",
+         "controller mode: commitlog records past the confirm offset the broker's recovery keeps; "
+         "it does not dispatch them while fenced, serves them once promoted to master and drops "
+         "them as a slave (a slave's truncation undone by a crash: apache/rocketmq #10666)",
+         "files.verify_controller"),
+    Kind("controller.epoch_file", _S, "anomaly",
+         "controller mode: an epoch file the broker does not take (count or CRC), epochs out of "
+         "order, or an epoch starting past the commitlog's end after recovery",
+         "files.verify_controller"),
+    Kind("note.unknown_entry", _S, "note",
+         "an entry of the store directory no broker 4.9.x-5.5.x writes (the broker never reads it)",
+         "files.verify_inventory"),
     Kind("note.config_tmp", _S, "note",
          "a *.json.tmp leftover of a crash during persist (4.9.7); the broker never reads it",
          "files.verify_config"),

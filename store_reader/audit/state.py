@@ -21,7 +21,7 @@ def run_id(job: str, store: Store, version: str, extra: str = "") -> str:
     """Same job, store files (names, sizes, mtimes), version and options -> same run id: a re-run
     replaces its rows instead of adding new ones."""
     h = hashlib.sha256(f"{job}\n{version}\n{extra}\n".encode())
-    hash_tree(h, store.root)
+    hash_tree(h, store.inventory.files)
     return f"{job}-{h.hexdigest()[:16]}"
 
 

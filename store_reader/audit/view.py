@@ -13,6 +13,7 @@ from store_reader import recordformat as rf
 from store_reader import recovery
 from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentScan, SegmentSummary
+from store_reader.controller import ConfirmOffset, correct_confirm_offset
 from store_reader.dispatch import dispatchable, multi_dispatch_targets
 from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
@@ -173,6 +174,22 @@ class StoreView:
         """Records ending at or below this phy offset had been dispatched: the consume queues'
         max phy offset (where reput resumes, R§6), capped at the recovered end."""
         return min(self._recover()[3], self.max_phy)
+
+    def controller_state(self) -> tuple[ConfirmOffset, int, int | None] | None:
+        """Controller mode (5.x): the confirm offset as the broker's recovery corrects it, and the
+        records kept past it (count, first phy); None outside controller mode."""
+        if not (self.broker_5x and self.config.enableControllerMode and self.summaries):
+            return None
+        r, end = self.records, self.max_phy
+        begin = self.summaries[self.start_index].file_start
+        c0 = read_checkpoint(self.store.checkpoint_path).confirm_phy_offset
+        walked = r.valid_prefix & (r.phy >= begin) & (r.phy < end)
+        ends = r.phy[walked] + r.size[walked]
+        last = int(ends[ends <= c0].max()) if (ends <= c0).any() else begin
+        confirm = correct_confirm_offset(c0, self.summaries[0].file_start, end,
+                                         last if self.store.abort_exists else None)
+        past = np.flatnonzero(r.valid_prefix & (r.phy >= confirm.corrected) & (r.phy < end))
+        return confirm, int(past.size), (int(r.phy[past[0]]) if past.size else None)
 
     # 3. what each consume queue should hold
     def queue_records(self) -> dict[tuple[str, int], QueueRecords]:

@@ -1,0 +1,93 @@
+"""Controller mode against the real 5.3.3 broker (``compat/src/v5/oracle/ControllerRun``, run by
+``tests/oracle.py``): a store written in controller mode (two elections, a lone master's puts past
+the confirm offset, kill -9), restarted fenced as the broker loads it, is what ``recovery.predict``
+says (confirm offset, end, every queue's entries, the queue offset table); the repaired store,
+restarted by the broker, comes back unchanged (commitlog, consume queues, index, confirm offset,
+epochs). About 25 s.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from jobs import recover as recover_job
+from store_reader import open_store, recovery
+from store_reader.checkpoint import read_checkpoint
+
+pytestmark = pytest.mark.slow
+
+VERSION = "5.3.3"
+CONF = """mappedFileSizeCommitLog=65536
+mappedFileSizeConsumeQueue=600
+maxHashSlotNum=100
+maxIndexNum=400
+messageIndexEnable=true
+flushDiskType=ASYNC_FLUSH
+enableControllerMode=true
+"""
+
+
+def _digest(root: Path, *dirs: str) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for d in dirs for p in sorted((root / d).rglob("*")) if p.is_file()}
+
+
+def _queues(answer: dict) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
+    return {(t, int(q)): [(e["phy"], e["size"], e["tags"]) for e in v.get("entries", [])]
+            for t, qs in answer["queues"].items() for q, v in qs.items()}
+
+
+def _predicted(pred: recovery.Prediction) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
+    return {k: [(int(e["phy_offset"]), int(e["size"]), int(e["tags_code"])) for e in q.entries()]
+            for k, q in pred.consume_queues.items()}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    from tests import oracle          # the oracle's driver (scripts/build_oracle.sh)
+
+    base = tmp_path_factory.mktemp("controller")
+    conf = base / "broker.conf"
+    conf.write_text(CONF)
+    store = base / "store"
+    w = oracle.run(VERSION, "oracle.ControllerRun", "write", store, conf, 60, 40, 7)
+    return store, conf, w
+
+
+@pytest.mark.parametrize("queues_lost", [False, True], ids=["queues-on-disk", "queues-lost"])
+def test_fenced_restart_is_predicted_and_the_repaired_store_is_kept(written, tmp_path, queues_lost):
+    from tests import oracle
+
+    src, conf, w = written
+    store = tmp_path / "store"
+    shutil.copytree(src, store)
+    if queues_lost:                   # the crash took the consume queues: the recovery dispatches
+        shutil.rmtree(store / "consumequeue")
+    confirm = w["confirmOffsetAtSecondElection"]
+    assert [e["startOffset"] for e in w["epochs"]] == [0, confirm] and w["maxPhyOffset"] > confirm
+    pred = recovery.predict(open_store(store, conf), recovery.V5X)
+    copy = tmp_path / "restarted"
+    shutil.copytree(store, copy)
+    got = oracle.run(VERSION, "oracle.ControllerRun", "restart", copy, conf)
+    assert got["recoveryPath"] == pred.recovery_path == "abnormal"
+    assert got["confirmOffset"] == got["checkpointConfirmOffset"] == pred.confirm_offset == confirm
+    assert got["maxPhyOffset"] == pred.max_phy_offset == w["maxPhyOffset"]
+    assert got["topicQueueTable"] == pred.topic_queue_table()
+    assert _queues(got) == _predicted(pred)
+    assert pred.unconfirmed.records > 0 and pred.unconfirmed.first_phy == confirm
+    # the repaired store: the broker restarted on it changes nothing
+    out = tmp_path / "out"
+    assert recover_job.main(["--store", str(store), "--out", str(out), "--broker-config", str(conf)]) == 0
+    assert read_checkpoint(out / "checkpoint").confirm_phy_offset == confirm
+    again = tmp_path / "again"
+    shutil.copytree(out, again)
+    before = _digest(again, "commitlog", "consumequeue", "index")
+    after_restart = oracle.run(VERSION, "oracle.ControllerRun", "restart", again, conf)
+    assert _digest(again, "commitlog", "consumequeue", "index") == before
+    assert after_restart["recoveryPath"] == "normal"
+    assert after_restart["confirmOffset"] == confirm and after_restart["epochs"] == w["epochs"]
+    assert after_restart["topicQueueTable"] == got["topicQueueTable"]
+    assert (again / "epochFileCheckpoint").read_bytes() == (src / "epochFileCheckpoint").read_bytes()
