@@ -18,7 +18,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from jobs import cds
+from jobs import cds, stopping
 from jobs.taskerrors import quiet_task_failures
 from store_reader import publish
 
@@ -80,7 +80,10 @@ def get_spark(app_name: str = "rocketmq-store", conf_file: str | os.PathLike[str
     # it (NumpyArrayConverter): imported here while this thread waits for the JVM to start
     threading.Thread(target=importlib.import_module, args=("pyspark.testing.utils",),
                      name="pyspark-imports", daemon=True).start()
-    sc = SparkContext.getOrCreate(conf)
+    with stopping.deferred():
+        sc = SparkContext.getOrCreate(conf)
+        stopping.install()          # pyspark's context replaced the SIGINT handler with its own
+    stopping.hold_accumulator_errors(sc)
     quiet_task_failures(sc)
     return SparkSession.builder.getOrCreate() if session else JobSpark(sc)
 
