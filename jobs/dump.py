@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from jobs import stopping
 from jobs.dumpcommitlog import dump_segment
 from jobs.dumpfiles import (dump_checkpoint, dump_config, dump_cq_file, dump_index_file, dump_timercheck,
                             dump_timerlog_file, dump_timerwheel)
@@ -256,6 +257,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+@stopping.exits_on_signals
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: the exit code (0 ok, 1 anomalies, 2 could not read)."""
     try:

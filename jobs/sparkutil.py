@@ -18,7 +18,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from jobs import cds, console
+from jobs import cds, console, stopping
 from jobs.taskerrors import quiet_task_failures
 from store_reader import publish
 
@@ -97,8 +97,10 @@ def _context(app_name: str, conf_file: str | os.PathLike[str] | None, extra: dic
                      name="pyspark-imports", daemon=True).start()
     conf.setIfMissing("spark.ui.showConsoleProgress", console.progress_bar())
     started = time.monotonic()
-    with console.quiet_jvm_start():
+    with stopping.deferred(), console.quiet_jvm_start():
         sc = SparkContext.getOrCreate(conf)
+        stopping.install()          # pyspark's context replaced the SIGINT handler with its own
+    stopping.hold_accumulator_errors(sc)
     quiet_task_failures(sc)
     logging.getLogger("jobs.sparkutil").info("spark started in %.2fs (%s, %d cores)", time.monotonic() - started,
                                              sc.master, sc.defaultParallelism)

@@ -9,6 +9,7 @@ import logging
 import sys
 from typing import Callable
 
+from jobs import stopping
 from store_reader.exceptions import StoreReaderError
 
 
@@ -28,7 +29,7 @@ def store_error(exc: BaseException) -> StoreReaderError | None:
         if isinstance(exc, StoreReaderError):
             return exc
         if _from_spark(exc):
-            _clear_progress_bar()
+            clear_progress_bar()
             found = StoreReaderError.from_text(_error_text(exc))
             if found is not None:
                 return found
@@ -40,14 +41,16 @@ def reports_store_errors(what: str = "") -> Callable[[Callable[..., int]], Calla
     """Decorator of a job's ``main``: an error that is the input's or the output's fault
     (``store_error``, wherever it was raised, in a Spark task included) is printed as one line,
     ``error: <what><error>`` on stderr, and ``main`` returns exit code 2; anything else is raised
-    with its trace."""
+    with its trace. A stop signal (``jobs.stopping``) ends the run as a failure does, then stops
+    Spark, prints one line and returns 128 + the signal's number."""
     def wrap(main: Callable[..., int]) -> Callable[..., int]:
         @functools.wraps(main)
+        @stopping.exits_on_signals
         def run(*args, **kwargs) -> int:
             try:
                 return main(*args, **kwargs)
             except Exception as exc:
-                error = store_error(exc)
+                error = store_error(exc) if stopping.received() is None else None
                 if error is None:
                     raise
                 print(f"error: {what}{error}", file=sys.stderr)
@@ -74,7 +77,7 @@ def quiet_task_failures(sc) -> None:
         logging.getLogger("jobs.sparkutil").debug("task failure logging left on: %s", exc)
 
 
-def _clear_progress_bar() -> None:
+def clear_progress_bar() -> None:
     """End the console progress bar of the active SparkContext (it may stand mid-line on stderr
     when a job fails), so that the job's error line starts a line of its own."""
     from pyspark import SparkContext
