@@ -95,7 +95,11 @@ def check_recoverable(store: Store, commitlog_gone: bool, replacing: bool) -> No
 def check_repairable(store: Store, pred: Prediction, summaries: Sequence[SegmentSummary]) -> None:
     """Refuse a repair whose cut this package cannot place: a commitlog file longer than the
     configured size whose valid records go on past that size (the broker maps only the first
-    ``mappedFileSizeCommitLog`` bytes and would cut at the record that crosses it)."""
+    ``mappedFileSizeCommitLog`` bytes and would cut at the record that crosses it); a timer store
+    scheduled in RocksDB (``timerrecovery.check_timer_store``)."""
+    from .recovery import V5X
+    from .timerrecovery import check_timer_store
+    check_timer_store(store.config, pred.broker_version == V5X)
     size = store.config.mappedFileSizeCommitLog
     for s in summaries:
         if s.file_size > size and s.valid_bytes > size and s.segment not in pred.deleted_commitlog_files:

@@ -149,3 +149,12 @@ def test_data_source_reads_the_timer_log(spark, tmp_path):
         for batch in reader.read(p):
             assert batch.schema.equals(to_arrow_schema(source.schema(), timezone="UTC"), check_metadata=True)
             batch.validate(full=True)
+
+
+def test_rocksdb_timeline_is_refused_by_name():
+    from store_reader.brokerconf import BrokerConfig
+    from store_reader.exceptions import StoreReaderError
+    with pytest.raises(StoreReaderError, match="timerRocksDBEnable=true"):
+        tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True), broker_5x=True)
+    tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True, timerWheelEnable=False), broker_5x=True)
+    tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True), broker_5x=False)
