@@ -156,7 +156,7 @@ def dump_timerlog_file(p: Printer, path: Path, file_size: int, max_bytes: int | 
         p.emit(lambda u=u: f"pos: {u['pos']} prevPos: {u['prev_pos']} magic: {u['magic']} delayedTime: "
                f"{u['delayed_time_ms']} ({iso_ms(u['delayed_time_ms'])}) writeTime: {u['curr_write_time_ms']} "
                f"offsetPy: {u['offset_py']} sizePy: {u['size_py']} topicHash: {u['topic_hash']}",
-               {"type": "timer_unit", "file": str(path), **u})
+               {"type": "timer_unit", **u, "file": str(path)})
     p.emit(f"end: log position {scan.end}" + ("" if scan.bad_at is None else
                                                f", not a unit at {scan.bad_at}: the broker truncates there"),
            {"type": "timerlog_end", "file": str(path), "end": scan.end, "bad_at": scan.bad_at})

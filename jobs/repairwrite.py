@@ -168,12 +168,18 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         for line in report.config_left_out:
             log.warning("config file left out of the repaired store (the broker reads its .bak "
                         "instead): %s", line)
-        if version_5x and isinstance(store.root, Path):
+        if version_5x:
             # after config/: its timercheck is replaced by one that agrees with the rebuilt log
             t = time.monotonic()
-            timer = timerrecovery.repair_timer_store(
-                str(store.root), str(tmp), cfg, timerrecovery.timer_queue_of(str(tmp / "consumequeue"),
-                                                                             cfg.cq_file_size), end)
+            staged = None if isinstance(store.root, Path) else \
+                timerrecovery.stage_remote(store.root, str(tmp.parent / f"{tmp.name}.timer-input"))
+            try:
+                timer = timerrecovery.repair_timer_store(
+                    staged or str(store.root), str(tmp), cfg,
+                    timerrecovery.timer_queue_of(str(tmp / "consumequeue"), cfg.cq_file_size), end)
+            finally:
+                if staged is not None:
+                    shutil.rmtree(staged, ignore_errors=True)
             if timer is not None:
                 report.timer_store = timer.as_dict()
                 report.log_pass("timer store", t, f"{timer.units_kept} of {timer.units_in} units kept, "

@@ -111,6 +111,21 @@ CHECKPOINT = RecordSchema("checkpoint", (
     F("confirm_phy_offset", "int64", nullable=True, doc="5.x only"),
 ))
 
+TIMER_UNIT = RecordSchema("timer_unit", (
+    F("pos", "int64", doc="position in the timer log (file base offset + byte in the file)"),
+    F("file", "string", doc="the timerlog file (its 20-digit base offset)"),
+    F("size", "int32", doc="always 52"),
+    F("prev_pos", "int64", doc="the slot's previous unit, -1 for its first"),
+    F("magic", "int32", doc="1 default | 2 roll | 4 delete"),
+    F("curr_write_time_ms", "int64", doc="the enqueue's write time"),
+    F("delay_ms", "int32", doc="delayed time - write time"),
+    F("delayed_time_ms", "int64", doc="the slot: when the dequeue delivers it"),
+    F("offset_py", "int64", doc="phy offset of the rmq_sys_wheel_timer record"),
+    F("size_py", "int32", doc="its size"),
+    F("topic_hash", "int32", doc="hash of REAL_TOPIC (metrics)"),
+    F("reserved", "int64"),
+))
+
 CONSUMER_OFFSET = RecordSchema("consumer_offset", (
     F("topic", "string"),
     F("group", "string", nullable=True, doc="null when the key has no '@'"),

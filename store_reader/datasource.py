@@ -13,6 +13,8 @@ Tables (option ``table``) and their schemas (``schemas.store``), one Spark parti
     consume_queue   CONSUME_QUEUE_ENTRY   one per consume queue file
     index           INDEX_ENTRY           one per index file
     checkpoint      CHECKPOINT            one (the checkpoint file)
+    timer_log       TIMER_UNIT            one per timerlog file (5.x timer store; units as the
+                                          broker's recovery walks them, in log order)
 
 The driver only lists files (``open_store`` and the listing functions of ``consumequeue`` and
 ``indexfile``) and validates the options; every file is opened (a local commitlog segment mmapped)
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import pyarrow as pa
@@ -47,13 +50,13 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualNullSafe,
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from schemas import CHECKPOINT, CONSUME_QUEUE_ENTRY, INDEX_ENTRY, MESSAGE, SEGMENT, RecordSchema
+from schemas import CHECKPOINT, CONSUME_QUEUE_ENTRY, INDEX_ENTRY, MESSAGE, SEGMENT, TIMER_UNIT, RecordSchema
 
-from . import consumequeue, indexfile
+from . import consumequeue, indexfile, timerstore
 from .checkpoint import read_checkpoint
 from .commitlog import DEFAULT_BATCH_SIZE, SegmentScan, summaries_table, summarize_segment
 from .exceptions import ConfigError
-from .mappedfile import MappedFile
+from .mappedfile import MappedFile, file_name
 from .recordformat import ScanOptions
 from .recovery import is_5x, resolve_version
 from .store import open_store
@@ -67,6 +70,7 @@ TABLES: dict[str, RecordSchema] = {
     "consume_queue": CONSUME_QUEUE_ENTRY,
     "index": INDEX_ENTRY,
     "checkpoint": CHECKPOINT,
+    "timer_log": TIMER_UNIT,
 }
 # Columns whose values need CRCs computed over the bodies (computeCrc defaults to "selected").
 CRC_COLUMNS = {"messages": {"body_crc_ok", "record_crc_ok"}, "segments": {"crc_failures"}}
@@ -206,6 +210,14 @@ def _index_partitions(store: Any) -> list[FilePartition]:
     # strict=False: the files IndexService#load would load (it skips names Long.parseLong rejects)
     refs = indexfile.list_index_files(store.index_dir, store.config.index_file_size, strict=False)
     return [FilePartition(r.path, r.name, (("file", r.name, r.name),)) for r in refs]
+
+
+def _timerlog_partitions(store: Any) -> list[FilePartition]:
+    if not isinstance(store.root, Path):
+        raise ConfigError("table timer_log reads a local store only", str(store.root))
+    size = store.config.mappedFileSizeTimerLog
+    return [FilePartition(path, file_name(base), (("pos", base, base + size - 1), ("file", file_name(base), file_name(base))))
+            for base, path in timerstore.timerlog_files(str(store.root / timerstore.TIMERLOG_DIR))]
 
 
 # -- filters: which ones are exact here, per-row masks, per-file pruning ---------------------------------
@@ -361,6 +373,8 @@ class RocketMQReader(DataSourceReader):
             return _queue_file_partitions(store, self.broker_5x)
         if self.table == "index":
             return _index_partitions(store)
+        if self.table == "timer_log":
+            return _timerlog_partitions(store)
         return [FilePartition(store.checkpoint_path, "checkpoint")]
 
     def partitions(self) -> list[InputPartition]:
@@ -393,6 +407,8 @@ class RocketMQReader(DataSourceReader):
                                             files=[f])
         elif self.table == "index":
             table = indexfile.read_entries(p.path, self.config.maxHashSlotNum, self.config.maxIndexNum)
+        elif self.table == "timer_log":
+            table = timerstore.units_table(timerstore.scan_timerlog_file(p.path, self.config.mappedFileSizeTimerLog))
         else:
             table = read_checkpoint(p.path).to_table(rocketmq5=self.broker_5x)
         yield from table.select(self.columns).to_batches()

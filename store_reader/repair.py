@@ -97,12 +97,16 @@ def check_repairable(store: Store, pred: Prediction, summaries: Sequence[Segment
                      salvage: bool = False) -> None:
     """Refuse a repair whose cut this package cannot place: a commitlog file longer than the
     configured size whose valid records go on past that size (the broker maps only the first
-    ``mappedFileSizeCommitLog`` bytes and would cut at the record that crosses it); and a
-    salvage in controller mode (re-appended records would lie past the confirm offset)."""
+    ``mappedFileSizeCommitLog`` bytes and would cut at the record that crosses it); a salvage in
+    controller mode (re-appended records would lie past the confirm offset); a timer store
+    scheduled in RocksDB (``timerrecovery.check_timer_store``)."""
     if salvage and pred.controller_mode:
         raise StoreReaderError("--salvage in controller mode: the re-appended records would lie past "
                                "the confirm offset, which the broker does not dispatch while fenced "
                                "and a slave truncates", store.root / "epochFileCheckpoint")
+    from .recovery import is_5x
+    from .timerrecovery import check_timer_store
+    check_timer_store(store.config, is_5x(pred.broker_version))
     size = store.config.mappedFileSizeCommitLog
     for s in summaries:
         if s.file_size > size and s.valid_bytes > size and s.segment not in pred.deleted_commitlog_files:

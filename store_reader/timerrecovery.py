@@ -1,7 +1,7 @@
 """The 5.x timer store's broker rules: what ``TimerMessageStore#recover`` does with the store's
 timer files, which units the dequeue still delivers, and the repaired timer store.
 
-Spec ``recovery.md`` §11 (RocketMQ 5.3.3, 5.4.0, 5.5.1 ``TimerMessageStore#recover``,
+Spec ``recovery.md`` §13 (RocketMQ 5.3.3, 5.4.0, 5.5.1 ``TimerMessageStore#recover``,
 ``recoverAndRevise``, ``reviseQueueOffset``, ``TimerWheel#checkPhyPos``, ``doEnqueue``,
 ``dequeue``). The files' layouts are in ``timerstore``.
 
@@ -248,6 +248,15 @@ class RepairedTimerStore:
         return dict(self.__dict__)
 
 
+def check_timer_store(config: BrokerConfig, broker_5x: bool) -> None:
+    """Refuse, before any work, a timer store this package cannot repair exactly."""
+    from .exceptions import StoreReaderError
+    if broker_5x and config.timerWheelEnable and config.timerRocksDBEnable:
+        raise StoreReaderError("timerRocksDBEnable=true: the timer messages are scheduled in a RocksDB "
+                               "timeline this tool does not recover; recover the store without it or "
+                               "by hand", config.source)
+
+
 def repair_timer_store(src_root: str, dest_root: str, config: BrokerConfig, queue: TimerQueue,
                        cut: int) -> RepairedTimerStore | None:
     """The repaired store's timerlog/, timerwheel and config/timercheck (``config/`` must be
@@ -263,7 +272,8 @@ def repair_timer_store(src_root: str, dest_root: str, config: BrokerConfig, queu
        queue's range), so the enqueue service reads exactly the entries without a unit;
        lastReadTimeMs and the data version kept.
 
-    None when the store has no timer store (timerWheelEnable off, or no timer files)."""
+    None when the store has no timer store (timerWheelEnable off, or no timer files). A store whose
+    timer store lives in RocksDB (``timerRocksDBEnable``, 5.4+) is refused by ``check_timer_store``."""
     log_dir = os.path.join(src_root, ts.TIMERLOG_DIR)
     wheel_path = os.path.join(src_root, ts.TIMERWHEEL_FILE)
     check_path = os.path.join(src_root, "config", ts.TIMERCHECK_FILE)
@@ -303,6 +313,24 @@ def repair_timer_store(src_root: str, dest_root: str, config: BrokerConfig, queu
                               int((wheel["time_slot"] != 0).sum()),
                               [os.path.relpath(f, dest_root) for f in files],
                               check.as_dict(), new.as_dict())
+
+
+def stage_remote(root, dest: str) -> str:
+    """A local copy under ``dest`` of a remote store's timer files (``timerlog/``, ``timerwheel``,
+    ``config/timercheck``), read in chunks through ``storefs``; returns ``dest``."""
+    from .fsutil import walk_files
+    wanted = [ts.TIMERWHEEL_FILE, os.path.join("config", ts.TIMERCHECK_FILE)]
+    if (root / ts.TIMERLOG_DIR).is_dir():
+        wanted += [os.path.join(ts.TIMERLOG_DIR, rel) for rel, _, _ in walk_files(root / ts.TIMERLOG_DIR)]
+    for rel in wanted:
+        src = root / rel
+        if not src.is_file():
+            continue
+        os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+        with open(os.path.join(dest, rel), "wb") as out, src.open_reader() as r:
+            for at in range(0, r.size, 8 << 20):
+                out.write(r.read_at(at, min(8 << 20, r.size - at)))
+    return dest
 
 
 def timer_queue_of(consumequeue_dir: str, cq_file_size: int) -> TimerQueue:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from schemas import TIMER_UNIT
+
 from .exceptions import UnreadableFileError
 from .mappedfile import file_name, parse_file_name
 
@@ -255,17 +257,14 @@ def write_wheel(path: str, slots: np.ndarray) -> None:
         fh.truncate(WHEEL_LENGTH)
 
 
-UNITS_SCHEMA = pa.schema([
-    ("pos", pa.int64()), ("size", pa.int32()), ("prev_pos", pa.int64()), ("magic", pa.int32()),
-    ("curr_write_time_ms", pa.int64()), ("delay_ms", pa.int32()), ("delayed_time_ms", pa.int64()),
-    ("offset_py", pa.int64()), ("size_py", pa.int32()), ("topic_hash", pa.int32()),
-    ("reserved", pa.int64()),
-])
-
-
 def units_table(scan: TimerLogScan) -> pa.Table:
-    """The scan's units as Arrow (``UNITS_SCHEMA``): what dump prints and the data source serves."""
+    """The scan's units as Arrow (``schemas.TIMER_UNIT``): what dump prints and the data source
+    serves."""
     u = scan.units
-    cols = {"pos": scan.pos, "delayed_time_ms": scan.delayed_time_ms()}
+    bases = np.array([b for b, _ in scan.files], np.int64)
+    names = np.array([file_name(int(b)) for b in bases], dtype=object)
+    which = np.searchsorted(bases, scan.pos, side="right") - 1 if len(bases) else np.zeros(0, np.int64)
+    cols = {"pos": scan.pos, "delayed_time_ms": scan.delayed_time_ms(), "file": names[which] if len(bases) else []}
     cols.update({n: u[n].astype(np.dtype(c).newbyteorder("=")) for n, c in _UNIT_FIELDS})
-    return pa.table({f.name: pa.array(cols[f.name], f.type) for f in UNITS_SCHEMA}, schema=UNITS_SCHEMA)
+    schema = TIMER_UNIT.arrow()
+    return pa.table({f.name: pa.array(cols[f.name], f.type) for f in schema}, schema=schema)

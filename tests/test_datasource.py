@@ -38,6 +38,7 @@ import support
 from schemas import CONSUME_QUEUE_ENTRY, INDEX_ENTRY, MESSAGE
 from store_reader import open_store
 from store_reader import recordformat as rf
+from store_reader import timerstore
 from store_reader.checkpoint import read_checkpoint
 from store_reader.consumequeue import list_queue_files, list_queues, read_queue
 from store_reader.datasource import (PUSHDOWN_CONF, TABLES, RocketMQDataSource, may_match,
@@ -89,6 +90,9 @@ def api_table(store, table: str, columns: list[str] | None = None, **scan: Any) 
         files = list_index_files(store.index_dir, cfg.index_file_size, strict=False)
         tables = [read_entries(f.path, cfg.maxHashSlotNum, cfg.maxIndexNum) for f in files]
         return pa.concat_tables(tables) if tables else INDEX_ENTRY.arrow().empty_table()
+    if table == "timer_log":
+        return timerstore.units_table(timerstore.scan_timerlog(str(store.root / timerstore.TIMERLOG_DIR),
+                                                               cfg.mappedFileSizeTimerLog))
     return read_checkpoint(store.checkpoint_path).to_table(rocketmq5=five)
 
 
@@ -543,7 +547,8 @@ def arrow_types(t: pa.DataType) -> Iterator[pa.DataType]:
         yield from arrow_types(t.field(i).type)
 
 
-READS = [(t, {}) for t in TABLES] + [("messages", {"withBody": "true"}),
+# the fixtures hold no timer store (timer_log: tests/test_timerstore.py)
+READS = [(t, {}) for t in TABLES if t != "timer_log"] + [("messages", {"withBody": "true"}),
                                      ("messages", {"columns": "key_list,properties,valid_prefix"}),
                                      ("messages", {"includeLost": "true"})]
 

@@ -9,7 +9,7 @@ import support
 from store_reader import open_store
 
 ALL = [schemas.MESSAGE, schemas.SEGMENT, schemas.CONSUME_QUEUE_ENTRY, schemas.INDEX_ENTRY,
-       schemas.INDEX_HEADER, schemas.CHECKPOINT]
+       schemas.INDEX_HEADER, schemas.CHECKPOINT, schemas.TIMER_UNIT]
 
 
 @pytest.mark.parametrize("rs", ALL, ids=lambda r: r.name)

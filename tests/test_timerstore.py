@@ -120,3 +120,41 @@ def test_dump_prints_the_timer_files(tmp_path, capsys):
     slots = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted((s["time_ms"], s["first_pos"], s["last_pos"], s["num"]) for s in slots) == \
         [(T0 + 120_000, 0, 104, 2), (T0 + 121_000, 52, 52, 1)]
+
+
+@pytest.mark.spark
+def test_data_source_reads_the_timer_log(spark, tmp_path):
+    """table=timer_log: a partition per timerlog file, the units the reader walks, filters pushed."""
+    import store_reader
+    root = tmp_path / "store"
+    (root / "commitlog").mkdir(parents=True)
+    (root / "commitlog" / f"{0:020d}").write_bytes(bytes(4096))
+    u = _units(200, np.arange(200) % 9 + 120)
+    ts.write_timerlog(str(root / "timerlog"), u, 0, FILE_SIZE)
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"mappedFileSizeTimerLog={FILE_SIZE}\nmappedFileSizeCommitLog=4096\n")
+    store_reader.register(spark)
+    df = spark.read.format("rocketmq").options(path=str(root), table="timer_log", brokerConfig=str(conf)).load()
+    assert df.rdd.getNumPartitions() == 2
+    rows = sorted(tuple(r) for r in df.select("pos", "file", "offset_py", "delayed_time_ms").collect())
+    want = ts.units_table(ts.scan_timerlog(str(root / "timerlog"), FILE_SIZE))
+    assert rows == sorted(zip(*(want[c].to_pylist() for c in ("pos", "file", "offset_py", "delayed_time_ms"))))
+    assert df.filter(f"pos >= {FILE_SIZE}").count() == 200 - 157
+    # driver and executor code in-process: every batch is the declared schema
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from store_reader.datasource import RocketMQDataSource
+    source = RocketMQDataSource({"path": str(root), "table": "timer_log", "brokerConfig": str(conf)})
+    reader = source.reader(source.schema())
+    for p in reader.partitions():
+        for batch in reader.read(p):
+            assert batch.schema.equals(to_arrow_schema(source.schema(), timezone="UTC"), check_metadata=True)
+            batch.validate(full=True)
+
+
+def test_rocksdb_timeline_is_refused_by_name():
+    from store_reader.brokerconf import BrokerConfig
+    from store_reader.exceptions import StoreReaderError
+    with pytest.raises(StoreReaderError, match="timerRocksDBEnable=true"):
+        tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True), broker_5x=True)
+    tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True, timerWheelEnable=False), broker_5x=True)
+    tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True), broker_5x=False)
