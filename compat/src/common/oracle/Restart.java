@@ -9,15 +9,12 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.TreeSet;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentMap;
 
-import org.apache.rocketmq.common.ConfigManager;
 import org.apache.rocketmq.common.UtilAll;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
-import org.apache.rocketmq.remoting.protocol.RemotingSerializable;
 import org.apache.rocketmq.store.DefaultMessageStore;
 import org.apache.rocketmq.store.GetMessageResult;
 import org.apache.rocketmq.store.QueryMessageResult;
@@ -241,7 +238,7 @@ public final class Restart {
     /** config/consumerOffset.json as the broker's ConsumerOffsetManager loads it, and what a pull at each offset gets. */
     static Map<String, Object> consumerOffsets(DefaultMessageStore store, File root) {
         Map<String, Object> out = new LinkedHashMap<>();
-        OffsetFile f = new OffsetFile(new File(new File(root, "config"), "consumerOffset.json").getPath());
+        ConsumerOffsets f = new ConsumerOffsets(new File(new File(root, "config"), "consumerOffset.json").getPath());
         out.put("loaded", f.load());
         List<Object> checks = new ArrayList<>();
         for (Map.Entry<String, ConcurrentMap<Integer, Long>> e : new TreeMap<>(f.table).entrySet()) {
@@ -267,55 +264,5 @@ public final class Restart {
         }
         out.put("checks", checks);
         return out;
-    }
-
-    /** The broker's ConsumerOffsetManager file handling (ConfigManager#load: the file, else its .bak). */
-    static final class OffsetFile extends ConfigManager {
-        final String path;
-        ConcurrentMap<String, ConcurrentMap<Integer, Long>> table = new ConcurrentHashMap<>();
-
-        OffsetFile(String path) {
-            this.path = path;
-        }
-
-        @Override
-        public String configFilePath() {
-            return path;
-        }
-
-        @Override
-        public void decode(String json) {
-            if (json != null) {
-                Offsets o = RemotingSerializable.fromJson(json, Offsets.class);
-                if (o != null && o.getOffsetTable() != null) {
-                    table = o.getOffsetTable();
-                }
-            }
-        }
-
-        @Override
-        public String encode() {
-            return encode(false);
-        }
-
-        @Override
-        public String encode(boolean pretty) {
-            Offsets o = new Offsets();
-            o.setOffsetTable(table);
-            return o.toJson(pretty);
-        }
-    }
-
-    /** ConsumerOffsetManager's serialized form. */
-    public static final class Offsets extends RemotingSerializable {
-        private ConcurrentMap<String, ConcurrentMap<Integer, Long>> offsetTable = new ConcurrentHashMap<>();
-
-        public ConcurrentMap<String, ConcurrentMap<Integer, Long>> getOffsetTable() {
-            return offsetTable;
-        }
-
-        public void setOffsetTable(ConcurrentMap<String, ConcurrentMap<Integer, Long>> offsetTable) {
-            this.offsetTable = offsetTable;
-        }
     }
 }

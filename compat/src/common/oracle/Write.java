@@ -8,6 +8,8 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentMap;
 
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageAccessor;
@@ -37,7 +39,8 @@ import org.apache.rocketmq.store.PutMessageResult;
  *   boundary   as halt, at the first put after PUTS that starts a new commitlog file;
  *   inflight   the puts run on their own thread and the process halts once PUTS are acked,
  *              while the next put is under way.
- * Before a halt it waits a seeded 0-300 ms (the flush and reput threads lag by a random amount).
+ * GroupX's committed offsets are persisted to config/consumerOffset.json (commitOffsets). Then,
+ * except inflight, it waits a seeded 0-300 ms (the flush and reput threads lag by a random amount).
  * Prints (Json) every acknowledged put (and, apart, the puts the store refused): kind, topic, queueId, phy, size, queueOffset (batch: one
  * row per put), UNIQ_KEYs and KEYS, plus the commitlog's max and flushed offsets at the end.
  */
@@ -93,10 +96,9 @@ public final class Write {
                 }
             }
         }
-        long pause = rnd.nextInt(301);
-        if (!"shutdown".equals(end)) {
-            Thread.sleep(pause);
-        }
+        commitOffsets(root, store, rnd);
+        long pause = "inflight".equals(end) ? 0 : rnd.nextInt(301);
+        Thread.sleep(pause);
         Map<String, Object> j = new LinkedHashMap<>();
         synchronized (acked) {
             j.put("written", new ArrayList<>(acked));
@@ -207,6 +209,29 @@ public final class Write {
         r.put("msgNum", a.getMsgNum());
         acked.add(r);
         return r;
+    }
+
+    /**
+     * A consumer group's committed offsets, persisted as the broker's ConsumerOffsetManager does:
+     * GroupX on every queue of TopicA, TopicB and %RETRY%GroupX, at a seeded offset from 0 to 3
+     * past the queue's end (a consumer ahead of what a crash keeps).
+     */
+    static void commitOffsets(File root, DefaultMessageStore store, Random rnd) throws Exception {
+        ConsumerOffsets offsets = new ConsumerOffsets(new File(new File(root, "config"), "consumerOffset.json").getPath());
+        for (int t = 0; t < 3; t++) {
+            ConcurrentMap<Integer, Long> byQueue = new ConcurrentHashMap<>();
+            for (int q = 0; q < QUEUES[t]; q++) {
+                long max;
+                try {
+                    max = store.getMaxOffsetInQueue(TOPICS[t], q);
+                } catch (Exception e) {    // 5.x declares ConsumeQueueException
+                    throw new IllegalStateException(e);
+                }
+                byQueue.put(q, (long) rnd.nextInt((int) max + 4));
+            }
+            offsets.table.put(TOPICS[t] + "@GroupX", byQueue);
+        }
+        offsets.persist();
     }
 
     static byte[] body(Random rnd, int topic) {

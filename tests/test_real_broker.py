@@ -1,0 +1,471 @@
+"""The real broker (RocketMQ's release jars, ``tests/oracle.py``) against the project.
+
+1. Every fixture in ../shared/fixtures: the oracle's restart of the fixture's input reproduces the
+   fixture's expected.json (which validates the oracle), then the project's repaired store is
+   restarted by the broker of the fixture's version.
+2. A crash matrix per supported release: stores written by the real put path (``oracle.Write``),
+   halted at seeded points, ASYNC and SYNC flush, with and without the abort file, plus seeded
+   damage. The project's prediction equals the broker's recovery (load result, path, min/max phy
+   offset, every queue's range and entries, the records lost, index answers, consumer offset
+   checks), and the broker's restart on the repaired store changes nothing.
+
+A repaired store passes when the broker loads it, changes no byte of commitlog/, consumequeue/,
+index/ or checkpoint (no file created or removed there either), ends at the project's truncation
+point, and every consume queue entry resolves to its own record (fillers aside).
+
+The broker restarts run in a few threads (each a JVM that mostly waits: the store's shutdown
+sleeps 1-3 s) while this process runs the project's recovery on Spark. Seeds, counts and seconds
+are printed (``-s`` shows them).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import oracle
+import support
+from jobs.recover import recover
+from store_reader import open_store, recovery
+from store_reader.config import read_consumer_offsets
+from store_reader.exceptions import StoreReaderError
+
+pytestmark = [pytest.mark.slow, pytest.mark.oracle, pytest.mark.spark]
+
+FILLER_SIZE = 0x7FFFFFFF
+JVMS = 3    # broker restarts in flight at once
+SIGNIFICANT = ("commitlog/", "consumequeue/", "index/")
+
+
+def project_version(release: str) -> str:
+    """The project's ``--broker-version`` for a broker release: its own major.minor where the
+    project has rules of that name, else the rules it has today (4.9, or 5.x = 5.3.3's)."""
+    mm = ".".join(release.split(".")[:2])
+    known = getattr(recovery, "VERSIONS", (recovery.V49, recovery.V5X))
+    if mm in known:
+        return mm
+    return recovery.V49 if mm == "4.9" else recovery.V5X
+
+
+# -- what the broker did, what the project says -------------------------------------------------------
+
+def broker_queues(r: dict) -> dict:
+    """(topic, queueId) -> (min, max, [(phy, size, tags)...]) of the queues in the broker's table."""
+    out = {}
+    for topic, qs in r.get("queues", {}).items():
+        for qid, q in qs.items():
+            if q.get("inTable"):
+                out[(topic, int(qid))] = (q.get("minOffset"), q.get("maxOffset"),
+                                          [(e.get("phy"), e.get("size"), e.get("tags")) for e in q.get("entries", [])])
+    return out
+
+
+def predicted_queues(pred: recovery.Prediction) -> dict:
+    out = {}
+    for (topic, qid), q in pred.consume_queues.items():
+        e = q.entries()
+        out[(topic, qid)] = (q.min_offset, q.max_offset,
+                             list(zip(e["phy_offset"].tolist(), e["size"].tolist(), e["tags_code"].tolist())))
+    return out
+
+
+def recovery_differences(pred: recovery.Prediction, r: dict, store_root: Path, conf: Path) -> list[str]:
+    """Where the project's prediction and the broker's recovery of the same store differ."""
+    diffs = []
+    if pred.load_result != r["loadResult"]:
+        return [f"load result: project {pred.load_result} ({pred.load_problems[:1]}), broker {r['loadResult']} "
+                f"({r.get('loadException')})"]
+    if not r["loadResult"]:
+        return []
+    for what, ours, theirs in (("recovery path", pred.recovery_path, r["recoveryPath"]),
+                               ("max phy offset", pred.max_phy_offset, r["maxPhyOffset"]),
+                               ("min phy offset", pred.min_phy_offset, r["minPhyOffset"])):
+        if ours != theirs:
+            diffs.append(f"{what}: project {ours}, broker {theirs}")
+    ours, theirs = predicted_queues(pred), broker_queues(r)
+    if set(ours) != set(theirs):
+        diffs.append(f"queues only the project has: {sorted(set(ours) - set(theirs))[:5]}, "
+                     f"only the broker: {sorted(set(theirs) - set(ours))[:5]}")
+    for key in sorted(set(ours) & set(theirs)):
+        (a_lo, a_hi, a), (b_lo, b_hi, b) = ours[key], theirs[key]
+        if (a_lo, a_hi) != (b_lo, b_hi):
+            diffs.append(f"{key[0]}/{key[1]} range: project {a_lo}..{a_hi}, broker {b_lo}..{b_hi}")
+        elif a != b:
+            at = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+            diffs.append(f"{key[0]}/{key[1]} entry {a_lo + at}: project {a[at]}, broker {b[at]}")
+    cfg = open_store(store_root, conf).config
+    for q in r.get("index", []):
+        got = recovery.query_message(pred, cfg, q["topic"], q["key"])
+        if got != q["phyOffsets"]:
+            diffs.append(f"queryMessage {q['topic']}/{q['key']}: project {got}, broker {q['phyOffsets']}")
+            break
+    offsets = read_consumer_offsets(store_root).value
+    ours_c = {(c.topic, c.group, c.queue_id): (c.committed_offset, c.status, c.next_begin_offset)
+              for c in recovery.consumer_offset_checks(pred, cfg, offsets)}
+    theirs_c = {(c["topic"], c["group"], c["queueId"]): (c["committedOffset"], c.get("status"), c.get("nextBeginOffset"))
+                for c in r.get("consumerOffsets", {}).get("checks", [])}
+    if ours_c != theirs_c:
+        k = next(k for k in sorted(set(ours_c) | set(theirs_c)) if ours_c.get(k) != theirs_c.get(k))
+        diffs.append(f"consumer offset {k}: project {ours_c.get(k)}, broker {theirs_c.get(k)}")
+    return diffs
+
+
+def lost_records(written: list[dict], queues: dict) -> set:
+    """The acknowledged, dispatchable records (topic, queueId, queue offset) no queue serves."""
+    lost = set()
+    for w in written:
+        if w["kind"] in ("prepared", "rollback"):
+            continue
+        lo, hi, _ = queues.get((w["topic"], w["queueId"]), (0, 0, None))
+        for off in range(w["queueOffset"], w["queueOffset"] + w.get("msgNum", 1)):
+            if not lo <= off < hi:
+                lost.add((w["topic"], w["queueId"], off))
+    return lost
+
+
+# -- a repaired store restarted by the broker ---------------------------------------------------------
+
+def snapshot(root: Path) -> dict[str, str]:
+    """sha256 of every file under commitlog/, consumequeue/, index/ and of checkpoint."""
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            rel = os.path.relpath(os.path.join(d, f), root)
+            if rel == "checkpoint" or rel.startswith(SIGNIFICANT):
+                out[rel] = hashlib.sha256(Path(d, f).read_bytes()).hexdigest()
+    return out
+
+
+def own_record(topic: str, qid: int, e: dict) -> bool:
+    """The entry at queue offset e['q'] resolves to a record of this queue at that offset."""
+    if e.get("size") == FILLER_SIZE:
+        return True
+    m = e.get("msg")
+    if m is None or not m["bodyCrcOk"] or m["phy"] != e["phy"]:
+        return False
+    if m["topic"] == topic and m["queueId"] == qid:
+        return m["queueOffset"] == e["q"]
+    # an LMQ copy: the record names this queue and its offset in it
+    names = (m.get("multiDispatch") or "").split(",")
+    offsets = (m.get("multiQueueOffset") or "").split(",")
+    return topic in names and len(names) == len(offsets) and offsets[names.index(topic)] == str(e["q"])
+
+
+def restart_differences(before: dict[str, str], r: dict, after: dict[str, str], cut: int) -> list[str]:
+    """What the broker's restart on a repaired store did that it should not have."""
+    if not r["loadResult"]:
+        return [f"the broker does not load the repaired store: {r.get('loadException')}"]
+    diffs = [f"{p}: {'created' if p not in before else 'removed' if p not in after else 'changed'}"
+             for p in sorted(set(before) | set(after)) if before.get(p) != after.get(p)]
+    if r["recoveryPath"] != "normal":
+        diffs.append("the repaired store has an abort file")
+    if r["maxPhyOffset"] != cut:
+        diffs.append(f"broker max phy offset {r['maxPhyOffset']}, project's cut {cut}")
+    bad = [f"{t}/{q}@{e['q']}" for t, qs in r["queues"].items() for q, v in qs.items()
+           for e in v.get("entries", []) if not own_record(t, int(q), e)]
+    if bad:
+        diffs.append(f"{len(bad)} consume queue entries not resolving to their own record: {bad[:5]}")
+    return diffs
+
+
+@dataclass
+class Case:
+    """One store for both sides: the broker of ``release`` on a copy, the project on the original."""
+    name: str
+    release: str
+    store: Path                       # the input store; never changed
+    conf: Path                        # its broker.conf
+    written: list = field(default_factory=list)
+    commitlog_gone: bool = False
+    result: dict = field(default_factory=dict)
+
+
+class Bench:
+    """Runs cases: broker restarts in a thread pool, the project's recovery on the calling thread."""
+
+    def __init__(self, spark, work: Path) -> None:
+        self.spark, self.work = spark, work
+        self.pool = ThreadPoolExecutor(JVMS)
+
+    def broker_restart(self, release: str, src: Path, conf: Path, dest: Path):
+        shutil.copytree(src, dest, symlinks=True)
+        before = snapshot(dest)
+
+        def go():
+            return before, oracle.restart(release, dest, conf), snapshot(dest)
+        return self.pool.submit(go)
+
+    def run(self, cases: list[Case]) -> None:
+        inputs = {c.name: self.broker_restart(c.release, c.store, c.conf, self.work / c.name / "broker-input")
+                  for c in cases}
+        repaired = {}
+        for c in cases:
+            out = self.work / c.name / "repaired"
+            t = time.monotonic()
+            try:
+                report = recover(self.spark, str(c.store), str(out), str(c.conf),
+                                 project_version(c.release), commitlog_gone=c.commitlog_gone)
+            except StoreReaderError as e:
+                c.result["refused"] = str(e)
+                continue
+            c.result["recoverSeconds"] = time.monotonic() - t
+            c.result["cut"] = report.prediction.max_phy_offset
+            repaired[c.name] = self.broker_restart(c.release, out, c.conf, self.work / c.name / "broker-repaired")
+        for c in cases:
+            _, r, _ = inputs[c.name].result()
+            c.result["broker"] = r
+            if c.name in repaired:
+                # the prediction as --dry-run makes it (the run's own index files are gone with its scratch)
+                pred = recovery.predict(open_store(c.store, c.conf), project_version(c.release))
+                c.result["recovery"] = recovery_differences(pred, r, c.store, c.conf)
+                if c.written:
+                    c.result["lost"] = (len(lost_records(c.written, broker_queues(r))) if r["loadResult"] else None,
+                                        len(lost_records(c.written, predicted_queues(pred))) if pred.load_result else None)
+                before, rr, after = repaired[c.name].result()
+                c.result["restart"] = restart_differences(before, rr, after, c.result["cut"])
+            shutil.rmtree(self.work / c.name, ignore_errors=True)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+@pytest.fixture(scope="module")
+def bench(spark, tmp_path_factory):
+    b = Bench(spark, tmp_path_factory.mktemp("real-broker"))
+    yield b
+    b.close()
+
+
+# -- 1. the fixtures ------------------------------------------------------------------------------------
+
+FIXTURE_RELEASES = sorted({v.split("-")[1] for v, _ in support.scenarios()})
+
+
+def fixture_oracle_differences(r: dict, exp: dict) -> list[str]:
+    """The oracle's restart of a fixture input against the fixture's expected.json."""
+    if r["loadResult"] != exp["afterLoad"]["loadResult"]:
+        return [f"load result {r['loadResult']} ({r.get('loadException')}), expected {exp['afterLoad']['loadResult']}"]
+    if not r["loadResult"]:
+        return []
+    ar = exp["afterRecovery"]
+    diffs = [f"{k}: {r[k]}, expected {e}" for k, e in (("recoveryPath", exp["recoveryPath"]),
+                                                        ("maxPhyOffset", ar["maxPhyOffset"]),
+                                                        ("minPhyOffset", ar["minPhyOffset"])) if r[k] != e]
+    want = {(t, int(q)): (v["minOffset"], v["maxOffset"], [tuple(e[1:4]) for e in v["entries"]])
+            for t, qs in ar["consumeQueues"].items() for q, v in qs.items()}
+    got = broker_queues(r)
+    if got != want:
+        k = next(k for k in sorted(set(got) | set(want)) if got.get(k) != want.get(k))
+        diffs.append(f"queue {k}: {str(got.get(k))[:200]}, expected {str(want.get(k))[:200]}")
+    exp_q = {(q["topic"], q["key"]): sorted(q["queryMessagePhyOffsets"]) for q in ar["index"]["queries"]}
+    for q in r["index"]:
+        if (q["topic"], q["key"]) in exp_q and exp_q[(q["topic"], q["key"])] != q["phyOffsets"]:
+            diffs.append(f"queryMessage {q['topic']}/{q['key']}: {q['phyOffsets']}, expected "
+                         f"{exp_q[(q['topic'], q['key'])]}")
+    exp_c = {(e["topic"], e["group"], e["queueId"]): (e["getMessageStatus"], e["nextBeginOffset"])
+             for e in ar["consumerOffsetChecks"]}
+    got_c = {(c["topic"], c["group"], c["queueId"]): (c.get("status"), c.get("nextBeginOffset"))
+             for c in r["consumerOffsets"]["checks"]}
+    if exp_c != got_c:
+        diffs.append(f"consumer offset checks: {sorted(set(got_c.items()) ^ set(exp_c.items()))[:4]}")
+    return diffs
+
+
+@pytest.fixture(scope="module")
+def fixture_runs(bench, tmp_path_factory):
+    done: dict[str, list[Case]] = {}
+
+    def get(release: str) -> list[Case]:
+        if release not in done:
+            t = time.monotonic()
+            cases = []
+            for v, scenario in support.scenarios(f"rocketmq-{release}"):
+                cases.append(Case(scenario, release, support.input_store(v, scenario), support.broker_conf(v, scenario),
+                                  commitlog_gone=scenario == "commitlog-all-deleted"))
+            bench.run(cases)
+            print(f"\nreal broker {release}: {len(cases)} fixtures in {time.monotonic() - t:.0f} s")
+            done[release] = cases
+        return done[release]
+    return get
+
+
+@pytest.mark.parametrize("release", FIXTURE_RELEASES)
+def test_fixtures_against_the_real_broker(release, fixture_runs):
+    """Per fixture: the oracle reproduces expected.json; the project predicts what the broker does
+    on the input; the broker's restart on the project's repaired store changes nothing."""
+    failures = []
+    for c in fixture_runs(release):
+        exp = support.expected(f"rocketmq-{release}", c.name)
+        problems = [f"oracle vs expected.json: {d}" for d in fixture_oracle_differences(c.result["broker"], exp)]
+        if "refused" in c.result:
+            problems.append(f"the project refused the store: {c.result['refused']}")
+        problems += [f"prediction: {d}" for d in c.result.get("recovery", [])]
+        problems += [f"repaired store: {d}" for d in c.result.get("restart", [])]
+        print(f"  {release}/{c.name}: {'EQUAL' if not problems else 'DIFFERENT'}"
+              f" (broker max phy {c.result['broker'].get('maxPhyOffset')}, path {c.result['broker'].get('recoveryPath')})")
+        failures += [f"{c.name}: {p}" for p in problems]
+    assert not failures, "\n".join(failures)
+
+
+# -- 2. the crash matrix ----------------------------------------------------------------------------
+
+CONF = """mappedFileSizeCommitLog=65536
+mappedFileSizeConsumeQueue=600
+maxHashSlotNum=100
+maxIndexNum=400
+messageIndexEnable=true
+maxMsgsNumBatch=100000
+enableLmq=true
+enableMultiDispatch=true
+flushDiskType={flush}
+"""
+MATRIX_SEED = int(os.environ.get("ORACLE_MATRIX_SEED", "20261127"))
+# (flush, end, puts): how each written store ends; every one then gets each damage below
+WRITES = [("ASYNC_FLUSH", "halt", 300), ("SYNC_FLUSH", "inflight", 250), ("ASYNC_FLUSH", "boundary", 200)]
+DAMAGES = ["none", "no-abort", "torn-tail", "flip", "zero-span", "missing-file", "cq-damage"]
+
+
+def damage(store: Path, kind: str, rnd: random.Random, written: list[dict], flushed: int) -> str:
+    """Apply one seeded damage to ``store``; returns what was done (printed with the case)."""
+    files = sorted((store / "commitlog").iterdir())
+    size = 65536
+    if kind == "none":
+        return "as the halt left it"
+    if kind == "no-abort":
+        (store / "abort").unlink(missing_ok=True)
+        return "abort file removed (normal path on a crashed store)"
+    recs = sorted((w for w in written if "phy" in w), key=lambda w: w["phy"])
+    if kind == "torn-tail":
+        last = recs[-1]
+        cut = last["phy"] + rnd.randrange(1, last["size"])
+        if rnd.random() < 0.5 and flushed < cut:
+            cut = max(flushed - flushed % 4096, recs[0]["phy"])    # the pages the flush had not reached
+        for f in files:
+            start = int(f.name)
+            if start + size <= cut:
+                continue
+            if start > cut:
+                f.unlink()
+            else:
+                with open(f, "r+b") as fh:
+                    fh.seek(cut - start)
+                    fh.write(bytes(start + size - cut))
+        return f"commitlog zeroed from phy {cut} (a torn tail)"
+    if kind == "flip":
+        w = rnd.choice(recs[: max(1, len(recs) * 3 // 4)])
+        at = w["phy"] + rnd.randrange(w["size"])
+        f = max((f for f in files if int(f.name) <= at), key=lambda f: int(f.name))
+        with open(f, "r+b") as fh:
+            fh.seek(at - int(f.name))
+            b = fh.read(1)
+            fh.seek(at - int(f.name))
+            fh.write(bytes([b[0] ^ (1 << rnd.randrange(8))]))
+        return f"bit flipped at phy {at} (record at {w['phy']}, {w['size']} bytes)"
+    if kind == "zero-span":
+        f = rnd.choice(files[: max(1, len(files) - 1)])
+        at, n = rnd.randrange(size), rnd.randrange(16, 3000)
+        with open(f, "r+b") as fh:
+            fh.seek(at)
+            fh.write(bytes(min(n, size - at)))
+        return f"{f.name}: {n} bytes zeroed at {at}"
+    if kind == "missing-file":
+        what = rnd.choice(["oldest-commitlog", "index", "checkpoint", "cq-file"])
+        if what == "oldest-commitlog" and len(files) > 2:
+            files[0].unlink()
+            return f"oldest commitlog file {files[0].name} deleted"
+        if what == "index" and (store / "index").is_dir() and any((store / "index").iterdir()):
+            f = rnd.choice(sorted((store / "index").iterdir()))
+            f.unlink()
+            return f"index file {f.name} deleted"
+        if what == "checkpoint" and (store / "checkpoint").exists():
+            (store / "checkpoint").unlink()
+            return "checkpoint deleted"
+        what = "cq-file"
+    cqs = sorted(p for p in (store / "consumequeue").rglob("*") if p.is_file())
+    if not cqs:
+        return "no consume queue file to damage"
+    f = rnd.choice(cqs)
+    if kind == "missing-file":
+        f.unlink()
+        return f"consume queue file {f.relative_to(store)} deleted"
+    n = f.stat().st_size // 20
+    how = rnd.choice(["zero-tail", "truncate"])
+    if how == "truncate" and n > 1:
+        os.truncate(f, rnd.randrange(1, n) * 20)
+        return f"{f.relative_to(store)} truncated to a shorter length"
+    k = rnd.randrange(1, max(2, n))
+    with open(f, "r+b") as fh:
+        fh.seek((n - k) * 20)
+        fh.write(bytes(k * 20))
+    return f"{f.relative_to(store)}: last {k} entries zeroed"
+
+
+def matrix_cases(release: str) -> list[tuple[str, int, int]]:
+    """(damage, write index, seed) for a release, seeded by MATRIX_SEED and the release."""
+    rnd = random.Random(f"{MATRIX_SEED}-{release}")
+    return [(d, wi, rnd.randrange(1 << 30)) for wi in range(len(WRITES)) for d in DAMAGES]
+
+
+@pytest.fixture(scope="module")
+def matrix_runs(bench, tmp_path_factory):
+    def get(release: str) -> tuple[list[Case], float]:
+        t = time.monotonic()
+        work = tmp_path_factory.mktemp(f"matrix-{release}")
+        # the stores written by the real put path, written at once (one JVM each)
+        seeds = [random.Random(f"{MATRIX_SEED}-{release}-write-{i}").randrange(1 << 30) for i in range(len(WRITES))]
+        writes = []
+        for i, (flush, end, puts) in enumerate(WRITES):
+            store = work / f"written-{i}"
+            (work / f"broker-{i}.conf").write_text(CONF.format(flush=flush))
+            writes.append(bench.pool.submit(oracle.write, release, store, work / f"broker-{i}.conf", puts, seeds[i], end))
+        written = [w.result() for w in writes]
+        cases = []
+        for kind, wi, seed in matrix_cases(release):
+            flush, end, puts = WRITES[wi]
+            name = f"{release}-{flush.split('_')[0].lower()}-{end}-{kind}-{seed}"
+            store = work / name
+            shutil.copytree(work / f"written-{wi}", store, symlinks=True)
+            what = damage(store, kind, random.Random(seed), written[wi]["written"], written[wi]["flushedWhere"])
+            c = Case(name, release, store, work / f"broker-{wi}.conf", written=written[wi]["written"])
+            c.result["damage"] = what
+            c.result["writeSeed"] = seeds[wi]
+            cases.append(c)
+        bench.run(cases)
+        return cases, time.monotonic() - t
+    return get
+
+
+@pytest.mark.parametrize("release", oracle.SUPPORTED)
+def test_crash_matrix_against_the_real_broker(release, matrix_runs):
+    """Per case: the project's prediction equals the broker's recovery, and the broker's restart
+    on the repaired store changes nothing."""
+    cases, seconds = matrix_runs(release)
+    failures, refused, paths = [], [], Counter()
+    for c in cases:
+        r = c.result
+        if "refused" in r:
+            refused.append(c.name)
+            status = f"REFUSED by name ({r['refused'][:120]})"
+        else:
+            problems = [f"prediction: {d}" for d in r["recovery"]] + [f"repaired store: {d}" for d in r["restart"]]
+            if r.get("lost") and r["lost"][0] != r["lost"][1]:
+                problems.append(f"records lost: broker {r['lost'][0]}, project {r['lost'][1]}")
+            failures += [f"{c.name} [{r['damage']}]: {p}" for p in problems]
+            status = "EQUAL" if not problems else "DIFFERENT"
+        b = r["broker"]
+        paths[(b.get("recoveryPath"), b["loadResult"])] += 1
+        print(f"  {c.name} (write seed {r['writeSeed']}): {r['damage']}: {status}; broker load {b['loadResult']} "
+              f"path {b.get('recoveryPath')} max phy {b.get('maxPhyOffset')} lost {r.get('lost', (None,))[0]}")
+    print(f"real broker {release} (project rules {project_version(release)}): {len(cases)} crash stores, "
+          f"{len(cases) - len(refused) - len({f.split(' ')[0] for f in failures})} equal, {len(refused)} refused by name, "
+          f"{len({f.split(' ')[0] for f in failures})} different; matrix seed {MATRIX_SEED}; "
+          f"{dict(paths)}; {seconds:.0f} s")
+    assert not failures, "\n".join(failures)
