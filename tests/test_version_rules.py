@@ -28,16 +28,19 @@ def _spec(broker: str, **kw) -> SyntheticStoreSpec:
                               seed=5, **kw)
 
 
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory):
+def write_stores(base):
     """name -> (root, info): a clean shutdown's store, and a crashed one (abort, stale checkpoint)
     written by a 5.5 broker at 50 messages/s, so that the checkpoint's 3 s margin spans files."""
-    base = tmp_path_factory.mktemp("version-rules")
     clean = CrashSpec(abort=False, stale_checkpoint=False, preallocated_next=False)
     out = {"clean": write_store(base / "clean", _spec("5.x"), clean),
            "crashed-5.5": write_store(base / "crashed", _spec("5.5", messages_per_second=50),
                                       CrashSpec(checkpoint_fraction=0.7))}
     return {k: (v.root, v) for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    return write_stores(tmp_path_factory.mktemp("version-rules"))
 
 
 def _copy(stores, name, tmp_path):
