@@ -997,9 +997,9 @@ def predict(store: Store, broker_version: str | None = None,
         pred.confirm_offset = end
     # 4. consume queue entries beyond the recovered end (R§4.5, R§5.2); [5.4] the CQ max is
     # taken after the scan's dispatch
-    if since(version, V54):
-        cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
-    if cq_max >= end:
+    cq_max_now = max((q.max_physic_offset for q in queues.values()), default=-1) if since(version, V54) \
+        else cq_max
+    if cq_max_now >= end:
         pred.cq_truncated = True
         for q in queues.values():
             q.truncate_dirty_logic_files(end)
