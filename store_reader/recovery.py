@@ -28,7 +28,7 @@ from .commitlog import SegmentSummary
 from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, list_queue_files,
                            list_queues, range_status, read_queue_slots)
 from .dispatch import dispatchable, index_put_keys, multi_dispatch_rows
-from .exceptions import OutputError, StoreReaderError
+from .exceptions import OutputError, StoreReaderError, UnsupportedStoreError
 from .indexfile import (IndexFile, IndexHeader, _put_all, create_index_file, list_index_files,
                         query_key_hash, read_header, unmap_entries)
 from .javahash import index_key, index_key_hash, index_key_hashes_of, java_string_hashes
@@ -945,6 +945,11 @@ def predict(store: Store, broker_version: str | None = None,
     """
     version = resolve_version(broker_version or store.broker_version())
     broker_5x = is_5x(version)
+    if store.abort_exists and since(version, V55) and store.config.enableAcceleratedRecovery:
+        # the walk would start inside the start file, at the checkpoint's logicsPhysicalOffset
+        raise UnsupportedStoreError("enableAcceleratedRecovery=true: a 5.5 broker's abnormal recovery "
+                                    "then starts at the checkpoint's logicsPhysicalOffset, which this "
+                                    "tool does not model (R§12)", store.config.source)
     opts = store.scan_options(broker_5x=broker_5x)
     queues, cq_problems = load_consume_queues(store, broker_5x)
     problems = store.load_problems_for(broker_5x) + cq_problems

@@ -222,3 +222,15 @@ def test_negative_blank_marker_size(stores, tmp_path):
     p54, p55 = _predict(root, V54), _predict(root, V55)
     assert p54.max_phy_offset == info.written_end
     assert p55.max_phy_offset == marker
+
+
+def test_accelerated_recovery_is_refused_by_name(stores, tmp_path):
+    """[5.5] enableAcceleratedRecovery starts the abnormal walk inside the start file: not modelled,
+    so a 5.5 prediction of a crashed store with it on is refused naming the setting (5.4.0 applies
+    it to RocksDB consume queues only, which are refused anyway)."""
+    from store_reader.exceptions import UnsupportedStoreError
+
+    root, _ = _copy(stores, "crashed-5.5", tmp_path)
+    with pytest.raises(UnsupportedStoreError, match="enableAcceleratedRecovery"):
+        _predict(root, V55, enableAcceleratedRecovery=True)
+    assert _predict(root, V54, enableAcceleratedRecovery=True).load_result
