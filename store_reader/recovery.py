@@ -981,6 +981,11 @@ def predict(store: Store, broker_version: str | None = None,
     """
     version = resolve_version(broker_version or store.broker_version())
     broker_5x = is_5x(version)
+    if store.abort_exists and since(version, V55) and store.config.enableAcceleratedRecovery:
+        # the walk would start inside the start file, at the checkpoint's logicsPhysicalOffset
+        raise UnsupportedStoreError("enableAcceleratedRecovery=true: a 5.5 broker's abnormal recovery "
+                                    "then starts at the checkpoint's logicsPhysicalOffset, which this "
+                                    "tool does not model (R§12)", store.config.source)
     opts = store.scan_options(broker_5x=broker_5x)
     queues, cq_problems = load_consume_queues(store, broker_5x)
     problems = store.load_problems_for(broker_5x) + cq_problems
@@ -1045,9 +1050,9 @@ def predict(store: Store, broker_version: str | None = None,
         pred.unconfirmed = records_between(store, summaries, pred.confirm_offset, end, opts, records)
     # 4. consume queue entries beyond the recovered end (R§4.5, R§5.2); [5.4] the CQ max is
     # taken after the scan's dispatch
-    if since(version, V54):
-        cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
-    if cq_max >= end:
+    cq_max_now = max((q.max_physic_offset for q in queues.values()), default=-1) if since(version, V54) \
+        else cq_max
+    if cq_max_now >= end:
         pred.cq_truncated = True
         for q in queues.values():
             q.truncate_dirty_logic_files(end)

@@ -28,16 +28,19 @@ def _spec(broker: str, **kw) -> SyntheticStoreSpec:
                               seed=5, **kw)
 
 
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory):
+def write_stores(base):
     """name -> (root, info): a clean shutdown's store, and a crashed one (abort, stale checkpoint)
     written by a 5.5 broker at 50 messages/s, so that the checkpoint's 3 s margin spans files."""
-    base = tmp_path_factory.mktemp("version-rules")
     clean = CrashSpec(abort=False, stale_checkpoint=False, preallocated_next=False)
     out = {"clean": write_store(base / "clean", _spec("5.x"), clean),
            "crashed-5.5": write_store(base / "crashed", _spec("5.5", messages_per_second=50),
                                       CrashSpec(checkpoint_fraction=0.7))}
     return {k: (v.root, v) for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    return write_stores(tmp_path_factory.mktemp("version-rules"))
 
 
 def _copy(stores, name, tmp_path):
@@ -219,3 +222,15 @@ def test_negative_blank_marker_size(stores, tmp_path):
     p54, p55 = _predict(root, V54), _predict(root, V55)
     assert p54.max_phy_offset == info.written_end
     assert p55.max_phy_offset == marker
+
+
+def test_accelerated_recovery_is_refused_by_name(stores, tmp_path):
+    """[5.5] enableAcceleratedRecovery starts the abnormal walk inside the start file: not modelled,
+    so a 5.5 prediction of a crashed store with it on is refused naming the setting (5.4.0 applies
+    it to RocksDB consume queues only, which are refused anyway)."""
+    from store_reader.exceptions import UnsupportedStoreError
+
+    root, _ = _copy(stores, "crashed-5.5", tmp_path)
+    with pytest.raises(UnsupportedStoreError, match="enableAcceleratedRecovery"):
+        _predict(root, V55, enableAcceleratedRecovery=True)
+    assert _predict(root, V54, enableAcceleratedRecovery=True).load_result
