@@ -291,3 +291,9 @@ def test_double_write_refused_when_an_earlier_file_would_cut(tmp_path):
     with pytest.raises(UnsupportedStoreError, match="depends on the RocksDB consume queue") as err:
         recovery.predict(store, recovery.V5X)
     assert err.value.path == str(files[10]) and err.value.position <= 30000
+    # no RocksDB queue yet (the setting just turned on): the broker skips it, nothing to refuse
+    for name in ROCKSDB:
+        (root / "consumequeue" / name).unlink()
+    store = open_store(root, _conf(tmp_path, rocksdbCQDoubleWriteEnable="true"))
+    assert store.inventory.modes == (inventory.ROCKSDB_CQ_DOUBLE_WRITE,)
+    assert recovery.predict(store, recovery.V5X).load_result
