@@ -103,7 +103,7 @@ def check_repairable(store: Store, pred: Prediction, summaries: Sequence[Segment
     if salvage and pred.controller_mode:
         raise StoreReaderError("--salvage in controller mode: the re-appended records would lie past "
                                "the confirm offset, which the broker does not dispatch while fenced "
-                               "and a slave truncates", store.root / "epochFileCheckpoint")
+                               "and a slave truncates", store.root / EPOCH_FILE)
     from .recovery import is_5x
     from .timerrecovery import check_timer_store
     check_timer_store(store.config, is_5x(pred.broker_version))

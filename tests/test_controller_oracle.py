@@ -30,17 +30,17 @@ enableControllerMode=true
 """
 
 
-def _digest(root: Path, *dirs: str) -> dict[str, str]:
+def tree_digests(root: Path, *dirs: str) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for d in dirs for p in sorted((root / d).rglob("*")) if p.is_file()}
 
 
-def _queues(answer: dict) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
+def served_queues(answer: dict) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
     return {(t, int(q)): [(e["phy"], e["size"], e["tags"]) for e in v.get("entries", [])]
             for t, qs in answer["queues"].items() for q, v in qs.items()}
 
 
-def _predicted(pred: recovery.Prediction) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
+def predicted_queues(pred: recovery.Prediction) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
     return {k: [(int(e["phy_offset"]), int(e["size"]), int(e["tags_code"])) for e in q.entries()]
             for k, q in pred.consume_queues.items()}
 
@@ -58,7 +58,7 @@ def written(tmp_path_factory):
 
 
 @pytest.mark.parametrize("queues_lost", [False, True], ids=["queues-on-disk", "queues-lost"])
-def test_fenced_restart_is_predicted_and_the_repaired_store_is_kept(written, tmp_path, queues_lost):
+def test_fenced_restart_is_predicted_and_the_repaired_store_is_kept(spark, written, tmp_path, queues_lost):
     from tests import oracle
 
     src, conf, w = written
@@ -76,7 +76,7 @@ def test_fenced_restart_is_predicted_and_the_repaired_store_is_kept(written, tmp
     assert got["confirmOffset"] == got["checkpointConfirmOffset"] == pred.confirm_offset == confirm
     assert got["maxPhyOffset"] == pred.max_phy_offset == w["maxPhyOffset"]
     assert got["topicQueueTable"] == pred.topic_queue_table()
-    assert _queues(got) == _predicted(pred)
+    assert served_queues(got) == predicted_queues(pred)
     assert pred.unconfirmed.records > 0 and pred.unconfirmed.first_phy == confirm
     # the repaired store: the broker restarted on it changes nothing
     out = tmp_path / "out"
@@ -84,9 +84,9 @@ def test_fenced_restart_is_predicted_and_the_repaired_store_is_kept(written, tmp
     assert read_checkpoint(out / "checkpoint").confirm_phy_offset == confirm
     again = tmp_path / "again"
     shutil.copytree(out, again)
-    before = _digest(again, "commitlog", "consumequeue", "index")
+    before = tree_digests(again, "commitlog", "consumequeue", "index")
     after_restart = oracle.run(VERSION, "oracle.ControllerRun", "restart", again, conf)
-    assert _digest(again, "commitlog", "consumequeue", "index") == before
+    assert tree_digests(again, "commitlog", "consumequeue", "index") == before
     assert after_restart["recoveryPath"] == "normal"
     assert after_restart["confirmOffset"] == confirm and after_restart["epochs"] == w["epochs"]
     assert after_restart["topicQueueTable"] == got["topicQueueTable"]

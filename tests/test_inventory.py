@@ -170,12 +170,10 @@ def _errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith(("error: ", "dump: error: "))]
 
 
-def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys):
-    """Never the missing-commitlog advice (``--commitlog-gone`` would drop every message): one
-    line naming DLedger and exit 2 from recover, its dry run, audit, dump, dump --verify, salvage."""
-    root = _copy(tmp_path)
-    _dledger(root)
-    conf = support.broker_conf(V5, "clean")
+def refused_by_every_job(root, conf, tmp_path, capsys, words: str, entry: str) -> None:
+    """One ``error:`` line naming ``words`` and ``entry`` and exit 2 from recover, its dry run and
+    what-if, audit, dump, dump --verify and salvage; never the missing-commitlog advice; the store
+    untouched, nothing written."""
     before = support.tree_digest(root)
     runs = {
         "recover": lambda: recover_job.main(["--store", str(root), "--out", str(tmp_path / "out"),
@@ -193,10 +191,19 @@ def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys
         rc = run()
         errors = _errors(capsys.readouterr().err)
         assert rc == 2 and len(errors) == 1, (job, errors)
-        assert "a DLedger store" in errors[0] and "dledger-n0" in errors[0], (job, errors)
+        assert words in errors[0] and entry in errors[0], (job, errors)
         assert "commitlog-gone" not in errors[0] and "missing" not in errors[0], (job, errors)
     assert not (tmp_path / "out").exists() and not (tmp_path / "s.jsonl").exists()
     assert support.tree_digest(root) == before
+
+
+def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys):
+    """Never the missing-commitlog advice (``--commitlog-gone`` would drop every message): one
+    line naming DLedger and exit 2 from every job (the real broker's DLedger store:
+    tests/test_dledger_oracle.py)."""
+    root = _copy(tmp_path)
+    _dledger(root)
+    refused_by_every_job(root, support.broker_conf(V5, "clean"), tmp_path, capsys, "a DLedger store", "dledger-n0")
 
 
 def test_modes_in_the_report_the_manifest_and_the_runs_table(spark, tmp_path, capsys):
@@ -284,3 +291,9 @@ def test_double_write_refused_when_an_earlier_file_would_cut(tmp_path):
     with pytest.raises(UnsupportedStoreError, match="depends on the RocksDB consume queue") as err:
         recovery.predict(store, recovery.V5X)
     assert err.value.path == str(files[10]) and err.value.position <= 30000
+    # no RocksDB queue yet (the setting just turned on): the broker skips it, nothing to refuse
+    for name in ROCKSDB:
+        (root / "consumequeue" / name).unlink()
+    store = open_store(root, _conf(tmp_path, rocksdbCQDoubleWriteEnable="true"))
+    assert store.inventory.modes == (inventory.ROCKSDB_CQ_DOUBLE_WRITE,)
+    assert recovery.predict(store, recovery.V5X).load_result
