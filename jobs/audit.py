@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs import console
 from jobs import audittables, htmlreport
 from jobs import findings as fnd
 from jobs import whatif
@@ -204,7 +205,9 @@ def history(audit_path: str, store_id: str) -> list[dict]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="jobs.audit", description=__doc__.split("\n")[0])
+    ap = console.parser("jobs.audit", __doc__, "0 clean, 1 findings (an operator should look), 2 could not "
+                        "audit (unreadable or unsupported store), with one error: line on stderr",
+                        "python -m jobs.audit --store /data/store --broker-config broker.conf --audit-path /data/audit")
     ap.add_argument("--store", required=True, help="store root (storePathRootDir); never written")
     ap.add_argument("--audit-path", help="directory or URI of the Delta audit tables")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")

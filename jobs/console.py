@@ -13,11 +13,13 @@ the JVM's start-up lines.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
 import stat
 import sys
+import textwrap
 import threading
 from typing import Iterator
 
@@ -101,3 +103,13 @@ def _write_all(fd: int, data: bytes) -> bool:
     except OSError:
         return False
     return True
+
+
+def parser(prog: str, doc: str | None, exit_codes: str, example: str) -> argparse.ArgumentParser:
+    """A job's argument parser: the first line of its docstring as description (without reST
+    markup), then after the options its exit codes and one example."""
+    first = re.sub(r"``(.*?)``", r"\1", (doc or "").strip().split("\n")[0])
+    epilog = textwrap.fill(f"exit codes: {exit_codes}", 78, subsequent_indent="  ")
+    return argparse.ArgumentParser(prog=prog, description=first,
+                                   epilog=f"{epilog}\n\nexample:\n  {example}",
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)

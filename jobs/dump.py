@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from jobs import stopping
+from jobs import console, stopping
 from jobs.dumpcommitlog import dump_segment
 from jobs.dumpfiles import (dump_checkpoint, dump_config, dump_cq_file, dump_index_file, dump_timercheck,
                             dump_timerlog_file, dump_timerwheel)
@@ -239,7 +239,9 @@ def dump_commitlog_file(p: Printer, view: StoreView, target: Path, args: argpars
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m jobs.dump", description=__doc__.split("\n")[0])
+    ap = console.parser("python -m jobs.dump", __doc__, "0 printed (with --verify: no anomaly), 1 anomalies "
+                        "found, 2 could not read (missing, unreadable, not a store file)",
+                        "python -m jobs.dump /data/store --verify --broker-config broker.conf")
     ap.add_argument("path", help="a store file (commitlog, consume queue, index, checkpoint, "
                                  "config/*.json) or a store directory")
     ap.add_argument("--deep", action="store_true", help="decode every field (properties, hosts, ...)")

@@ -1,5 +1,5 @@
 """The run as one page to look at (``--report FILE.html`` of ``jobs.recover`` and ``jobs.audit``;
-a recovery writes ``<out>.report.html`` beside its repaired store by default).
+the demo writes ``demo-output/report.html`` beside its repaired store).
 
 One self-contained HTML file: no script, no network, the figures inline SVG. It shows what the run
 already knows and prints (nothing here applies a broker rule): what the broker would do in one

@@ -50,6 +50,7 @@ from pathlib import Path
 from store_reader import apply, open_store, publish, recovery, repair, scanned
 from store_reader.audit import state as audit_state
 from store_reader.store import Store
+from jobs import console
 from jobs import audittables, htmlreport
 from jobs import salvage as salvage_job
 from jobs import whatif
@@ -161,8 +162,11 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="jobs.recover", description=__doc__.split("\n")[0])
-    ap.add_argument("--store", help="store root (storePathRootDir)")
+    ap = console.parser("jobs.recover", __doc__, "0 done (a repaired store written, or the dry run printed); "
+                        "2 could not recover (bad input, disk full, an output another run holds), with one "
+                        "error: line on stderr",
+                        "python -m jobs.recover --store /data/store --broker-config broker.conf --dry-run")
+    ap.add_argument("--store", help="store root (storePathRootDir); required (but with --demo)")
     ap.add_argument("--out", help="directory for the repaired store (must not exist)")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
     ap.add_argument("--broker-version", type=whatif.version_arg,
@@ -196,7 +200,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "salvaged_messages audit table say where each went")
     ap.add_argument("--report", metavar="FILE.html",
                     help="write the run as one self-contained HTML page (no network, figures inline) to "
-                         "FILE.html; default with --out: <out>.report.html beside the repaired store")
+                         "FILE.html, e.g. beside the repaired store (--demo: DIR/report.html)")
     ap.add_argument("--json", action="store_true", help="print the prediction as JSON")
     ap.add_argument("--demo", metavar="DIR",
                     help="make a sample store with a simulated crash in DIR and recover it")
@@ -231,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         args.store, args.broker_config, args.out = make_demo_store(args.demo)
         args.overwrite = True
         args.audit_path = args.audit_path or os.path.join(args.demo, "audit")
+        args.report = args.report or os.path.join(args.demo, "report.html")
     if args.apply:
         # an --apply a kill interrupted on this store: finished (or rolled back) first; the same
         # command run again has nothing else to do once it is finished
@@ -254,10 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{refused[0].prediction.load_problems[0]}", file=sys.stderr)
             return 2
         return 0
-    page = args.report or (f"{os.path.abspath(args.out)}.report.html"
-                           if args.out and not args.dry_run and not publish.is_uri(args.out) else None)
-    if args.report:             # the default, beside --out, is checked with it
-        htmlreport.check_target(args.report, args.store)
+    page = args.report
+    if page:
+        htmlreport.check_target(page, args.store)
     report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                      args.dry_run, args.overwrite, args.backup if args.apply else None,
                      args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.scan_dir,

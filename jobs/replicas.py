@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 import pyarrow.compute as pc
 
+from jobs import console
 from jobs.deltasink import audit_rows, store_id_for, write_run_rows
 from jobs.taskerrors import reports_store_errors
 from schemas.replicas import REPLICA_FINDINGS
@@ -230,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.sparkutil import configure_logging, get_spark
 
     configure_logging()
-    ap = argparse.ArgumentParser(prog="jobs.replicas", description=__doc__.split("\n")[0])
+    ap = console.parser("jobs.replicas", __doc__, "0 every slave in sync, 1 a slave diverged, behind or ahead, "
+                        "2 could not compare (bad input)",
+                        "python -m jobs.replicas --master /data/master/store --slave /data/slave/store")
     ap.add_argument("--master", required=True, help="the master's store root")
     ap.add_argument("--slave", required=True, action="append", help="a slave's store root (repeatable)")
     ap.add_argument("--audit-path", required=True,

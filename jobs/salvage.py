@@ -36,6 +36,7 @@ from store_reader import open_store, recovery
 from store_reader import publish
 from store_reader import salvage as sv
 from store_reader.exceptions import StoreReaderError
+from jobs import console
 from jobs.taskerrors import reports_store_errors
 
 log = logging.getLogger("jobs.salvage")
@@ -149,7 +150,9 @@ def print_report(r: SalvageReport, out=None) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="jobs.salvage", description=__doc__.split("\n")[0])
+    ap = console.parser("jobs.salvage", __doc__, "0 done (also when nothing is lost: an empty file), 2 could "
+                        "not salvage, with one error: line on stderr",
+                        "python -m jobs.salvage --store /data/store --broker-config broker.conf --out lost.jsonl")
     ap.add_argument("--store", required=True, help="store root (storePathRootDir), a path or URI")
     ap.add_argument("--out", required=True, help="the file to write (must not exist)")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")

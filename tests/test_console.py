@@ -139,3 +139,16 @@ def test_spark_submit_console(store):
     err = [ln for ln in done.stderr.splitlines() if not ln.startswith("WARNING: Using incubator modules")]
     assert [ln for ln in err if not JOB_LINE.match(ln)] == [], done.stderr
     assert any(" jobs.recover pass audit " in ln for ln in err), done.stderr
+
+
+@pytest.mark.parametrize("job", ["jobs.recover", "jobs.audit", "jobs.dump", "jobs.salvage", "jobs.replicas"])
+def test_help_gives_exit_codes_and_an_example(job):
+    done, _ = _job(job, "--help", timeout=120)
+    assert done.returncode == 0 and done.stderr == ""
+    text = done.stdout
+    assert "``" not in text                                     # no reST markup left
+    assert re.search(r"^exit codes: 0 ", text, re.M) and re.search(r"^example:\n  python -m jobs\.", text, re.M)
+    if job in ("jobs.recover", "jobs.audit", "jobs.salvage"):
+        store = re.search(r"^  --store STORE +(.*)$", text, re.M)
+        assert store is not None and ("required" in store.group(1) or "--store STORE" in text.split("\n\n")[0]
+                                      and "[--store" not in text.split("\n\n")[0]), text

@@ -1,6 +1,6 @@
-"""The run as a page to look at (issue 37, 4): ``jobs.recover`` writes ``<out>.report.html`` beside
-the repaired store (``--report FILE`` elsewhere, ``jobs.audit --report FILE``), one self-contained
-file, and a real browser renders it: headless Chromium (Debian's ``chromium``, which
+"""The run as a page to look at (issue 37, 4): ``jobs.recover --report FILE`` (here beside the
+repaired store) and ``jobs.audit --report FILE`` write one self-contained file, and a real browser
+renders it: headless Chromium (Debian's ``chromium``, which
 scripts/test.sh installs) loads the page from disk with the network off, its DOM after load holds
 the figures and numbers, and a screenshot of it shows the timeline's colours.
 """
@@ -46,10 +46,10 @@ def test_recovery_report_page_in_a_browser(spark, tmp_path, capsys):
     shutil.copytree(support.input_store(*CASE), store, symlinks=True)
     conf = str(support.broker_conf(*CASE))
     out, audit_path = tmp_path / "repaired", tmp_path / "audit"
-    assert recover_job.main(["--store", str(store), "--broker-config", conf, "--out", str(out),
-                             "--audit-path", str(audit_path)]) == 0
-    printed = capsys.readouterr().out
     page = tmp_path / "repaired.report.html"
+    assert recover_job.main(["--store", str(store), "--broker-config", conf, "--out", str(out),
+                             "--audit-path", str(audit_path), "--report", str(page)]) == 0
+    printed = capsys.readouterr().out
     assert f"  report             {page}" in printed.splitlines()     # listed in the run summary
     text = page.read_text()
     # self-contained: nothing to fetch (the one URL is SVG's namespace name, never loaded)

@@ -89,7 +89,7 @@ def test_report_names_the_repaired_store_and_says_dry_run_only_for_one(spark, tm
     assert f"repaired store     {tmp_path / 'out'}" in written and "dry run" not in written
     assert job.main(args + ["--dry-run"]) == 0
     dry = capsys.readouterr().out
-    assert "dry run: nothing written" in dry and "repaired store     " not in dry
+    assert dry.startswith("DRY RUN: nothing was written") and "repaired store     " not in dry
 
 
 def test_apply_with_backup(spark, tmp_path):

@@ -16,6 +16,7 @@ from its tasks and its driver (``queues.compare_queue``, ``index.header_problems
 ``records``    the Spark audit's stage 1: records, index entries and the driver's rows keyed for the shuffle
 ``compare``    the Spark audit's stage 2 (queues compared, index ranges checked) and the merge into tables
 ``state``      what the audit tables remember of the files: run ids, fingerprints, what --since-last carries over
+``offsets``    the committed consumer offsets' counts (moved, redelivered, skipped) every job prints
 """
 from __future__ import annotations
 
