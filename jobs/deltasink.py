@@ -66,19 +66,29 @@ def split_options(uri: str) -> tuple[str, dict[str, str]]:
 
 
 def _spark_path(spark, uri: str) -> str:
-    """``uri`` for Spark: its query's options set as the bucket's s3a settings."""
+    """``uri`` for Spark: ``s3://`` as ``s3a://`` (hadoop-aws), the endpoint and region of the
+    query, else of the environment delta-rs reads (``AWS_ENDPOINT_URL``, ``AWS_REGION``), set as
+    the bucket's s3a settings (credentials: s3a's default chain, the environment's included)."""
+    import os
+
     base, opts = split_options(uri)
-    if opts:
-        bucket = urllib.parse.urlsplit(base).netloc
-        conf = spark.sparkContext._jsc.hadoopConfiguration()
-        key = f"fs.s3a.bucket.{bucket}."
-        if "endpoint_override" in opts:     # an S3-compatible server: path-style requests
-            conf.set(key + "endpoint", f"{opts.get('scheme', 'https')}://{opts['endpoint_override']}")
-            conf.set(key + "path.style.access", "true")
-        if "scheme" in opts:
-            conf.set(key + "connection.ssl.enabled", str(opts["scheme"] == "https").lower())
-        if "region" in opts:
-            conf.set(key + "endpoint.region", opts["region"])
+    if not base.startswith(("s3://", "s3a://")):
+        return base
+    base = "s3a://" + base.split("://", 1)[1]
+    if not opts and os.environ.get("AWS_ENDPOINT_URL"):
+        scheme, _, host = os.environ["AWS_ENDPOINT_URL"].partition("://")
+        opts = {"scheme": scheme, "endpoint_override": host.rstrip("/")}
+    if "region" not in opts and (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
+        opts["region"] = os.environ.get("AWS_REGION") or os.environ["AWS_DEFAULT_REGION"]
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    key = f"fs.s3a.bucket.{urllib.parse.urlsplit(base).netloc}."
+    if "endpoint_override" in opts:         # an S3-compatible server: path-style requests
+        conf.set(key + "endpoint", f"{opts.get('scheme', 'https')}://{opts['endpoint_override']}")
+        conf.set(key + "path.style.access", "true")
+    if "scheme" in opts:
+        conf.set(key + "connection.ssl.enabled", str(opts["scheme"] == "https").lower())
+    if "region" in opts:
+        conf.set(key + "endpoint.region", opts["region"])
     return base
 
 
@@ -124,7 +134,8 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
                 SparkDeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
             # one chunk per column: pyspark 4.2 makes no rows of a table whose first record
             # batches are empty (the lost messages' table: [0, 0, 20])
-            (spark.createDataFrame(rows.combine_chunks(), schema=schema).write.format("delta")
+            # one data file per table and run, as delta-rs writes it: the rows are on the driver
+            (spark.createDataFrame(rows.combine_chunks(), schema=schema).coalesce(1).write.format("delta")
              .mode("overwrite").option("replaceWhere", predicate).option("mergeSchema", "true")
              .save(path))
         except Exception as exc:    # Py4JJavaError or Spark's own: the JVM's reason, one line
