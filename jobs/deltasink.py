@@ -1,16 +1,24 @@
 """Audit rows to Delta tables, keyed by ``run_id``: a re-run replaces its rows, never duplicates them.
 
-With delta-spark on the session's classpath (cluster, ``spark-conf/delta.conf``) Spark writes the
-table itself (``replaceWhere run_id = ...``). Without it, the embedded default on machines that
-cannot fetch the delta-spark jars, the rows (audit tables are small: findings are range-encoded) are
-collected as Arrow and delta-rs commits them in one transaction that deletes the run's old rows and
-adds the new ones (``predicate`` overwrite). Either way the result is a standard Delta table that
-Spark, delta-rs, DuckDB and Polars read.
+With delta-spark on the session's classpath (the embedded session once ``scripts/bootstrap.sh``
+installed the jars, ``jobs.sparkjars``; a cluster through ``spark.jars.packages``) Spark writes
+each table itself, one transaction per table and run (``replaceWhere run_id = ...``), and reads
+them (``read_table(spark=...)``). Without the jars (a set-up that could not reach Maven Central)
+the rows (audit tables are small: findings are range-encoded) are collected as Arrow and delta-rs
+commits them in one transaction that deletes the run's old rows and adds the new ones
+(``predicate`` overwrite); the run's log says so. Either way the result is a standard Delta table
+of the same schema that Spark, delta-rs, DuckDB and Polars read.
+
+An audit path on S3 takes the options of a store URI (``store_reader.storefs``) in its query:
+``s3a://bucket/audit?endpoint_override=host:port&scheme=http&region=us-east-1`` (an S3-compatible
+server: path-style requests); Spark gets them as the bucket's ``fs.s3a.bucket.<bucket>.*``
+settings, delta-rs as its storage options.
 """
 from __future__ import annotations
 
 import logging
 import re
+import urllib.parse
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Mapping
 
@@ -36,12 +44,69 @@ def has_delta(spark) -> bool:
     application: a failed class lookup through py4j is slow, and every audit table asks)."""
     app = spark.sparkContext.applicationId
     if app not in _HAS_DELTA:
-        try:
-            spark.sparkContext._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
-            _HAS_DELTA[app] = True
-        except Exception:  # py4j raises its own error type for ClassNotFoundException
-            _HAS_DELTA[app] = False
+        # through Spark's class loader: spark.jars are not on the JVM's application class path
+        _HAS_DELTA[app] = bool(spark.sparkContext._jvm.org.apache.spark.util.Utils.classIsLoadable(
+            "io.delta.tables.DeltaTable"))
+        if not _HAS_DELTA[app]:
+            log.warning("audit tables written by delta-rs: no delta-spark jars on this Spark session's "
+                        "classpath (scripts/bootstrap.sh installs them, jobs/sparkjars.py)")
     return _HAS_DELTA[app]
+
+
+def split_options(uri: str) -> tuple[str, dict[str, str]]:
+    """``uri`` without its query, and the query's options (``endpoint_override``, ``scheme``,
+    ``region``); anything else in the query is refused, naming it."""
+    base, sep, query = uri.partition("?")
+    opts = dict(urllib.parse.parse_qsl(query, keep_blank_values=True)) if sep else {}
+    unknown = sorted(set(opts) - {"endpoint_override", "scheme", "region"})
+    if unknown:
+        raise OutputError(f"unknown option(s) in the audit path's query: {', '.join(unknown)} "
+                          "(endpoint_override, scheme, region)", uri)
+    return base, opts
+
+
+def _spark_path(spark, uri: str) -> str:
+    """``uri`` for Spark: ``s3://`` as ``s3a://`` (hadoop-aws), the endpoint and region of the
+    query, else of the environment delta-rs reads (``AWS_ENDPOINT_URL``, ``AWS_REGION``), set as
+    the bucket's s3a settings (credentials: s3a's default chain, the environment's included)."""
+    import os
+
+    base, opts = split_options(uri)
+    if not base.startswith(("s3://", "s3a://")):
+        return base
+    base = "s3a://" + base.split("://", 1)[1]
+    if not opts and os.environ.get("AWS_ENDPOINT_URL"):
+        scheme, _, host = os.environ["AWS_ENDPOINT_URL"].partition("://")
+        opts = {"scheme": scheme, "endpoint_override": host.rstrip("/")}
+    if "region" not in opts and (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
+        opts["region"] = os.environ.get("AWS_REGION") or os.environ["AWS_DEFAULT_REGION"]
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    key = f"fs.s3a.bucket.{urllib.parse.urlsplit(base).netloc}."
+    if "endpoint_override" in opts:         # an S3-compatible server: path-style requests
+        conf.set(key + "endpoint", f"{opts.get('scheme', 'https')}://{opts['endpoint_override']}")
+        conf.set(key + "path.style.access", "true")
+    if "scheme" in opts:
+        conf.set(key + "connection.ssl.enabled", str(opts["scheme"] == "https").lower())
+    if "region" in opts:
+        conf.set(key + "endpoint.region", opts["region"])
+    return base
+
+
+def _rs_path(uri: str, storage_options: dict[str, str] | None) -> tuple[str, dict[str, str] | None]:
+    """``uri`` for delta-rs (``s3a://`` as ``s3://``) and its storage options with the query's."""
+    base, opts = split_options(uri)
+    if base.startswith("s3a://"):
+        base = "s3://" + base[len("s3a://"):]
+    if not opts:
+        return base, storage_options
+    out = dict(storage_options or {})
+    if "endpoint_override" in opts:
+        out["AWS_ENDPOINT_URL"] = f"{opts.get('scheme', 'https')}://{opts['endpoint_override']}"
+    if opts.get("scheme") == "http":
+        out["AWS_ALLOW_HTTP"] = "true"
+    if "region" in opts:
+        out["AWS_REGION"] = opts["region"]
+    return base, out
 
 
 def _quote(value: str) -> str:
@@ -58,11 +123,28 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
         raise ValueError(f"rows of another run in a write for run {run_id}")
     predicate = f"run_id = {_quote(run_id)}"
     if spark is not None and has_delta(spark):
-        (spark.createDataFrame(rows).write.format("delta").mode("overwrite")
-         .option("replaceWhere", predicate).option("mergeSchema", "true").save(table_uri))
+        from delta.tables import DeltaTable as SparkDeltaTable
+
+        path = _spark_path(spark, table_uri)
+        schema = _spark_schema(rows.schema)
+        try:
+            if not SparkDeltaTable.isDeltaTable(spark, path):
+                # created with the declared schema first: a DataFrame write would make every
+                # column nullable (Spark's file sources do), where delta-rs keeps NOT NULL
+                SparkDeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
+            # one chunk per column: pyspark 4.2 makes no rows of a table whose first record
+            # batches are empty (the lost messages' table: [0, 0, 20])
+            # one data file per table and run, as delta-rs writes it: the rows are on the driver
+            (spark.createDataFrame(rows.combine_chunks(), schema=schema).coalesce(1).write.format("delta")
+             .mode("overwrite").option("replaceWhere", predicate).option("mergeSchema", "true")
+             .save(path))
+        except Exception as exc:    # Py4JJavaError or Spark's own: the JVM's reason, one line
+            raise OutputError(f"cannot write the Delta table: {_one_line(exc)}", table_uri) from None
         return
     from deltalake import DeltaTable, WriterProperties, write_deltalake
     from deltalake.exceptions import DeltaError
+
+    table_uri, storage_options = _rs_path(table_uri, storage_options)
 
     row_bytes = max(1, rows.nbytes // max(1, rows.num_rows))
     props = WriterProperties(max_row_group_size=max(1024, min(1 << 20, ROW_GROUP_BYTES // row_bytes)))
@@ -79,8 +161,22 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
             write_deltalake(table_uri, rows, mode="append", storage_options=storage_options,
                             writer_properties=props)
     except (OSError, DeltaError) as exc:    # the filesystem's or object store's answer, on one line
-        reason = " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", str(exc)).split())
-        raise OutputError(f"cannot write the Delta table: {reason[:500]}", table_uri) from None
+        raise OutputError(f"cannot write the Delta table: {_one_line(exc)}", table_uri) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:                    # py4j: the Java exception's own message, not its trace
+        text = f"{java.getClass().getName()}: {java.getMessage()}"
+    return " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", text).split())[:500]
+
+
+def _spark_schema(schema: pa.Schema):
+    """The Spark schema of ``schema``, nullability kept (the audit schemas' NOT NULL columns)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema, prefer_timestamp_ntz=False)
 
 
 def warm_up(spark=None) -> None:
@@ -128,18 +224,29 @@ def write_tables(audit_path: str, tables: Mapping[str, pa.Table], run_id: str, s
     return [uri[name] for name in names]
 
 
-def read_table(table_uri: str, storage_options: dict[str, str] | None = None) -> pa.Table:
-    """The Delta table at ``table_uri`` (``TableNotFoundError`` when there is none). A table on
-    object storage is read through ``pyarrow.fs`` (configured like a remote store, see
+def read_table(table_uri: str, storage_options: dict[str, str] | None = None, spark=None) -> pa.Table:
+    """The Delta table at ``table_uri`` (``TableNotFoundError`` when there is none); read by Spark
+    when ``spark`` has delta-spark, else by delta-rs. A table on object storage is read by
+    delta-rs through ``pyarrow.fs`` (configured like a remote store, see
     ``store_reader.storefs``): delta-rs's own filesystem handler for pyarrow may abort the
     process as it exits (SIGABRT, "terminate called without an active exception")."""
     import pyarrow.fs as pafs
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
+    if spark is not None and has_delta(spark):
+        path = _spark_path(spark, table_uri)
+        jvm = spark.sparkContext._jvm
+        if not jvm.io.delta.tables.DeltaTable.isDeltaTable(spark._jsparkSession, path):
+            raise TableNotFoundError(f"no Delta table at {table_uri}")
+        return spark.read.format("delta").load(path).toArrow()
+    query = table_uri.partition("?")[2]
+    table_uri, storage_options = _rs_path(table_uri, storage_options)
     table = DeltaTable(table_uri, storage_options=storage_options)
     filesystem = None
     if "://" in table_uri and not table_uri.startswith("file://"):
-        fs, path = pafs.FileSystem.from_uri(table_uri)
+        # the query's options are pyarrow's own (endpoint_override, scheme, region)
+        fs, path = pafs.FileSystem.from_uri(table_uri + ("?" + query if query else ""))
         filesystem = pafs.SubTreeFileSystem(path, fs)
     return table.to_pyarrow_table(filesystem=filesystem)
 

@@ -18,7 +18,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from jobs import cds, console, stopping
+from jobs import cds, console, sparkjars, stopping
 from jobs.taskerrors import quiet_task_failures
 from store_reader import publish
 
@@ -159,13 +159,19 @@ def _local_dir() -> str:
 
 def embedded_settings(conf_file: str | os.PathLike[str] | None = None,
                       extra: dict[str, str] | None = None) -> dict[str, str]:
-    """An embedded session's settings: ``conf_file`` (default ``spark-conf/local.conf``), this
+    """An embedded session's settings: ``conf_file`` (default ``spark-conf/local.conf``), the
+    Delta and hadoop-aws jars with ``spark-conf/delta.conf`` when they are installed
+    (``jobs.sparkjars``) and no ``spark.jars`` is given, this
     interpreter for the Python workers, ``extra``, the driver JVM's class-data-sharing archive
     when one exists and no archive option is given already, and unless one is given, a
     ``spark.local.dir`` of this process's own (``publish.claim_work_directory``): Spark's block manager
     and scratch files go there, and when the process is killed (its JVM with it, which would have
     removed its own) the next session removes them."""
     settings = read_conf(conf_file or SPARK_CONF_DIR / "local.conf")
+    jars = sparkjars.jars()
+    if jars and "spark.jars" not in settings and "spark.jars" not in (extra or {}):
+        settings["spark.jars"] = ",".join(jars)
+        settings.update(read_conf(SPARK_CONF_DIR / "delta.conf"))
     settings.setdefault("spark.pyspark.python", sys.executable)
     settings.setdefault("spark.pyspark.driver.python", sys.executable)
     settings.update(extra or {})

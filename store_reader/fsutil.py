@@ -72,7 +72,7 @@ def list_dir(directory: PathRef, what: str) -> list[DirEntry]:
     except (OSError, pa.ArrowException) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise UnreadableFileError(f"cannot list {what} directory: {reason}", str(loc)) from None
-    entries = [DirEntry(StoreLocation(loc.filesystem, i.path), info=i) for i in infos]
+    entries = [DirEntry(loc.at(i.path), info=i) for i in infos]
     return sorted(entries, key=lambda e: e.name)
 
 

@@ -88,6 +88,9 @@ class StoreLocation:
 
     filesystem: pafs.FileSystem | None
     path: str
+    query: str = ""
+    """The options of the URI it came from (``scheme=http&endpoint_override=...``), kept by every
+    path derived from it, so that ``str()`` is a URI that opens the same filesystem again."""
 
     @property
     def is_local(self) -> bool:
@@ -109,26 +112,31 @@ class StoreLocation:
         if self.filesystem is None:
             return StoreLocation(None, os.path.dirname(self.path))
         head, sep, _ = self.path.rpartition("/")
-        return StoreLocation(self.filesystem, head or sep)
+        return self.at(head or sep)
 
     def __truediv__(self, name: str | os.PathLike[str]) -> "StoreLocation":
         name = os.fspath(name)
         if self.filesystem is None:
             return StoreLocation(None, os.path.join(self.path, name))
         if name.startswith("/"):
-            return StoreLocation(self.filesystem, _normalized(name))
+            return self.at(_normalized(name))
         base = self.path if not self.path or self.path.endswith("/") else self.path + "/"
-        return StoreLocation(self.filesystem, _normalized(base + name))
+        return self.at(_normalized(base + name))
 
     def suffixed(self, suffix: str) -> "StoreLocation":
         """This path with ``suffix`` appended to its name (``checkpoint`` -> ``checkpoint.bak``)."""
-        return StoreLocation(self.filesystem, self.path + suffix)
+        return self.at(self.path + suffix)
+
+    def at(self, path: str) -> "StoreLocation":
+        """Another path on this filesystem: every path derived from a location is made here, so
+        that it keeps the filesystem and the URI's options."""
+        return StoreLocation(self.filesystem, path, self.query)
 
     def __str__(self) -> str:
         if self.filesystem is None:
             return self.path
         kind = self.filesystem.type_name
-        return f"{_SCHEMES.get(kind, kind)}://{self.path}"
+        return f"{_SCHEMES.get(kind, kind)}://{self.path}" + (f"?{self.query}" if self.query else "")
 
     def __repr__(self) -> str:
         return f"StoreLocation({str(self)!r})"
@@ -237,14 +245,16 @@ def location(path: PathRef, filesystem: pafs.FileSystem | None = None) -> StoreL
     p = os.fspath(path)
     if isinstance(p, bytes):
         p = os.fsdecode(p)
+    query = ""
     if filesystem is None and _URI.match(p):
+        query = p.partition("?")[2]
         try:
             filesystem, p = pafs.FileSystem.from_uri(p)
         except _FS_ERRORS as exc:
             raise UnreadableFileError(f"cannot open the filesystem of this URI: {_reason(exc)}", p) from None
     if filesystem is None or isinstance(filesystem, pafs.LocalFileSystem):
         return StoreLocation(None, p)
-    return StoreLocation(filesystem, _normalized(p))
+    return StoreLocation(filesystem, _normalized(p), query)
 
 
 def _short_read(loc: StoreLocation, at: int, size: int) -> UnreadableFileError:

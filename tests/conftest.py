@@ -46,6 +46,17 @@ class S3Server:
                     "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
                     "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
 
+    def with_options(self, uri: str) -> str:
+        """``uri`` with the server in its query (README "Stores on object storage"): all a job
+        needs to reach it, with nothing in its environment (``bare_env``)."""
+        host = self.endpoint.split("://", 1)[1]
+        return f"{uri}?scheme=http&endpoint_override={host}&region=us-east-1"
+
+    @staticmethod
+    def bare_env() -> dict[str, str]:
+        """This process's environment without any ``AWS_*`` variable."""
+        return {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+
     def filesystem(self):
         import pyarrow.fs as pafs
 

@@ -1,9 +1,11 @@
 """Every job and the ``rocketmq`` data source on an ``s3://`` store, against a real S3-compatible
 server (``moto_server``, the session fixture ``s3_server`` in conftest.py), each job a real process
-configured only through the environment README documents (``AWS_ENDPOINT_URL`` ...). Whatever a job
-reports on S3 must equal what it reports on the same store read locally: the prediction, the
-repaired store's manifest digests, the audit rows (also written to an ``s3://`` audit path through
-delta-rs), ``--since-last``, the replica comparison and ``jobs.dump --verify``.
+configured either through the environment README documents (``AWS_ENDPOINT_URL`` ...) or through
+the store URI's own options (``?scheme=http&endpoint_override=...``) with no ``AWS_*`` variable in
+its environment at all. Whatever a job reports on S3 must equal what it reports on the same store
+read locally: the prediction, the repaired store's manifest digests, the audit rows (also written to
+an ``s3://`` and an ``s3a://`` audit path, by Spark's Delta writer through hadoop-aws),
+``--since-last``, the replica comparison and ``jobs.dump --verify``.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from jobs.deltasink import read_table
 
 pytestmark = pytest.mark.slow
 
-CASE = ("rocketmq-4.9.7", "oldest-deleted")      # the oldest segment gone: CQ heads read from the input
+CASE = ("rocketmq-4.9.7", "oldest-deleted")
+# s3a:// audit paths (hadoop-aws) take their credentials from s3a's default chain: the environment
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}      # the oldest segment gone: CQ heads read from the input
 # columns that name the run, the store or a file's location, not what was found
 RUN_KEYS = {"run_id", "store_id", "audited_at", "path", "duration_ms", "passes", "file_mtime_ns"}
 
@@ -54,40 +58,65 @@ def _rows(audit: str, table: str) -> list[dict]:
                    for r in t.to_pylist()))
 
 
-def test_recover_on_s3_equals_local(stores, tmp_path):
+def _bare_env(s3_server) -> dict:
+    """No ``AWS_*`` variable: a job reaches the server only through the store URI's options."""
+    return dict(s3_server.bare_env(), PYSPARK_PYTHON=sys.executable)
+
+
+def test_recover_on_s3_equals_local(stores, s3_server, tmp_path):
     local, remote, conf, env = stores
+    uri = s3_server.with_options(remote)
+    s3a = s3_server.with_options("s3a://audit/recover-s3a")
     runs = {}
-    for name, store, audit in (("local", local, str(tmp_path / "audit-local")),
-                               ("s3", remote, "s3://audit/recover")):
+    for name, store, audit, job_env in (("local", local, str(tmp_path / "audit-local"), env),
+                                        ("s3", remote, "s3://audit/recover", env),
+                                        ("uri", uri, s3a, dict(_bare_env(s3_server), **CREDENTIALS))):
         out = tmp_path / f"out-{name}"
         p = _job("jobs.recover", ["--store", store, "--broker-config", conf, "--out", str(out),
-                                  "--audit-path", audit, "--json"], env)
+                                  "--audit-path", audit, "--json"], job_env)
         assert p.returncode == 0, p.stderr[-3000:]
         manifest = json.loads((out / "MANIFEST.json").read_text())
         runs[name] = (json.loads(p.stdout), manifest, audit)
-    (pred_l, man_l, audit_l), (pred_s, man_s, audit_s) = runs["local"], runs["s3"]
-    assert pred_s == pred_l
-    assert man_s["outputs"] == man_l["outputs"]           # every file, size and SHA-256
-    assert man_s["inputs"] == man_l["inputs"]
-    assert man_s["store"] == remote
-    for table in ("queue_findings", "index_findings", "consumer_offset_findings", "lost_messages"):
-        assert _rows(audit_s, table) == _rows(audit_l, table), table
-    runs_row = read_table(f"{audit_s}/runs").to_pylist()
-    assert [r["store_id"] for r in runs_row] == [remote]
+    pred_l, man_l, audit_l = runs["local"]
+    for name, store in (("s3", remote), ("uri", uri)):
+        pred_s, man_s, audit_s = runs[name]
+        assert pred_s == pred_l, name
+        assert man_s["outputs"] == man_l["outputs"], name     # every file, size and SHA-256
+        assert man_s["inputs"] == man_l["inputs"], name
+        assert man_s["store"] == store
+        for table in ("queue_findings", "index_findings", "consumer_offset_findings", "lost_messages"):
+            assert _rows(audit_s, table) == _rows(audit_l, table), (name, table)
+        runs_row = read_table(f"{audit_s}/runs").to_pylist()
+        assert [r["store_id"] for r in runs_row] == [store]
 
 
-def test_audit_and_since_last_on_s3_equal_local(stores, tmp_path):
+def test_dry_run_takes_its_endpoint_from_the_uri(stores, s3_server):
+    """The dry run reads the config files too (consumer offsets): with the server named only in the
+    URI, every file derived from it is read through the same options (issue: the dry run printed
+    an error about amazonaws.com for config/consumerOffset.json and exited 0)."""
     local, remote, conf, env = stores
-    audits = {"local": str(tmp_path / "audit"), "s3": "s3://audit/scheduled"}
+    out = {}
+    for name, store, job_env in (("local", local, env), ("uri", s3_server.with_options(remote), _bare_env(s3_server))):
+        p = _job("jobs.recover", ["--store", store, "--broker-config", conf, "--dry-run", "--json"], job_env)
+        assert p.returncode == 0 and "error:" not in p.stderr, p.stderr[-3000:]
+        out[name] = json.loads(p.stdout)
+    assert out["uri"] == out["local"]
+
+
+def test_audit_and_since_last_on_s3_equal_local(stores, s3_server, tmp_path):
+    local, remote, conf, env = stores
+    audits = {"local": str(tmp_path / "audit"), "s3": "s3://audit/scheduled", "uri": str(tmp_path / "audit-uri")}
     codes = {}
-    for name, store in (("local", local), ("s3", remote)):
-        p = _job("jobs.audit", ["--store", store, "--broker-config", conf, "--audit-path", audits[name]], env)
+    for name, store, job_env in (("local", local, env), ("s3", remote, env),
+                                 ("uri", s3_server.with_options(remote), _bare_env(s3_server))):
+        p = _job("jobs.audit", ["--store", store, "--broker-config", conf, "--audit-path", audits[name]], job_env)
         assert p.returncode in (0, 1), p.stderr[-3000:]
         codes[name] = p.returncode
-    assert codes["s3"] == codes["local"]
+    assert codes["s3"] == codes["uri"] == codes["local"]
     for table in ("segments", "queue_findings", "index_findings", "consumer_offset_findings",
                   "lost_messages", "flush_window"):
         assert _rows(audits["s3"], table) == _rows(audits["local"], table), table
+        assert _rows(audits["uri"], table) == _rows(audits["local"], table), table
     # nothing changed on S3: the next scheduled run carries every segment over, scans none
     p = _job("jobs.audit", ["--store", remote, "--broker-config", conf, "--audit-path", audits["s3"],
                             "--since-last"], env)
@@ -99,7 +128,7 @@ def test_audit_and_since_last_on_s3_equal_local(stores, tmp_path):
     assert since[0]["segments_total"] > 0
 
 
-def test_replicas_and_dump_on_s3(stores, tmp_path):
+def test_replicas_and_dump_on_s3(stores, s3_server, tmp_path):
     local, remote, conf, env = stores
     p = _job("jobs.replicas", ["--master", remote, "--slave", local, "--broker-config", conf,
                                "--audit-path", str(tmp_path / "audit")], env)
@@ -109,15 +138,22 @@ def test_replicas_and_dump_on_s3(stores, tmp_path):
     pair = [r for r in rows if r["kind"] == "pair"]
     assert pair and pair[0]["status"] == "in_sync" and pair[0]["store_id"] == remote
 
+    uri = s3_server.with_options(remote)
+    p = _job("jobs.replicas", ["--master", uri, "--slave", local, "--broker-config", conf,
+                               "--audit-path", str(tmp_path / "audit-uri")], _bare_env(s3_server))
+    assert p.returncode == 0 and "IN SYNC" in p.stdout, p.stderr[-3000:]
+
     dumps = {}
-    for name, store in (("local", local), ("s3", remote)):
-        p = _job("jobs.dump", [store, "--verify", "--json", "--broker-config", conf], env)
+    for name, store, job_env in (("local", local, env), ("s3", remote, env), ("uri", uri, _bare_env(s3_server))):
+        p = _job("jobs.dump", [store, "--verify", "--json", "--broker-config", conf], job_env)
         assert p.returncode in (0, 1), p.stderr[-3000:]
-        lines = [json.loads(x) for x in p.stdout.replace(store, "<store>").splitlines()]
+        # a file of a URI store is named by its URI, options included (it opens the same way)
+        named = p.stdout.replace("?" + uri.partition("?")[2], "") if name == "uri" else p.stdout
+        lines = [json.loads(x) for x in named.replace(store.partition("?")[0], "<store>").splitlines()]
         for x in lines:
             x.pop("lock_held", None)      # a remote store's lock cannot be probed (None)
         dumps[name] = (p.returncode, lines)
-    assert dumps["s3"] == dumps["local"]
+    assert dumps["s3"] == dumps["uri"] == dumps["local"]
 
 
 def test_data_source_reads_s3_like_local(stores, tmp_path):
@@ -166,10 +202,12 @@ def test_salvage_on_s3_equals_local(s3_server, tmp_path):
     remote = s3_server.upload(local, "stores", f"{case[0]}/{case[1]}")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, **s3_server.env)
     outs = {}
-    for name, store in (("local", str(local)), ("s3", remote)):
+    for name, store, job_env in (("local", str(local), env), ("s3", remote, env),
+                                 ("uri", s3_server.with_options(remote), _bare_env(s3_server))):
         outs[name] = tmp_path / f"lost-{name}.jsonl"
         p = _job("jobs.salvage", ["--store", store, "--broker-config", str(support.broker_conf(*case)),
-                                  "--out", str(outs[name])], env)
+                                  "--out", str(outs[name])], job_env)
         assert p.returncode == 0, p.stderr[-3000:]
     data = outs["s3"].read_bytes()
     assert data == outs["local"].read_bytes() and data.count(b"\n") == 20
+    assert outs["uri"].read_bytes() == data
