@@ -16,7 +16,7 @@ from typing import Mapping
 
 import pyarrow as pa
 
-from store_reader.exceptions import OutputError
+from store_reader.exceptions import OutputError, StoreReaderError
 
 log = logging.getLogger("jobs.deltasink")
 
@@ -79,8 +79,16 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
             write_deltalake(table_uri, rows, mode="append", storage_options=storage_options,
                             writer_properties=props)
     except (OSError, DeltaError) as exc:    # the filesystem's or object store's answer, on one line
-        reason = " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", str(exc)).split())
-        raise OutputError(f"cannot write the Delta table: {reason[:500]}", table_uri) from None
+        raise OutputError(f"cannot write the Delta table: {delta_reason(exc)}", table_uri) from None
+
+
+def delta_reason(exc: BaseException) -> str:
+    """delta-rs' error as one line: its message without the Rust backtrace it appends (numbered
+    frames, ``at file:line``) or the terminal colours."""
+    lines = [line for line in str(exc).splitlines()
+             if not re.match(r"\s*(\d+: |at \S+:\d+|Stack backtrace:|Backtrace:)", line)]
+    reason = " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", " ".join(lines)).split())
+    return reason[:500]
 
 
 def warm_up(spark=None) -> None:
@@ -129,19 +137,27 @@ def write_tables(audit_path: str, tables: Mapping[str, pa.Table], run_id: str, s
 
 
 def read_table(table_uri: str, storage_options: dict[str, str] | None = None) -> pa.Table:
-    """The Delta table at ``table_uri`` (``TableNotFoundError`` when there is none). A table on
+    """The Delta table at ``table_uri`` (``TableNotFoundError`` when there is none; a
+    ``StoreReaderError`` naming it when it cannot be read). A table on
     object storage is read through ``pyarrow.fs`` (configured like a remote store, see
     ``store_reader.storefs``): delta-rs's own filesystem handler for pyarrow may abort the
     process as it exits (SIGABRT, "terminate called without an active exception")."""
     import pyarrow.fs as pafs
     from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, TableNotFoundError
 
-    table = DeltaTable(table_uri, storage_options=storage_options)
-    filesystem = None
-    if "://" in table_uri and not table_uri.startswith("file://"):
-        fs, path = pafs.FileSystem.from_uri(table_uri)
-        filesystem = pafs.SubTreeFileSystem(path, fs)
-    return table.to_pyarrow_table(filesystem=filesystem)
+    try:
+        table = DeltaTable(table_uri, storage_options=storage_options)
+        filesystem = None
+        if "://" in table_uri and not table_uri.startswith("file://"):
+            fs, path = pafs.FileSystem.from_uri(table_uri)
+            filesystem = pafs.SubTreeFileSystem(path, fs)
+        return table.to_pyarrow_table(filesystem=filesystem)
+    except TableNotFoundError:
+        raise
+    except (OSError, DeltaError) as exc:     # a damaged log (a commit missing or cut short), ...
+        raise StoreReaderError(f"the audit table cannot be read: {delta_reason(exc)}; repair it or "
+                               "move it away", table_uri) from None
 
 
 def store_id_for(root: str) -> str:
