@@ -28,7 +28,7 @@ _PUBLISHER = textwrap.dedent("""
     if mode == "no-exchange":
         def unsupported(a, b):
             raise OSError(errno.EINVAL, "Invalid argument")
-        publish._exchange = unsupported
+        publish.exchange = unsupported
     tmp = publish.new_temporary(out, "run-" + tag)
     for rel in ("commitlog/00000000000000000000", "consumequeue/T/0/00000000000000000000", "checkpoint"):
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
