@@ -24,7 +24,7 @@ from typing import Mapping
 
 import pyarrow as pa
 
-from store_reader.exceptions import OutputError
+from store_reader.exceptions import OutputError, StoreReaderError
 
 log = logging.getLogger("jobs.deltasink")
 
@@ -139,7 +139,7 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
              .mode("overwrite").option("replaceWhere", predicate).option("mergeSchema", "true")
              .save(path))
         except Exception as exc:    # Py4JJavaError or Spark's own: the JVM's reason, one line
-            raise OutputError(f"cannot write the Delta table: {_one_line(exc)}", table_uri) from None
+            raise OutputError(f"cannot write the Delta table: {delta_reason(exc)}", table_uri) from None
         return
     from deltalake import DeltaTable, WriterProperties, write_deltalake
     from deltalake.exceptions import DeltaError
@@ -161,15 +161,20 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
             write_deltalake(table_uri, rows, mode="append", storage_options=storage_options,
                             writer_properties=props)
     except (OSError, DeltaError) as exc:    # the filesystem's or object store's answer, on one line
-        raise OutputError(f"cannot write the Delta table: {_one_line(exc)}", table_uri) from None
+        raise OutputError(f"cannot write the Delta table: {delta_reason(exc)}", table_uri) from None
 
 
-def _one_line(exc: BaseException) -> str:
+def delta_reason(exc: BaseException) -> str:
+    """A Delta writer's or reader's error as one line: the Java exception's own message (py4j), not
+    its trace; delta-rs' message without the Rust backtrace it appends (numbered frames, ``at
+    file:line``) or the terminal colours."""
     text = str(exc)
     java = getattr(exc, "java_exception", None)
-    if java is not None:                    # py4j: the Java exception's own message, not its trace
+    if java is not None:
         text = f"{java.getClass().getName()}: {java.getMessage()}"
-    return " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", text).split())[:500]
+    lines = [line for line in text.splitlines()
+             if not re.match(r"\s*(\d+: |at \S+:\d+|Stack backtrace:|Backtrace:)", line)]
+    return " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", " ".join(lines)).split())[:500]
 
 
 def _spark_schema(schema: pa.Schema):
@@ -225,30 +230,41 @@ def write_tables(audit_path: str, tables: Mapping[str, pa.Table], run_id: str, s
 
 
 def read_table(table_uri: str, storage_options: dict[str, str] | None = None, spark=None) -> pa.Table:
-    """The Delta table at ``table_uri`` (``TableNotFoundError`` when there is none); read by Spark
-    when ``spark`` has delta-spark, else by delta-rs. A table on object storage is read by
-    delta-rs through ``pyarrow.fs`` (configured like a remote store, see
+    """The Delta table at ``table_uri`` (``TableNotFoundError`` when there is none; a
+    ``StoreReaderError`` naming it when it cannot be read); read by Spark when ``spark`` has
+    delta-spark, else by delta-rs. A table on object storage is read by delta-rs through
+    ``pyarrow.fs`` (configured like a remote store, see
     ``store_reader.storefs``): delta-rs's own filesystem handler for pyarrow may abort the
     process as it exits (SIGABRT, "terminate called without an active exception")."""
     import pyarrow.fs as pafs
     from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    from deltalake.exceptions import DeltaError, TableNotFoundError
 
-    if spark is not None and has_delta(spark):
-        path = _spark_path(spark, table_uri)
-        jvm = spark.sparkContext._jvm
-        if not jvm.io.delta.tables.DeltaTable.isDeltaTable(spark._jsparkSession, path):
-            raise TableNotFoundError(f"no Delta table at {table_uri}")
-        return spark.read.format("delta").load(path).toArrow()
-    query = table_uri.partition("?")[2]
-    table_uri, storage_options = _rs_path(table_uri, storage_options)
-    table = DeltaTable(table_uri, storage_options=storage_options)
-    filesystem = None
-    if "://" in table_uri and not table_uri.startswith("file://"):
-        # the query's options are pyarrow's own (endpoint_override, scheme, region)
-        fs, path = pafs.FileSystem.from_uri(table_uri + ("?" + query if query else ""))
-        filesystem = pafs.SubTreeFileSystem(path, fs)
-    return table.to_pyarrow_table(filesystem=filesystem)
+    try:
+        if spark is not None and has_delta(spark):
+            path = _spark_path(spark, table_uri)
+            jvm = spark.sparkContext._jvm
+            if not jvm.io.delta.tables.DeltaTable.isDeltaTable(spark._jsparkSession, path):
+                raise TableNotFoundError(f"no Delta table at {table_uri}")
+            return spark.read.format("delta").load(path).toArrow()
+        query = table_uri.partition("?")[2]
+        table_uri, storage_options = _rs_path(table_uri, storage_options)
+        table = DeltaTable(table_uri, storage_options=storage_options)
+        filesystem = None
+        if "://" in table_uri and not table_uri.startswith("file://"):
+            # the query's options are pyarrow's own (endpoint_override, scheme, region)
+            fs, path = pafs.FileSystem.from_uri(table_uri + ("?" + query if query else ""))
+            filesystem = pafs.SubTreeFileSystem(path, fs)
+        return table.to_pyarrow_table(filesystem=filesystem)
+    except TableNotFoundError:
+        raise
+    except Exception as exc:     # a damaged log (a commit missing or cut short), ...
+        # delta-rs' errors, and Spark's (py4j's, or pyspark's own captured JVM exceptions)
+        if not isinstance(exc, (OSError, DeltaError)) and \
+                not type(exc).__module__.startswith(("py4j", "pyspark")):
+            raise
+        raise StoreReaderError(f"the audit table cannot be read: {delta_reason(exc)}; repair it or "
+                               "move it away", table_uri) from None
 
 
 def store_id_for(root: str) -> str:

@@ -52,6 +52,7 @@ verification that met an unreadable file still reports everything else, then exi
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from dataclasses import dataclass
@@ -182,11 +183,23 @@ def _broker_config(root: Path | StoreLocation, broker_config: str | None) -> Bro
     return broker_config_of(broker_config)
 
 
+def _missing(target: Path | StoreLocation) -> str:
+    """Why ``target`` cannot be opened: a symbolic link that leads nowhere says so."""
+    if not isinstance(target, Path) or not target.is_symlink():
+        return "does not exist"
+    try:
+        target.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link loop (it leads back to itself)"
+    return f"is a symbolic link to {os.readlink(target)}, which does not exist"
+
+
 def run(args: argparse.Namespace, p: Printer) -> int:
     remote = location(args.path)
     target = Path(args.path) if remote.filesystem is None else remote
     if not target.exists():
-        raise CannotRead("does not exist", target)
+        raise CannotRead(_missing(target), target)
     verify = args.verify or args.verify_index_only
     if target.is_dir():
         view = _open(target, args.broker_config)
@@ -205,7 +218,7 @@ def run(args: argparse.Namespace, p: Printer) -> int:
         dump_cq_file(p, target, args.max_bytes)
     elif sf.kind == "index":
         cfg = view.config if view is not None else _broker_config(sf.root, args.broker_config)
-        with open_index(target, cfg.maxHashSlotNum, cfg.maxIndexNum) as f:
+        with open_index(target, cfg.maxHashSlotNum, cfg.maxIndexNum, cfg.settings_hint) as f:
             dump_index_file(p, f, args.deep, args.max_bytes)
     elif sf.kind == "checkpoint":
         dump_checkpoint(p, target)

@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -85,18 +83,18 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
     pred = recovery.predict(store, version, summaries=summaries)
     end = pred.max_phy_offset
     segments = sv.lost_segments(summaries, end, sv.cut_segment(pred))
-    # beside --out: the rename into place stays on one filesystem
-    work = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.tmp-", dir=os.path.dirname(out))
+    # beside --out: the rename into place stays on one filesystem; one a killed run left is
+    # removed (``publish.work_directory``)
     try:
-        parts = export_parts(spark, segments, end, audit_scan_options(store, broker_5x), work, fmt)
-        tmp = os.path.join(work, "assembled")
-        sv.assemble([p for p, _ in parts], tmp, fmt)
-        publish.publish_file(tmp, out, overwrite)
+        with publish.work_directory(f".{os.path.basename(out)}.tmp-", str(os.getpid()),
+                                    os.path.dirname(out)) as work:
+            parts = export_parts(spark, segments, end, audit_scan_options(store, broker_5x), work, fmt)
+            tmp = os.path.join(work, "assembled")
+            sv.assemble([p for p, _ in parts], tmp, fmt)
+            publish.publish_file(tmp, out, overwrite)
     except OSError as exc:       # on the driver (a task's comes back through store_error)
         raise StoreReaderError(f"{exc.strerror or exc} while writing the salvage file",
                                exc.filename or out) from None
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return SalvageReport(str(store.root), out, version, end, [s.segment for s in segments],
                          sum(c["send"] for _, c in parts), sum(c["skip"] for _, c in parts),
                          time.monotonic() - started)

@@ -79,7 +79,9 @@ def quiet_task_failures(sc) -> None:
 
 def clear_progress_bar() -> None:
     """End the console progress bar of the active SparkContext (it may stand mid-line on stderr
-    when a job fails), so that the job's error line starts a line of its own."""
+    when a job fails), so that the job's error line starts a line of its own: on a terminal the
+    bar's line is blanked (the cursor back at its start), in a log file it is ended with a newline
+    (a carriage return does not start a line there)."""
     from pyspark import SparkContext
 
     sc = SparkContext._active_spark_context
@@ -87,6 +89,8 @@ def clear_progress_bar() -> None:
         bar = sc._jsc.sc().progressBar() if sc is not None else None
         if bar is not None and bar.isDefined():
             bar.get().finishAll()
+            if not sys.stderr.isatty():
+                print(file=sys.stderr)
     except Exception:  # py4j: a JVM that is gone has no bar either
         pass
 

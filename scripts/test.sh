@@ -21,6 +21,13 @@ if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/nu
           apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; } ||
         echo "note: ${missing[*]} could not be installed; the tests that need them will skip"
 fi
+# The kill campaigns (tests/test_apply_kills.py, test_salvage.py) kill real processes at chosen
+# syscalls with strace's fault injection: installed the same way when missing.
+if [ "$(id -u)" = 0 ] && ! command -v strace >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -q strace >/dev/null 2>&1 ||
+        { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q strace >/dev/null 2>&1; } ||
+        echo "note: strace could not be installed; the syscall kill campaigns will skip"
+fi
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 
 echo "== tests (native scanner) =="

@@ -66,6 +66,19 @@ class BrokerConfig:
     storePathCommitLog: str | None = None
     source: str | None = field(default=None, compare=False)
     """Path of the broker.conf the values came from (None = all defaults)."""
+    ignored_after_bom: str | None = field(default=None, compare=False)
+    """A setting on the broker.conf's first line that a UTF-8 byte order mark before it hides: the
+    broker reads the file as ISO-8859-1, so the key it sees starts with the mark's three bytes and
+    it keeps its default, as this tool does; said in messages about sizes that do not fit."""
+
+    @property
+    def settings_hint(self) -> str:
+        """What to do when files do not fit these settings."""
+        if self.ignored_after_bom:
+            return (f"{self.source} starts with a UTF-8 byte order mark: the broker, like this tool, "
+                    f"does not see its first setting {self.ignored_after_bom} and uses the default; "
+                    "remove the mark")
+        return "pass the broker's broker.conf"
 
     # -- derived values -------------------------------------------------------------------------
 
@@ -101,7 +114,8 @@ class BrokerConfig:
         return dataclasses.replace(self, **changes)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "source"}
+_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name not in ("source", "ignored_after_bom")}
+_BOM = "\ufeff"
 
 
 def _convert(name: str, raw: str, path: str) -> object:
@@ -168,6 +182,8 @@ def load_broker_config(path: PathRef | None = None, **overrides: object) -> Brok
         for key, raw in parse_properties(text).items():
             if key in _FIELDS:
                 values[key] = _convert(key, raw, source)
+            elif key.startswith(_BOM) and key[1:] in _FIELDS and key[1:] not in overrides:
+                values["ignored_after_bom"] = f"{key[1:]}={raw}"
     values.update(overrides)
     cfg = BrokerConfig(**values, source=source)  # type: ignore[arg-type]
     for name in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum"):

@@ -31,6 +31,7 @@ from schemas.salvage import SALVAGED
 
 from . import recordformat as rf
 from .commitlog import SegmentScan, SegmentSummary
+from .exceptions import OutputError
 
 # What the scan materialises for a lost record.
 SCAN_COLUMNS = ("phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
@@ -461,17 +462,20 @@ def write_part(tables: Iterable[pa.Table], path: str, fmt: str) -> dict[str, int
     """Write one segment's rows to ``path`` (``fmt``: jsonl or parquet); returns counts per verdict."""
     counts = {"send": 0, "skip": 0}
     writer = None
-    with open(path, "wb") as fh:
-        for t in tables:
-            for verdict in counts:
-                counts[verdict] += int(pc.sum(pc.equal(t["replay"], verdict)).as_py() or 0)
-            if fmt == "jsonl":
-                fh.write("".join(jsonl_lines(t)).encode("utf-8"))
-            else:
-                writer = writer or pq.ParquetWriter(fh, SALVAGED.arrow())
-                writer.write_table(t)
-        if fmt == "parquet":
-            (writer or pq.ParquetWriter(fh, SALVAGED.arrow())).close()
+    try:
+        with open(path, "wb") as fh:
+            for t in tables:
+                for verdict in counts:
+                    counts[verdict] += int(pc.sum(pc.equal(t["replay"], verdict)).as_py() or 0)
+                if fmt == "jsonl":
+                    fh.write("".join(jsonl_lines(t)).encode("utf-8"))
+                else:
+                    writer = writer or pq.ParquetWriter(fh, SALVAGED.arrow())
+                    writer.write_table(t)
+            if fmt == "parquet":
+                (writer or pq.ParquetWriter(fh, SALVAGED.arrow())).close()
+    except OSError as exc:          # a full disk: named here, in the task (its note carries the file)
+        raise OutputError(f"{exc.strerror or exc} while writing the salvage file's part", path) from None
     return counts
 
 

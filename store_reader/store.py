@@ -250,8 +250,8 @@ def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef 
     if sized and all(f.size != config.mappedFileSizeCommitLog for f in sized):
         raise FileSizeError(
             f"every commitlog file is {sized[0].size} bytes but mappedFileSizeCommitLog is "
-            f"{config.mappedFileSizeCommitLog} ({config.source or 'broker default'}): pass the "
-            f"broker's broker.conf", str(sized[0].path))
+            f"{config.mappedFileSizeCommitLog} ({config.source or 'broker default'}): "
+            f"{config.settings_hint}", str(sized[0].path))
     mapped = {f.name for f in files}
     left_out = [str(e.location) for d in dirs for e in list_dir(d, "commitlog") if e.name not in mapped]
     store = Store(root=root, config=config, inventory=inv, commitlog_dirs=dirs, commitlog_files=files,

@@ -234,3 +234,44 @@ def test_apply_killed_at_every_change_backup_on_another_filesystem(repaired_refe
     print(f"backup on a tmpfs, {'with' if exchange else 'without'} exchange: {dict(tally)}, "
           f"{time.monotonic() - started:.0f}s")
     assert tally["cases"] == tally["promises kept"]
+
+
+# -- the real job, killed during --apply as the issue's operator did, then run again --------------
+
+@pytest.mark.parametrize("syscall, nth, elsewhere, in_apply", [
+    ("unlinkat", 30, True, True),      # issue 40's first case: deleting the input's copy after the swap
+    ("renameat2", 1, False, True),     # the exchange, same filesystem: the journal written, no swap yet
+    ("renameat2", 1, True, True),      # the same, once the backup is copied to another filesystem
+], ids=["unlinkat30-tmpfs", "exchange-same", "exchange-tmpfs"])
+def test_the_job_killed_during_apply_finishes_when_run_again(repaired_reference, tmp_path, syscall, nth,
+                                                             elsewhere, in_apply, request):
+    """The driver killed by the kernel at a syscall (its own calls only: the JVM is not traced),
+    then the same command run again."""
+    case, repaired = repaired_reference
+    backup_dir = request.getfixturevalue("tmpfs") if elsewhere else tmp_path
+    store, out, backup = tmp_path / "store", tmp_path / "out", backup_dir / "backup"
+    shutil.copytree(support.input_store(*case), store, symlinks=True)
+    want_input = snapshot(store)
+    want_repaired = {k: v for k, v in _content(repaired).items() if k != "MANIFEST.json"}
+    cmd = ["-m", "jobs.recover", "--store", str(store), "--broker-config", str(support.broker_conf(*case)),
+           "--out", str(out), "--apply", "--backup", str(backup)]
+    env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable)
+    killed = subprocess.run([STRACE, "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
+                             "-e", f"inject={syscall}:signal=KILL:when={nth}", sys.executable, *cmd],
+                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert killed.returncode != 0, killed.stderr
+    # at the kill: the store is the input or the repaired store, complete; the backup complete or absent
+    if store.exists():
+        assert snapshot(store) == want_input or \
+            {k: v for k, v in _content(store).items() if k != "MANIFEST.json"} == want_repaired
+    else:
+        assert (tmp_path / "store.apply").exists()
+    assert not backup.exists() or snapshot(backup) == want_input
+    # the same command again: finished (or, killed before the swap began, run again) on its own
+    again = subprocess.run([sys.executable, *cmd], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("finished an interrupted --apply") == in_apply, again.stdout
+    assert {k: v for k, v in _content(store).items() if k != "MANIFEST.json"} == want_repaired
+    assert snapshot(backup) == want_input
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "tmpfs") == \
+        (["backup", "store"] if not elsewhere else ["store"])

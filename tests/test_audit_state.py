@@ -179,3 +179,76 @@ def test_audit_and_recover_report_what_dump_verify_reports(spark, tmp_path):
     for out in (audit_out, recover_out):
         for kind, _, file, message in want:
             assert f"file    {kind} {file}" in out and message in out
+
+
+def _findings(path: str, run_id: str) -> dict[str, list[dict]]:
+    """A run's rows of every findings table, without what names the run."""
+    from jobs.auditrun import FINDING_TABLES
+
+    return {t: [{k: v for k, v in r.items() if k not in ("scanned",)} for r in _run_rows(path, t, run_id)]
+            for t in FINDING_TABLES if t != "segments"}
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("store_kind", ["rocketmq-4.9.7/clean", "rocketmq-5.3.3/clean", "rocketmq-4.9.7/crash-tail",
+                                        "repaired"])
+def test_since_last_on_an_unchanged_store_reports_what_a_full_run_reports(store_kind, spark, tmp_path):
+    """Nothing changed since the last run: --since-last reports the full run's findings row for
+    row, and its exit code (a repaired store: clean, 0, both ways)."""
+    if store_kind == "repaired":
+        case = ("rocketmq-4.9.7", "crash-tail")
+        store = tmp_path / "store"
+        assert _main(recover_job, ["--store", str(input_store(*case)), "--broker-config", str(broker_conf(*case)),
+                                   "--out", str(store)])[0] == 0
+    else:
+        case = tuple(store_kind.split("/"))
+        store = _copy(case, tmp_path / "store")
+    path = str(tmp_path / "audit")
+    args = ["--store", str(store), "--broker-config", str(broker_conf(*case)), "--audit-path", path]
+    full_code, _ = _main(audit_job, args)
+    since_code, out = _main(audit_job, args + ["--since-last"])
+    full, since = _runs(path)
+    assert since["mode"] == "since_last" and (since_code, since["status"]) == (full_code, full["status"])
+    assert _findings(path, since["run_id"]) == _findings(path, full["run_id"])
+    if store_kind == "repaired":
+        assert full_code == 0 and full["status"] == "clean"
+    if "clean" in store_kind:
+        assert since["segments_scanned"] == 0 and "filler" not in out
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_damaged_audit_table_is_one_error_line_naming_it(spark, tmp_path, capsys):
+    """A middle commit removed from segments/_delta_log, or its last commit cut short: the audit,
+    full or --since-last, exits 2 with one ``error:`` line naming the table and what is wrong (no
+    traceback, no Rust backtrace)."""
+    case = ("rocketmq-4.9.7", "clean")
+    store = _copy(case, tmp_path / "store")
+    path = tmp_path / "audit"
+    args = ["--store", str(store), "--broker-config", str(broker_conf(*case)), "--audit-path", str(path)]
+    for _ in range(3):
+        _main(audit_job, args)
+    log = path / "segments" / "_delta_log"
+    commits = sorted(log.glob("*.json"))
+    assert len(commits) >= 3
+    pristine = tmp_path / "pristine"
+    shutil.copytree(path, pristine)
+    damages = {
+        "gap": lambda: commits[1].unlink(),
+        "truncated": lambda: commits[-1].write_bytes(commits[-1].read_bytes()[:len(commits[-1].read_bytes()) // 2]),
+    }
+    for name, damage in damages.items():
+        shutil.rmtree(path)
+        shutil.copytree(pristine, path)
+        damage()
+        for extra in ([], ["--since-last"]):
+            capsys.readouterr()
+            code, _ = _main(audit_job, args + extra)
+            err = capsys.readouterr().err
+            errors = [line for line in err.splitlines() if line.startswith("error")]
+            assert code == 2 and len(errors) == 1, (name, extra, err)
+            assert errors[0].startswith(f"error: could not audit: {path / 'segments'}: "), (name, errors)
+            assert "Traceback" not in err and not any(line.lstrip().startswith(("0: ", "at ")) for line in err.splitlines())
+            assert ("Truncated record" if name == "truncated" else "commit") in errors[0] or \
+                "delta log" in errors[0], errors[0]

@@ -800,3 +800,44 @@ def test_never_imports_pyspark():
     imported = {line.split("|")[-1].strip() for line in p.stderr.splitlines() if "|" in line}
     assert "jobs.dump" in imported or "store_reader" in imported
     assert not [m for m in imported if m.split(".")[0] in ("pyspark", "py4j", "delta")]
+
+
+# -- issue 40: messages that say what is wrong ---------------------------------------------------
+
+def test_a_symbolic_link_that_leads_nowhere_says_so(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    assert run(tmp_path / "a")[::2] == (2, f"dump: error: {tmp_path / 'a'}: is a symbolic link loop "
+                                           "(it leads back to itself)\n")
+    assert run(tmp_path / "dangling")[::2] == (2, f"dump: error: {tmp_path / 'dangling'}: is a symbolic "
+                                                  f"link to {tmp_path / 'gone'}, which does not exist\n")
+    assert run(tmp_path / "missing")[::2] == (2, f"dump: error: {tmp_path / 'missing'}: does not exist\n")
+
+
+def test_a_checkpoint_longer_than_the_broker_maps_is_described_as_such(tmp_path):
+    """A 1 GiB checkpoint (sparse): the broker maps its first 4096 bytes and ignores the rest."""
+    case = (support.VERSIONS[0], "clean")
+    store = tmp_path / "store"
+    shutil.copytree(support.input_store(*case), store)
+    os.truncate(store / "checkpoint", 1 << 30)
+    rc, out, _ = run(store, "--verify", "--json", "--broker-config", support.broker_conf(*case))
+    (found,) = [a for a in json_lines(out) if a.get("kind") == "checkpoint.file_size"]
+    assert found["message"] == (f"checkpoint is {1 << 30} bytes, not 4096: the broker maps its first 4096 "
+                                f"and ignores the {(1 << 30) - 4096} bytes after them")
+
+
+@pytest.mark.parametrize("first", ["maxHashSlotNum", "mappedFileSizeCommitLog"])
+def test_a_broker_conf_with_a_byte_order_mark_is_named(tmp_path, first):
+    """The broker reads broker.conf as ISO-8859-1: a UTF-8 byte order mark makes its first key
+    another key, and that setting keeps its default, for the broker and for this tool alike. The
+    message about sizes that do not fit then says so."""
+    case = (support.VERSIONS[0], "clean")
+    lines = [line for line in support.broker_conf(*case).read_text().splitlines() if line and line[0] != "#"]
+    lines.sort(key=lambda line: not line.startswith(first + "="))
+    conf = tmp_path / "broker.conf"
+    conf.write_text("\ufeff" + "\n".join(lines) + "\n", encoding="utf-8")
+    rc, out, err = run(support.input_store(*case), "--verify", "--broker-config", conf)
+    assert rc == 2
+    assert f"{conf} starts with a UTF-8 byte order mark: the broker, like this tool, does not see its first " \
+           f"setting {lines[0]} and uses the default; remove the mark" in out + err

@@ -28,7 +28,7 @@ _PUBLISHER = textwrap.dedent("""
     if mode == "no-exchange":
         def unsupported(a, b):
             raise OSError(errno.EINVAL, "Invalid argument")
-        publish._exchange = unsupported
+        publish.exchange = unsupported
     tmp = publish.new_temporary(out, "run-" + tag)
     for rel in ("commitlog/00000000000000000000", "consumequeue/T/0/00000000000000000000", "checkpoint"):
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -204,3 +204,23 @@ def test_a_killed_runs_work_directory_is_removed_by_the_next_run_and_a_live_ones
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_an_apply_killed_before_its_journal_replaces_its_own_output(tmp_path):
+    """--apply killed after publishing the repaired store, before its journal: the store untouched,
+    the repaired store of that very store at --out. The same command again replaces it (it is the
+    run's own output), where any other existing output is refused."""
+    store = tmp_path / "store"
+    (store / "commitlog").mkdir(parents=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "MANIFEST.json").write_text(json.dumps({"store": str(store.resolve())}))
+    done = []
+    with publish.claim_outputs(store, str(out), False, str(tmp_path / "backup"), None, done.append):
+        pass
+    assert done == [f"replacing {out}: a repaired store of this store an --apply did not swap in"]
+    (out / "MANIFEST.json").write_text(json.dumps({"store": "/somewhere/else"}))
+    with pytest.raises(StoreReaderError, match="output directory exists"):
+        with publish.claim_outputs(store, str(out), False, str(tmp_path / "backup"), None, done.append):
+            pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "store"]

@@ -9,6 +9,8 @@ compressed with zlib, lz4 and zstd, LMQ and ``__CRC32#`` records).
 from __future__ import annotations
 
 import base64
+import re
+import shutil
 import json
 import os
 import subprocess
@@ -441,3 +443,54 @@ def test_salvaged_messages_audit_table_and_cli(spark, tmp_path):
     assert [(r["old_phy_offset"], r["new_phy_offset"], r["old_queue_offset"], r["new_queue_offset"], r["uniq_key"])
             for r in rows] == [(m["oldPhyOffset"], m["newPhyOffset"], m["oldQueueOffset"], m["newQueueOffset"],
                                 m["uniqKey"]) for m in moved]
+
+
+# -- issue 40: a full filesystem and a killed salvage ------------------------------------------------
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 4 KiB tmpfs mounted for the test: too small for the salvage file."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+@pytest.mark.slow
+def test_a_full_filesystem_is_one_error_line_naming_the_file(small_tmpfs):
+    case = ("rocketmq-4.9.7", "torn-middle-magic")
+    out = small_tmpfs / "lost.jsonl"
+    p = _job(["--store", str(input_store(*case)), "--broker-config", str(broker_conf(*case)), "--out", str(out)])
+    errors = [line for line in p.stderr.split("\n") if "error:" in line]
+    assert p.returncode == 2 and len(errors) == 1, p.stderr
+    # its own line (a progress bar before it ended first), naming the file being written
+    assert re.match(rf"error: {small_tmpfs}/\S+: No space left on device while writing the salvage file",
+                    errors[0]), errors
+    assert "Traceback" not in p.stderr
+    assert os.listdir(small_tmpfs) == []                       # nothing left, hidden or not
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("strace"), reason="strace is not installed (scripts/test.sh installs it)")
+def test_a_killed_salvages_hidden_temporary_is_removed_by_the_next_run(tmp_path):
+    """Killed by the kernel at the link that publishes the file (strace fault injection): its
+    hidden ``.<out>.tmp-*`` is left; the next run removes it and writes the file."""
+    case = ("rocketmq-4.9.7", "torn-middle-magic")
+    out = tmp_path / "lost.jsonl"
+    args = ["--store", str(input_store(*case)), "--broker-config", str(broker_conf(*case)), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    killed = subprocess.run([shutil.which("strace"), "-f", "-qq", "-o", "/dev/null",
+                             "-e", "trace=link,linkat", "-e", "inject=link,linkat:signal=KILL:when=1",
+                             sys.executable, "-m", "jobs.salvage", *args], capture_output=True, text=True,
+                            env=env, timeout=600, cwd=ROOT)
+    assert killed.returncode != 0
+    left = [n for n in os.listdir(tmp_path) if n.startswith(".lost.jsonl.tmp-")]
+    assert left and not out.exists(), os.listdir(tmp_path)
+    p = _job(args)
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["lost.jsonl"] and len(read_jsonl(out)) == 20

@@ -14,7 +14,7 @@ from schemas.findings import INDEX_FINDING_ROW, QUEUE_FINDING_ROW
 from store_reader import dispatch, recovery
 from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.plan import AuditPlan
-from store_reader.audit.queues import BROKER, DISK, REBUILT, compare_queue
+from store_reader.audit.queues import BROKER, DISK, PRE_BLANK, REBUILT, compare_queue
 from store_reader.audit.records import entry_rows, timestamps
 from store_reader.config import CONSUMER_OFFSET_GENERATIONS, read_consumer_offsets
 from store_reader.consumequeue import CQEntries, decode_entries, read_queue_head
@@ -56,10 +56,15 @@ def _queue_file_rows(key: tuple[str, int], plan: AuditPlan) -> list[pa.Table]:
     return out
 
 
-def _range(t: pa.Table, view: int) -> tuple[int, int] | None:
-    """[min, max + 1) of the queue offsets of ``view``'s entries with a positive size."""
+def _range(t: pa.Table, view: int, below: int | None = None) -> tuple[int, int] | None:
+    """[min, max + 1) of the queue offsets of ``view``'s entries with a positive size; ``below``
+    (the rebuilt view of an audit that read the records from there on, ``plan.scope``): the
+    broker's entries below it stand for the records not read."""
     src, size = t["src"].to_numpy(), t["size"].to_numpy()
-    off = t["queue_offset"].to_numpy()[((src & view) != 0) & (size > 0)]
+    keep = ((src & view) != 0) & (size > 0)
+    if below is not None:
+        keep |= ((src & BROKER) != 0) & (size > 0) & (size != PRE_BLANK) & (t["phy_offset"].to_numpy() < below)
+    off = t["queue_offset"].to_numpy()[keep]
     return (int(off.min()), int(off.max()) + 1) if len(off) else None
 
 
@@ -81,7 +86,7 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
             continue
         rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key), key in plan.disk_queues,
                               plan.scope)
-        ranges.append((key, _range(t, DISK), _range(t, REBUILT)))
+        ranges.append((key, _range(t, DISK), _range(t, REBUILT, plan.scope[0] if plan.scope else None)))
     yield "queue_findings", pa.Table.from_pylist(rows, schema=QUEUE_FINDING_ROWS)
     yield "ranges", ranges
 

@@ -49,9 +49,11 @@ def verify_checkpoint(store: Store, found: Findings) -> None:
         return
     found.files_checked += 1
     if c.file_length != CHECKPOINT_FILE_SIZE:
+        past = "reads zeros past its end" if c.file_length < CHECKPOINT_FILE_SIZE else \
+            f"ignores the {c.file_length - CHECKPOINT_FILE_SIZE} bytes after them"
         found.add("checkpoint.file_size", path, c.file_length,
                   f"checkpoint is {c.file_length} bytes, not {CHECKPOINT_FILE_SIZE}: the broker maps "
-                  f"{CHECKPOINT_FILE_SIZE} and reads zeros past the end")
+                  f"its first {CHECKPOINT_FILE_SIZE} and {past}")
 
 
 def broker_load(path: Path) -> ConfigLoad[Any]:

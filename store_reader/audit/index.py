@@ -267,14 +267,16 @@ def _index_files(view: StoreView, found: Findings) -> list[IndexFile]:
             found.add("layout.load_problem", e.path, None, "directory inside the index directory")
             continue
         try:
-            out.append(open_index(e.path, cfg.maxHashSlotNum, cfg.maxIndexNum))
+            out.append(open_index(e.path, cfg.maxHashSlotNum, cfg.maxIndexNum, cfg.settings_hint))
         except StoreReaderError as exc:
             found.unreadable.append(exc)
     return out
 
 
-def open_index(path: PathRef, hash_slot_num: int, index_num: int) -> IndexFile:
-    """An index file, or :class:`CannotRead` naming where its bytes stop fitting the layout."""
+def open_index(path: PathRef, hash_slot_num: int, index_num: int,
+               settings_hint: str = "pass the broker's broker.conf") -> IndexFile:
+    """An index file, or :class:`CannotRead` naming where its bytes stop fitting the layout
+    (``settings_hint``: ``BrokerConfig.settings_hint``)."""
     try:
         return IndexFile(path, hash_slot_num, index_num)
     except FileSizeError:
@@ -282,7 +284,7 @@ def open_index(path: PathRef, hash_slot_num: int, index_num: int) -> IndexFile:
         expected = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
         raise CannotRead(f"index file is {size} bytes but maxHashSlotNum {hash_slot_num} / maxIndexNum "
                          f"{index_num} make {expected}: truncated, or written with other settings "
-                         "(pass the broker's broker.conf)", path, min(size, expected)) from None
+                         f"({settings_hint})", path, min(size, expected)) from None
 
 
 def verify_index(view: StoreView, found: Findings, only: Path | None = None) -> None:

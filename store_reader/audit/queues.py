@@ -177,7 +177,8 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
                     "phy_from": prev_end if prev_end <= nxt else None, "phy_to": nxt if prev_end <= nxt else None,
                     "detail": "records gone between its neighbours' commitlog positions"})
     # ... and past the last record left, up to the max of the queue the broker keeps
-    tail = b[0] > r[0][-1] if len(r[0]) else np.ones(len(b[0]), bool)
+    # (with a scope, judged only where the records were read: below it there are none to miss)
+    tail = (b[0] > r[0][-1] if len(r[0]) else np.ones(len(b[0]), bool)) & scoped(b[1])
     out += _runs("filler", topic, qid, b[0][tail], b[1][tail], b[2][tail],
                  detail="the broker keeps these offsets past the queue's last record left")
     if not on_disk and len(r[0]):           # one row for the queue: its whole range
