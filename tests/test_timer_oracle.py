@@ -159,6 +159,12 @@ def test_real_timer_store_delivers_every_survivor_once(spark, tmp_path, conf, wr
     t = report.timer_store
     assert t is not None and t["dropped"] == DROPPED.get(case, {})
     assert t["units_kept"] == KEPT.get(case, N_TIMER)
+    # the project's own audit of the repaired store finds nothing left to change
+    repaired = open_store(str(out), conf)
+    pred = predict(repaired, "5.x", summaries=repaired.summaries())
+    tp = predict_timer(repaired, pred.max_phy_offset, timer_queue_range(pred))
+    assert all(d is None for d in tp.verdicts.dropped) and not tp.unreached.any()
+    assert (tp.recover.curr_queue_offset, tp.recover.enqueued_again, tp.recover.skipped) == (t["queue_offset"], 0, 0)
     restarted = tmp_path / "restarted"
     shutil.copytree(out, restarted)
     before = _digest(out, ["timerlog", "timerwheel"])
