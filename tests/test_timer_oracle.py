@@ -4,7 +4,9 @@ Stores written by the real 5.3.3 DefaultMessageStore + TimerMessageStore through
 oracle (``compat/src/v5/TimerOracle.java``: the broker's put hook reroutes timer messages to
 rmq_sys_wheel_timer), damaged, repaired by ``jobs.recover``, then the real TimerMessageStore is
 restarted on each repaired store: it loads, its recovery and enqueue change nothing, and the
-dequeue chains of the wheel deliver every surviving timer message exactly once. About 40 s.
+dequeue chains of the wheel deliver every surviving timer message exactly once; and the
+prediction of the broker's own restart on each damaged input is what the broker does. 5.3.3,
+5.4.0, 5.5.1.
 """
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ from tests import oracle
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.oracle]
 
-VERSION = "5.3.3"
+# the releases whose TimerMessageStore is checked (5.4.0 added wheel snapshots and the RocksDB
+# timeline, both off by default): every case on the first, the damage cases on the others
+VERSIONS = ("5.3.3", "5.4.0", "5.5.1")
 # a long timerFlushIntervalMs: the harness's one flush at half the messages is what the files
 # hold, the stale timercheck (and timerwheel) a kill -9 leaves
 BROKER_CONF = """\
@@ -49,13 +53,19 @@ def conf(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory, conf):
-    """(store, what the writer reports) per way the writer ended: halt (kill -9) or shutdown."""
-    out = {}
-    for seed, end in ((11, "halt"), (12, "shutdown")):
-        store = tmp_path_factory.mktemp(f"timer-{end}") / "store"
-        out[end] = (store, oracle.run(VERSION, "TimerOracle", "write", store, conf, N_TIMER, N_NORMAL, seed, end))
-        assert out[end][1]["enqueuedAll"]
-    return out
+    """(store, what the writer reports) per (version, how the writer ended: halt = kill -9, or
+    shutdown), written once per module run."""
+    cache = {}
+
+    def get(version, end):
+        if (version, end) not in cache:
+            store = tmp_path_factory.mktemp(f"timer-{version}-{end}") / "store"
+            seed = 11 if end == "halt" else 12
+            w = oracle.run(version, "TimerOracle", "write", store, conf, N_TIMER, N_NORMAL, seed, end)
+            assert w["enqueuedAll"]
+            cache[(version, end)] = (store, w)
+        return cache[(version, end)]
+    return get
 
 
 def _flip_crc_of(store, written, index):
@@ -113,6 +123,10 @@ KEPT = {"commitlog-cut": 150, "commitlog-cut-salvage": 150, "torn-timerlog": N_T
 CASES = [("clean", "shutdown"), ("kill9-stale-timercheck", "halt"), ("commitlog-cut", "halt"),
          ("commitlog-cut-salvage", "halt"), ("torn-timerlog", "halt"), ("zeroed-timercheck", "halt"),
          ("missing-timerwheel", "halt")]
+DAMAGE = ("kill9-stale-timercheck", "commitlog-cut")
+MATRIX = [pytest.param(v, c, e, id=f"{v}-{c}") for v in VERSIONS for c, e in CASES
+          if v == VERSIONS[0] or c in DAMAGE]
+PREDICTED = [p for p in MATRIX if not p.values[1].endswith("-salvage")]
 
 
 def _deliveries(restarted):
@@ -128,9 +142,9 @@ def _deliveries(restarted):
     return delivered, misses
 
 
-@pytest.mark.parametrize("case,end", CASES, ids=[c for c, _ in CASES])
-def test_real_timer_store_delivers_every_survivor_once(spark, tmp_path, conf, written, case, end):
-    src, w = written[end]
+@pytest.mark.parametrize("version,case,end", MATRIX)
+def test_real_timer_store_delivers_every_survivor_once(spark, tmp_path, conf, written, version, case, end):
+    src, w = written(version, end)
     store = tmp_path / "input"
     shutil.copytree(src, store)
     cut = _damage(case, store, w["written"])
@@ -145,10 +159,16 @@ def test_real_timer_store_delivers_every_survivor_once(spark, tmp_path, conf, wr
     t = report.timer_store
     assert t is not None and t["dropped"] == DROPPED.get(case, {})
     assert t["units_kept"] == KEPT.get(case, N_TIMER)
+    # the project's own audit of the repaired store finds nothing left to change
+    repaired = open_store(str(out), conf)
+    pred = predict(repaired, "5.x", summaries=repaired.summaries())
+    tp = predict_timer(repaired, pred.max_phy_offset, timer_queue_range(pred))
+    assert all(d is None for d in tp.verdicts.dropped) and not tp.unreached.any()
+    assert (tp.recover.curr_queue_offset, tp.recover.enqueued_again, tp.recover.skipped) == (t["queue_offset"], 0, 0)
     restarted = tmp_path / "restarted"
     shutil.copytree(out, restarted)
     before = _digest(out, ["timerlog", "timerwheel"])
-    j = oracle.run(VERSION, "TimerOracle", "restart", restarted, conf)
+    j = oracle.run(version, "TimerOracle", "restart", restarted, conf)
 
     # it loads, and its recovery resumes the enqueue where the repair said
     assert j["loadResult"] and j["timerLoadResult"], j
@@ -168,12 +188,12 @@ def test_real_timer_store_delivers_every_survivor_once(spark, tmp_path, conf, wr
     assert max(delivered.values()) == 1, [k for k, n in delivered.items() if n > 1]
 
 
-@pytest.mark.parametrize("case,end", CASES[:3] + CASES[4:], ids=[c for c, _ in CASES[:3] + CASES[4:]])
-def test_timer_prediction_matches_the_broker_alone(tmp_path, conf, written, case, end):
+@pytest.mark.parametrize("version,case,end", PREDICTED)
+def test_timer_prediction_matches_the_broker_alone(tmp_path, conf, written, version, case, end):
     """On the damaged input itself: the predicted resume offset of the timer queue, the messages
     delivered twice (entries enqueued again) and the dequeue misses (units past the cut or at
     another record) are what the real broker's restart does."""
-    src, w = written[end]
+    src, w = written(version, end)
     store = tmp_path / "input"
     shutil.copytree(src, store)
     _damage(case, store, w["written"])
@@ -181,7 +201,7 @@ def test_timer_prediction_matches_the_broker_alone(tmp_path, conf, written, case
     summaries = s.summaries()
     pred = predict(s, "5.x", summaries=summaries)
     tp = predict_timer(s, pred.max_phy_offset, timer_queue_range(pred))
-    j = oracle.run(VERSION, "TimerOracle", "restart", store, conf)
+    j = oracle.run(version, "TimerOracle", "restart", store, conf)
     assert j["timerLoadResult"]
     assert j["afterRecover"]["currQueueOffset"] == tp.recover.curr_queue_offset
     delivered, misses = _deliveries(j)
