@@ -17,6 +17,10 @@ SUPPORTED=(4.9.7 4.9.8 5.3.3 5.4.0 5.5.1)
 HOME_DIR=${ROCKETMQ_ORACLE_HOME:-$HOME/.cache/rocketmq-recovery-oracle}
 [ $# -gt 0 ] && VERSIONS=("$@") || VERSIONS=("${SUPPORTED[@]}")
 
+if { ! command -v mvn || ! command -v javac; } >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -q maven openjdk-17-jdk-headless >/dev/null 2>&1 ||
+        { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q maven openjdk-17-jdk-headless >/dev/null 2>&1; } || true
+fi
 for tool in mvn javac; do
     command -v "$tool" >/dev/null 2>&1 || { echo "error: build_oracle: '$tool' not found on PATH (apt-get install -y maven openjdk-17-jdk-headless)" >&2; exit 1; }
 done
@@ -53,6 +57,7 @@ for v in "${VERSIONS[@]}"; do
         continue
     fi
     tmp=$(mktemp -d "$HOME_DIR/.build-$v.XXXXXX")
+    chmod 755 "$tmp"
     trap 'rm -rf "$tmp"' EXIT
     if [ -f "$dest/lib.stamp" ] && [ "$(cat "$dest/lib.stamp")" = "$lib_stamp" ]; then
         cp -al "$dest/lib" "$tmp/lib"    # the jars did not change: only the driver is rebuilt

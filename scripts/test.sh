@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): set up, then run every tier, slow ones included.
+#   0. the real-broker oracle built (scripts/build_oracle.sh: the release jars from Maven Central,
+#      cached; its tier is tests/test_real_broker.py, marker oracle);
 #   1. the whole suite with the native scanner;
 #   2. the store_reader tests again with the pure-Python twin (STORE_READER_PURE=1).
 # Extra arguments go to both pytest runs.
@@ -28,6 +30,8 @@ if [ "$(id -u)" = 0 ] && ! command -v strace >/dev/null 2>&1 && command -v apt-g
         { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q strace >/dev/null 2>&1; } ||
         echo "note: strace could not be installed; the syscall kill campaigns will skip"
 fi
+echo "== real-broker oracle (rocketmq-store release jars) =="
+bash scripts/build_oracle.sh || exit 1
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 
 echo "== tests (native scanner) =="

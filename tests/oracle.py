@@ -74,9 +74,11 @@ def run(version: str, main_class: str, *args, timeout: float = 300) -> dict:
 
 
 def restart(version: str, store: str | Path, broker_conf: str | Path, max_keys: int = 200,
-            timeout: float = 300) -> dict:
-    """The real broker restarted on ``store`` IN PLACE (pass a copy): ``oracle.Restart``'s report."""
-    return run(version, "oracle.Restart", store, broker_conf, max_keys, timeout=timeout)
+            entries: bool = True, timeout: float = 300) -> dict:
+    """The real broker restarted on ``store`` IN PLACE (pass a copy): ``oracle.Restart``'s report
+    (``entries=False``: the queues' ranges only, no entries, index answers or consumer offsets)."""
+    return run(version, "oracle.Restart", store, broker_conf, max_keys, "full" if entries else "summary",
+               timeout=timeout)
 
 
 def write(version: str, store: str | Path, broker_conf: str | Path, puts: int, seed: int,

@@ -22,7 +22,7 @@ import org.apache.rocketmq.store.QueryMessageResult;
 /**
  * A broker restart on a store, IN PLACE (the caller passes a copy):
  *
- *   oracle.Restart STORE_DIR BROKER_CONF [MAX_KEYS]
+ *   oracle.Restart STORE_DIR BROKER_CONF [MAX_KEYS [full|summary]]
  *
  * The real DefaultMessageStore under the store's broker.conf: load(), start(), wait until the
  * reput has dispatched everything, then report on stdout (Json) what the broker ended with: the load
@@ -30,7 +30,8 @@ import org.apache.rocketmq.store.QueryMessageResult;
  * each entry resolved to its message, queryMessage answers for up to MAX_KEYS (default 200) keys
  * of those messages (maxNum: the broker's maxMsgsNumBatch), and the consumer offsets the broker's ConsumerOffsetManager would load (the
  * same ConfigManager#load, with its .bak fallback) with the getMessage status of each; then a clean
- * shutdown(). What the restart changed on disk is for the caller to diff.
+ * shutdown(). What the restart changed on disk is for the caller to diff. summary: the queues'
+ * ranges only (no entries, index answers or consumer offsets), for timing a restart on a big store.
  */
 public final class Restart {
     static final long REPUT_TIMEOUT_MS = 300_000L;
@@ -51,6 +52,7 @@ public final class Restart {
     static void restart(String[] args) throws Exception {
         File root = new File(args[0]).getAbsoluteFile();
         int maxKeys = args.length > 2 ? Integer.parseInt(args[2]) : 200;
+        boolean full = args.length <= 3 || "full".equals(args[3]);
         Map<String, Object> j = new LinkedHashMap<>();
         boolean abort = new File(root, "abort").exists();
         j.put("abortFileExisted", abort);
@@ -78,10 +80,12 @@ public final class Restart {
             j.put("startReputSeconds", (System.nanoTime() - t1) / 1e9);
             j.put("minPhyOffset", store.getMinPhyOffset());
             j.put("maxPhyOffset", store.getMaxPhyOffset());
-            Map<String, Map<String, Object>> queues = queues(store, root);
+            Map<String, Map<String, Object>> queues = queues(store, root, full);
             j.put("queues", queues);
-            j.put("index", index(store, queues, maxKeys, s.config.getMaxMsgsNumBatch()));
-            j.put("consumerOffsets", consumerOffsets(store, root));
+            if (full) {
+                j.put("index", index(store, queues, maxKeys, s.config.getMaxMsgsNumBatch()));
+                j.put("consumerOffsets", consumerOffsets(store, root));
+            }
         }
         long t2 = System.nanoTime();
         store.shutdown();
@@ -91,7 +95,7 @@ public final class Restart {
     }
 
     /** topic -> queueId -> {inTable, minOffset, maxOffset, entries}; the queues of the store's table and of consumequeue/. */
-    static Map<String, Map<String, Object>> queues(DefaultMessageStore store, File root) {
+    static Map<String, Map<String, Object>> queues(DefaultMessageStore store, File root, boolean entries) {
         TreeMap<String, TreeSet<Integer>> all = new TreeMap<>();
         for (Map.Entry<String, ? extends Map<Integer, ?>> e : store.getConsumeQueueTable().entrySet()) {
             all.computeIfAbsent(e.getKey(), k -> new TreeSet<>()).addAll(e.getValue().keySet());
@@ -131,11 +135,13 @@ public final class Restart {
                 }
                 q.put("minOffset", min);
                 q.put("maxOffset", max);
-                List<Object> entries = new ArrayList<>();
-                for (long off = min; off < max; off++) {
-                    entries.add(entry(store, topic, qid, off));
+                if (entries) {
+                    List<Object> rows = new ArrayList<>();
+                    for (long off = min; off < max; off++) {
+                        rows.add(entry(store, topic, qid, off));
+                    }
+                    q.put("entries", rows);
                 }
-                q.put("entries", entries);
                 byId.put(String.valueOf(qid), q);
             }
             out.put(topic, byId);
