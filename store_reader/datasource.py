@@ -58,7 +58,7 @@ from .commitlog import DEFAULT_BATCH_SIZE, SegmentScan, summaries_table, summari
 from .exceptions import ConfigError
 from .mappedfile import MappedFile, file_name
 from .recordformat import ScanOptions
-from .recovery import is_5x, resolve_version
+from .recovery import V5X, VERSIONS, is_5x, resolve_version
 from .store import open_store
 
 FORMAT_NAME = "rocketmq"
@@ -350,8 +350,9 @@ class RocketMQReader(DataSourceReader):
         version = options.get("brokerversion")
         try:
             self.broker_5x = store.looks_5x() if version is None else is_5x(resolve_version(version))
-        except ValueError as exc:
-            raise ConfigError(f"option brokerVersion: {exc}") from None
+        except ValueError:
+            raise ConfigError(f"option brokerVersion={version!r} is not one of "
+                              f"{', '.join(VERSIONS + (V5X,))}") from None
         compute = _flag(options, "computeCrc")
         if compute is None:       # CRCs cost a pass over every body: only when a column shows them
             compute = bool(CRC_COLUMNS.get(self.table, set()) & set(self.columns))

@@ -234,3 +234,11 @@ def test_accelerated_recovery_is_refused_by_name(stores, tmp_path):
     with pytest.raises(UnsupportedStoreError, match="enableAcceleratedRecovery"):
         _predict(root, V55, enableAcceleratedRecovery=True)
     assert _predict(root, V54, enableAcceleratedRecovery=True).load_result
+
+
+def test_version_guessed_from_the_store(stores):
+    """Without a version: 5.5 when the checkpoint holds a logicsPhysicalOffset (only 5.5 writes
+    one), else 5.3 for a 5.x store (5.3.3, 5.4.0 and a young 5.5 store look alike)."""
+    crashed, clean = (open_store(stores[k][0], stores[k][0] / "broker.conf") for k in ("crashed-5.5", "clean"))
+    assert (crashed.broker_version(), clean.broker_version()) == (V55, V53)
+    assert recovery.predict(crashed).broker_version == V55

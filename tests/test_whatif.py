@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import pytest
 
@@ -94,3 +95,34 @@ def test_both_versions_side_by_side(spark, zeroed_span, tmp_path, capsys):
     assert audited["differences"] == diff
     assert audit_job.main(args) == 1
     assert "* truncation point" in capsys.readouterr().out
+
+
+def test_any_list_of_versions_side_by_side(capsys):
+    """``all`` or a comma list: one column per version, a star where any two differ, the
+    differences keyed by every version (issue 38 part 3)."""
+    from jobs import whatif
+
+    assert job.parse_args(["--store", "s", "--dry-run", "--broker-version", "all"]).broker_version == "all"
+    assert job.parse_args(["--store", "s", "--dry-run", "--broker-version", "5.3,5.5"]).broker_version == "5.3,5.5"
+    for bad in (["--broker-version", "5.2"], ["--broker-version", "5.3,5.2", "--dry-run"],
+                ["--broker-version", "all"]):                         # a what-if needs --dry-run
+        with pytest.raises(SystemExit):
+            job.parse_args(["--store", "s", "--out", "o", *bad])
+
+    def side(max_phy: int, queue: list[int]) -> dict:
+        p = {"loadResult": True, "loadProblems": [], "recoveryPath": "abnormal", "startFile": "0",
+             "maxPhyOffset": max_phy, "minPhyOffset": 0, "deletedCommitLogFiles": [], "commitLogFiles": ["0"]}
+        return {"prediction": p, "status": "findings", "recordsLost": 0, "queues": {"T/0": queue},
+                "consumerOffsets": [], "findings": {}, "alerting": {}}
+
+    sides = {"5.3": side(100, [0, 5]), "5.4": side(100, [2, 5]), "5.5": side(200, [2, 9])}
+    diff = whatif.differences(sides)
+    assert diff["prediction"] == {"maxPhyOffset": {"5.3": 100, "5.4": 100, "5.5": 200}}
+    assert diff["queues"] == {"T/0": {"5.3": [0, 5], "5.4": [2, 5], "5.5": [2, 9]}}
+    whatif.print_side_by_side({"store": "s", "versions": sides, "differences": diff}, sys.stdout)
+    text = capsys.readouterr().out
+    assert all(f"broker {v}" in text for v in sides)
+    lines = {ln[2:].split("  ")[0].strip(): ln for ln in text.splitlines() if ln[:1] in "* "}
+    assert lines["truncation point"].startswith("*") and lines["recovery path"].startswith(" ")
+    queue = next(ln for ln in text.splitlines() if "T/0" in ln)
+    assert queue.split() == ["*", "T/0", "0..5", "2..5", "2..9"]
