@@ -87,6 +87,9 @@ def _context(app_name: str, conf_file: str | os.PathLike[str] | None, extra: dic
         # spark-submit's launcher is a JVM of its own that only prints the driver's command line:
         # the JIT's C1 tier is all it needs (benchmarks/README.md)
         os.environ.setdefault("SPARK_LAUNCHER_OPTS", "-XX:TieredStopAtLevel=1")
+        # spark-conf/ on the driver's classpath: log4j finds its log4j2.properties there (Spark's
+        # loggers at WARN, its start-up lines off)
+        os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
     elif "log4j2.configurationFile" not in (conf.get(JAVA_OPTIONS) or ""):
         # spark-submit without spark-conf/log4j2.properties: Spark's INFO lines (~450 a run) off
         # from the context's start on, unless the submit asks for them
@@ -169,11 +172,8 @@ def embedded_settings(conf_file: str | os.PathLike[str] | None = None,
     settings.update(extra or {})
     if "spark.local.dir" not in settings and not os.environ.get("SPARK_LOCAL_DIRS"):
         settings["spark.local.dir"] = _local_dir()
-    options = settings.get(JAVA_OPTIONS, "")
-    if "log4j2.configurationFile" not in options:   # Spark's loggers at WARN, its start-up lines off
-        options = f"{options} -Dlog4j2.configurationFile={(SPARK_CONF_DIR / 'log4j2.properties').as_uri()}"
-    settings[JAVA_OPTIONS] = options.strip()
     archive = cds.archive_path()
+    options = settings.get(JAVA_OPTIONS, "")
     if archive is not None and cds.archive_ready(archive) and "Archive" not in options:
         settings[JAVA_OPTIONS] = f"{options} -XX:SharedArchiveFile={archive}".strip()
     return settings
