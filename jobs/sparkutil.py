@@ -87,9 +87,12 @@ def _context(app_name: str, conf_file: str | os.PathLike[str] | None, extra: dic
         # spark-submit's launcher is a JVM of its own that only prints the driver's command line:
         # the JIT's C1 tier is all it needs (benchmarks/README.md)
         os.environ.setdefault("SPARK_LAUNCHER_OPTS", "-XX:TieredStopAtLevel=1")
-        # spark-conf/ on the driver's classpath: log4j finds its log4j2.properties there (Spark's
-        # loggers at WARN, its start-up lines off)
-        os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
+        # Spark's loggers at WARN and its start-up lines off, as under spark-submit (a system
+        # property: the class-data-sharing archive checks the class path, not these)
+        options = conf.get(JAVA_OPTIONS) or ""
+        if "log4j2.configurationFile" not in options:
+            log4j = (SPARK_CONF_DIR / "log4j2.properties").as_uri()
+            conf.set(JAVA_OPTIONS, f"{options} -Dlog4j2.configurationFile={log4j}".strip())
     elif "log4j2.configurationFile" not in (conf.get(JAVA_OPTIONS) or ""):
         # spark-submit without spark-conf/log4j2.properties: Spark's INFO lines (~450 a run) off
         # from the context's start on, unless the submit asks for them
@@ -131,6 +134,7 @@ class JobSpark:
     def session(self):
         from pyspark.sql import SparkSession
 
+        self.sparkContext           # started with the job's settings first
         return SparkSession.builder.getOrCreate()
 
     def __getattr__(self, name: str):
