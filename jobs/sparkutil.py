@@ -87,6 +87,12 @@ def _context(app_name: str, conf_file: str | os.PathLike[str] | None, extra: dic
         # spark-submit's launcher is a JVM of its own that only prints the driver's command line:
         # the JIT's C1 tier is all it needs (benchmarks/README.md)
         os.environ.setdefault("SPARK_LAUNCHER_OPTS", "-XX:TieredStopAtLevel=1")
+        # Spark's loggers at WARN and its start-up lines off, as under spark-submit (a system
+        # property: the class-data-sharing archive checks the class path, not these)
+        options = conf.get(JAVA_OPTIONS) or ""
+        if "log4j2.configurationFile" not in options:
+            log4j = (SPARK_CONF_DIR / "log4j2.properties").as_uri()
+            conf.set(JAVA_OPTIONS, f"{options} -Dlog4j2.configurationFile={log4j}".strip())
     elif "log4j2.configurationFile" not in (conf.get(JAVA_OPTIONS) or ""):
         # spark-submit without spark-conf/log4j2.properties: Spark's INFO lines (~450 a run) off
         # from the context's start on, unless the submit asks for them
@@ -130,6 +136,7 @@ class JobSpark:
     def session(self):
         from pyspark.sql import SparkSession
 
+        self.sparkContext           # started with the job's settings first
         return SparkSession.builder.getOrCreate()
 
     def __getattr__(self, name: str):
@@ -177,11 +184,8 @@ def embedded_settings(conf_file: str | os.PathLike[str] | None = None,
     settings.update(extra or {})
     if "spark.local.dir" not in settings and not os.environ.get("SPARK_LOCAL_DIRS"):
         settings["spark.local.dir"] = _local_dir()
-    options = settings.get(JAVA_OPTIONS, "")
-    if "log4j2.configurationFile" not in options:   # Spark's loggers at WARN, its start-up lines off
-        options = f"{options} -Dlog4j2.configurationFile={(SPARK_CONF_DIR / 'log4j2.properties').as_uri()}"
-    settings[JAVA_OPTIONS] = options.strip()
     archive = cds.archive_path()
+    options = settings.get(JAVA_OPTIONS, "")
     if archive is not None and cds.archive_ready(archive) and "Archive" not in options:
         settings[JAVA_OPTIONS] = f"{options} -XX:SharedArchiveFile={archive}".strip()
     return settings

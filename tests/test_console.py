@@ -119,26 +119,26 @@ def test_dry_run_console(store, tmp_path):
 
 
 @pytest.mark.slow
-def test_spark_submit_console(store):
+def test_spark_submit_console(store, tmp_path):
     """``spark-submit`` merges the Python driver's stderr into its stdout (Spark's PythonRunner):
     the job puts stderr back (``jobs.console.separate_streams``), so the report is stdout alone
-    there too. The JVM's ``Using incubator modules`` warning comes from the java launcher before
-    any of the job runs: the one line allowed before the job's own."""
-    import pyspark
-
-    env = _env()
-    env.update(SPARK_HOME=os.path.dirname(pyspark.__file__), PYSPARK_PYTHON=sys.executable,
-               PYSPARK_DRIVER_PYTHON=sys.executable)
-    cmd = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", "local[2]",
-           "--conf", "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=spark-conf/log4j2.properties",
-           "jobs/recover.py", "--store", str(store), "--broker-config", CONF, "--dry-run"]
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
+    there too. Run as the README shows it from the clone (``scripts/submit.sh``: the .venv's Spark,
+    spark-conf/log4j2.properties, the java launcher's start-up warning dropped), from elsewhere."""
+    submit = [str(ROOT / "scripts" / "submit.sh"), str(ROOT / "jobs" / "recover.py"),
+              "--store", str(store), "--broker-config", CONF]
+    done = subprocess.run(["bash", *submit, "--dry-run"], cwd=tmp_path, env=_env(), capture_output=True,
+                          text=True, timeout=600, stdin=subprocess.DEVNULL)
     embedded, _ = _job("jobs.recover", "--store", str(store), "--broker-config", CONF, "--dry-run")
+    assert done.returncode == 0, done.stderr
     assert done.stdout == embedded.stdout
-    err = [ln for ln in done.stderr.splitlines() if not ln.startswith("WARNING: Using incubator modules")]
+    err = done.stderr.splitlines()
     assert [ln for ln in err if not JOB_LINE.match(ln)] == [], done.stderr
     assert any(" jobs.recover pass audit " in ln for ln in err), done.stderr
+    # a mistake: the one line on stderr, nothing on stdout
+    done = subprocess.run(["bash", *submit, "--out", str(store / "repaired")], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("error: "), done.stderr
 
 
 @pytest.mark.parametrize("job", ["jobs.recover", "jobs.audit", "jobs.dump", "jobs.salvage", "jobs.replicas"])

@@ -112,3 +112,19 @@ def test_every_job_prints_the_audit_tables_counts(spark, store, tmp_path, capsys
                            (f"{sub}messages redelivered", str(redelivered)),
                            (f"{sub}skipped", str(skipped))):
             assert re.search(rf"^. +{re.escape(row)} .*  {re.escape(value)}$", both, re.M), (row, value, both)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_demo_prints_the_audit_tables_counts_and_a_rerun_replaces_its_rows(spark, tmp_path, capsys):
+    """The demo (``jobs.recover --demo``, what scripts/run.sh runs) twice: the same sample store,
+    the same run id, one ``runs`` row; its printed counts are its audit table's."""
+    for _ in range(2):
+        assert recover_job.main(["--demo", str(tmp_path)]) == 0
+        printed = capsys.readouterr().out
+    runs = read_table(str(tmp_path / "audit" / "runs"))
+    assert runs.num_rows == 1, runs.to_pylist()
+    rows = read_table(str(tmp_path / "audit" / "consumer_offset_findings")).to_pylist()
+    assert _printed(printed) == {s: v for s, v in _expected(rows).items() if v[0]}, printed
+    assert runs["consumer_offsets_at_risk"].to_pylist() == [sum(r["at_risk"] for r in rows)]
+    assert f"  report             {tmp_path / 'report.html'}" in printed.splitlines()
