@@ -80,25 +80,26 @@ class AuditRun:
         return fnd.bad_segments(self.summaries)
 
 
-def previous_segments(audit_path: str, store_id: str) -> dict[str, dict]:
-    """The segments rows of the latest earlier run for ``store_id`` (empty when there is none)."""
+def previous_segments(audit_path: str, store_id: str, spark=None) -> dict[str, dict]:
+    """The segments rows of the latest earlier run for ``store_id`` (empty when there is none),
+    read through ``spark`` (``deltasink.read_table``)."""
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        t = read_table(audit_path.rstrip("/") + "/segments")
+        t = read_table(audit_path.rstrip("/") + "/segments", spark=spark)
     except TableNotFoundError:
         return {}
     return audit_state.last_run_segments(t, store_id)
 
 
-def plan_scan(store: Store, audit_path: str, store_id: str, since_last: bool
+def plan_scan(store: Store, audit_path: str, store_id: str, since_last: bool, spark=None
               ) -> tuple[list, dict[str, SegmentSummary]]:
     """(commitlog files to scan, summaries carried over from the last run: ``audit.state``'s
     ``unchanged_segments``)."""
     files = list(store.commitlog_files)
     if not since_last:
         return files, {}
-    prev = previous_segments(audit_path, store_id)
+    prev = previous_segments(audit_path, store_id, spark)
     first = audit_state.unchanged_segments(store, prev)
     carried = {f.name: dataclasses.replace(audittables.summary_from_row(prev[f.name]), path=f.path)
                for f in files[:first]}
@@ -123,7 +124,7 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
             publish.check_outside_store(store.root, target, what)
     if audit_path:
         publish.check_writable(audit_path, "audit path")     # before the scan, not after it
-    to_scan, carried = plan_scan(store, audit_path or "", store_id, since_last)
+    to_scan, carried = plan_scan(store, audit_path or "", store_id, since_last, spark)
     run_id = audit_state.run_id("audit", store, version, "since_last" if since_last else "full")
     with records_dir(run_id, scan_dir) as kept:
         passes = []

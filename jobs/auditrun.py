@@ -1,7 +1,8 @@
 """One run of the Delta audit tables, as the investigation notebooks (``notebooks/``) read it.
 
-The run's row of ``runs`` and its rows of every findings table are read with delta-rs
-(``load_run``) into pandas; the per-queue counts both notebooks chart are built here too.
+The run's row of ``runs`` and its rows of every findings table are read through Spark (delta-spark;
+delta-rs for a session without its jars, ``jobs.deltasink.read_table``) into pandas (``load_run``);
+the per-queue counts both notebooks chart are built here too.
 """
 from __future__ import annotations
 
@@ -58,19 +59,20 @@ class AuditRun:
         return pd.Series({k: self.run.get(k) for k in keys}, name=self.run["store_id"])
 
 
-def _read(audit_path: str, table: str) -> pa.Table:
+def _read(audit_path: str, table: str, spark=None) -> pa.Table:
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return read_table(audit_path.rstrip("/") + "/" + table)
+        return read_table(audit_path.rstrip("/") + "/" + table, spark=spark)
     except TableNotFoundError:           # a run that wrote nothing yet: the table's empty schema
         return A.TABLES[table].arrow().empty_table()
 
 
-def load_run(audit_path: str, store: Store | str | None = None, run_id: str | None = None) -> AuditRun:
+def load_run(audit_path: str, store: Store | str | None = None, run_id: str | None = None,
+             spark=None) -> AuditRun:
     """The audit run ``run_id``, or else the latest run (``audited_at``) of ``store`` (a ``Store``
-    or its ``store_id``), or else the latest run in the tables."""
-    runs = _read(audit_path, "runs")
+    or its ``store_id``), or else the latest run in the tables; read through ``spark``."""
+    runs = _read(audit_path, "runs", spark)
     if run_id is not None:
         runs = runs.filter(pc.equal(runs["run_id"], run_id))
     elif store is not None:
@@ -81,7 +83,7 @@ def load_run(audit_path: str, store: Store | str | None = None, run_id: str | No
     run = runs.sort_by([("audited_at", "descending")]).slice(0, 1).to_pylist()[0]
     tables = {}
     for name in FINDING_TABLES:
-        t = _read(audit_path, name)
+        t = _read(audit_path, name, spark)
         t = t.filter(pc.equal(t["run_id"], run["run_id"]))
         tables[name] = t.drop_columns(["run_id", "store_id", "audited_at"]).to_pandas()
     return AuditRun(run, tables)

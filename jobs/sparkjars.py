@@ -31,6 +31,9 @@ from jobs import cds
 DELTA_ARTIFACT = "io.delta:delta-spark_2.13"
 HADOOP_AWS_ARTIFACT = "org.apache.hadoop:hadoop-aws"
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+# the goal by its full name: a repository that cannot be reached is then named in Maven's error
+# ("Plugin ... could not be resolved"), not "No plugin found for prefix 'dependency'"
+COPY_DEPENDENCIES = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
 _SPARK_JAR = re.compile(r"^(.*?)-\d")       # an artifact id from a Maven jar name: up to -<version>
 
 
@@ -96,7 +99,7 @@ def install() -> str:
         spark_has = sorted({m.group(1) for p in cds._spark_jars().glob("*.jar")
                             if (m := _SPARK_JAR.match(p.name))})
         p = subprocess.run([mvn, "-B", "-q", "-f", str(work / "pom.xml"),
-                            f"-Dmaven.repo.local={work / 'm2'}", "dependency:copy-dependencies",
+                            f"-Dmaven.repo.local={work / 'm2'}", COPY_DEPENDENCIES,
                             f"-DoutputDirectory={work / 'jars'}", "-DincludeScope=runtime",
                             f"-DexcludeArtifactIds={','.join(spark_has)}"],
                            capture_output=True, text=True)
@@ -104,7 +107,7 @@ def install() -> str:
             lines = [ln.strip() for ln in (p.stdout + p.stderr).splitlines() if "[ERROR]" in ln]
             reason = re.sub(r"\x1b\[[0-9;]*m", "", lines[0] if lines else f"exit {p.returncode}")
             raise RuntimeError(f"mvn could not resolve {', '.join(coords)} from {repo}: "
-                               f"{reason.replace('[ERROR]', '').strip()[:400]}")
+                               f"{reason.replace('[ERROR]', '').strip()[:700]}")
         try:
             os.rename(work / "jars", target)
         except OSError:

@@ -24,7 +24,7 @@ from store_reader import checkpoint as ck
 from store_reader import config as cf
 from store_reader import consumequeue as cq
 from store_reader import indexfile as ix
-from store_reader import open_store, recovery, storefs
+from store_reader import fsutil, open_store, recovery, storefs
 from store_reader.commitlog import scan_segment, summarize_segment
 from store_reader.exceptions import (CorruptEntryError, NotAStoreError, StoreReaderError,
                                      UnreadableFileError)
@@ -467,3 +467,27 @@ def test_location_paths_join_like_pathlib():
     assert storefs.location(Path("/tmp/x")).ref == "/tmp/x"
     with pytest.raises(ValueError):
         storefs.location(loc, fs)
+
+
+def test_every_path_derived_from_a_uri_keeps_its_options(s3_server, monkeypatch):
+    """A store named by a URI with options (the server's endpoint, nothing in the environment):
+    every location derived from its root (joins, parents, ``.bak`` names, directory listings, the
+    store's own paths) keeps the options, and its ``str()`` opens the same filesystem again; the
+    consumer offsets read from it equal the local store's."""
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    case = ("rocketmq-4.9.7", "oldest-deleted")
+    local = support.input_store(*case)
+    uri = s3_server.with_options(s3_server.upload(local, "stores", "options/store"))
+    query = uri.partition("?")[2]
+    store = open_store(uri, support.broker_conf(*case))
+    derived = [store.root, store.config_dir / "consumerOffset.json", store.checkpoint_path.suffixed(".bak"),
+               (store.consume_queue_dir / "x").parent, *(e.path for e in fsutil.list_dir(store.index_dir, "index")),
+               *(f.path for f in store.commitlog_files)]
+    for loc in derived:
+        assert loc.query == query and str(loc).endswith("?" + query), loc
+        again = storefs.location(str(loc))
+        assert again == loc and again.query == query
+    assert str(store.root) == uri
+    assert cf.read_consumer_offsets(str(store.config_dir / "consumerOffset.json")).value == \
+        cf.read_consumer_offsets(local / "config" / "consumerOffset.json").value

@@ -52,6 +52,11 @@ def _job(module: str, args: list[str], env: dict) -> subprocess.CompletedProcess
                           text=True, timeout=600)
 
 
+def _why(p: subprocess.CompletedProcess) -> str:
+    """A failed job's stderr without Java's stack frames (which would push the Python error out)."""
+    return "\n".join(ln for ln in p.stderr.splitlines() if not ln.lstrip().startswith("at "))[-4000:]
+
+
 def _rows(audit: str, table: str) -> list[dict]:
     t = read_table(f"{audit}/{table}")
     return sorted((json.dumps({k: v for k, v in r.items() if k not in RUN_KEYS}, sort_keys=True, default=str)
@@ -74,7 +79,7 @@ def test_recover_on_s3_equals_local(stores, s3_server, tmp_path):
         out = tmp_path / f"out-{name}"
         p = _job("jobs.recover", ["--store", store, "--broker-config", conf, "--out", str(out),
                                   "--audit-path", audit, "--json"], job_env)
-        assert p.returncode == 0, p.stderr[-3000:]
+        assert p.returncode == 0, _why(p)
         manifest = json.loads((out / "MANIFEST.json").read_text())
         runs[name] = (json.loads(p.stdout), manifest, audit)
     pred_l, man_l, audit_l = runs["local"]
@@ -98,7 +103,7 @@ def test_dry_run_takes_its_endpoint_from_the_uri(stores, s3_server):
     out = {}
     for name, store, job_env in (("local", local, env), ("uri", s3_server.with_options(remote), _bare_env(s3_server))):
         p = _job("jobs.recover", ["--store", store, "--broker-config", conf, "--dry-run", "--json"], job_env)
-        assert p.returncode == 0 and "error:" not in p.stderr, p.stderr[-3000:]
+        assert p.returncode == 0 and "error:" not in p.stderr, _why(p)
         out[name] = json.loads(p.stdout)
     assert out["uri"] == out["local"]
 
@@ -110,7 +115,7 @@ def test_audit_and_since_last_on_s3_equal_local(stores, s3_server, tmp_path):
     for name, store, job_env in (("local", local, env), ("s3", remote, env),
                                  ("uri", s3_server.with_options(remote), _bare_env(s3_server))):
         p = _job("jobs.audit", ["--store", store, "--broker-config", conf, "--audit-path", audits[name]], job_env)
-        assert p.returncode in (0, 1), p.stderr[-3000:]
+        assert p.returncode in (0, 1), _why(p)
         codes[name] = p.returncode
     assert codes["s3"] == codes["uri"] == codes["local"]
     for table in ("segments", "queue_findings", "index_findings", "consumer_offset_findings",
@@ -120,7 +125,7 @@ def test_audit_and_since_last_on_s3_equal_local(stores, s3_server, tmp_path):
     # nothing changed on S3: the next scheduled run carries every segment over, scans none
     p = _job("jobs.audit", ["--store", remote, "--broker-config", conf, "--audit-path", audits["s3"],
                             "--since-last"], env)
-    assert p.returncode == codes["s3"], p.stderr[-3000:]
+    assert p.returncode == codes["s3"], _why(p)
     assert ", 0 scanned this run" in p.stdout
     runs = read_table(audits["s3"] + "/runs")
     since = runs.filter(pc.equal(runs["mode"], "since_last")).to_pylist()
@@ -132,7 +137,7 @@ def test_replicas_and_dump_on_s3(stores, s3_server, tmp_path):
     local, remote, conf, env = stores
     p = _job("jobs.replicas", ["--master", remote, "--slave", local, "--broker-config", conf,
                                "--audit-path", str(tmp_path / "audit")], env)
-    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.returncode == 0, _why(p)
     assert "IN SYNC" in p.stdout
     rows = read_table(str(tmp_path / "audit" / "replica_findings")).to_pylist()
     pair = [r for r in rows if r["kind"] == "pair"]
@@ -141,12 +146,12 @@ def test_replicas_and_dump_on_s3(stores, s3_server, tmp_path):
     uri = s3_server.with_options(remote)
     p = _job("jobs.replicas", ["--master", uri, "--slave", local, "--broker-config", conf,
                                "--audit-path", str(tmp_path / "audit-uri")], _bare_env(s3_server))
-    assert p.returncode == 0 and "IN SYNC" in p.stdout, p.stderr[-3000:]
+    assert p.returncode == 0 and "IN SYNC" in p.stdout, _why(p)
 
     dumps = {}
     for name, store, job_env in (("local", local, env), ("s3", remote, env), ("uri", uri, _bare_env(s3_server))):
         p = _job("jobs.dump", [store, "--verify", "--json", "--broker-config", conf], job_env)
-        assert p.returncode in (0, 1), p.stderr[-3000:]
+        assert p.returncode in (0, 1), _why(p)
         # a file of a URI store is named by its URI, options included (it opens the same way)
         named = p.stdout.replace("?" + uri.partition("?")[2], "") if name == "uri" else p.stdout
         lines = [json.loads(x) for x in named.replace(store.partition("?")[0], "<store>").splitlines()]
@@ -177,7 +182,7 @@ def test_data_source_reads_s3_like_local(stores, tmp_path):
     """)
     p = subprocess.run([sys.executable, "-c", script, local, remote, conf], env=env, capture_output=True,
                        text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.returncode == 0, _why(p)
     out = json.loads(p.stdout.splitlines()[-1])
     for table, got in out.items():
         assert got["s3"] == got["local"], table
@@ -189,7 +194,7 @@ def test_unwritable_s3_audit_path_is_one_line_and_exit_2(stores):
     local, remote, conf, env = stores
     p = _job("jobs.audit", ["--store", remote, "--broker-config", conf, "--audit-path", "s3://no-such-bucket/audit"],
              env)
-    assert p.returncode == 2, p.stderr[-3000:]
+    assert p.returncode == 2, _why(p)
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "s3://no-such-bucket/audit/" in errors[0] and "NoSuchBucket" in errors[0]
     assert "Traceback" not in p.stderr
@@ -207,7 +212,7 @@ def test_salvage_on_s3_equals_local(s3_server, tmp_path):
         outs[name] = tmp_path / f"lost-{name}.jsonl"
         p = _job("jobs.salvage", ["--store", store, "--broker-config", str(support.broker_conf(*case)),
                                   "--out", str(outs[name])], job_env)
-        assert p.returncode == 0, p.stderr[-3000:]
+        assert p.returncode == 0, _why(p)
     data = outs["s3"].read_bytes()
     assert data == outs["local"].read_bytes() and data.count(b"\n") == 20
     assert outs["uri"].read_bytes() == data

@@ -62,26 +62,19 @@ def _pins() -> dict[str, str]:
     return dict(d.split("==", 1) for d in deps if "==" in d)
 
 
-def _delta_package() -> str:
-    """The delta-spark Maven coordinate for the pinned pyspark: since Delta 4.1 the artifact names
-    the Spark minor version, and the Scala version is the one pyspark's own jars are built for."""
-    import pyspark
-
-    pins = _pins()
-    (core,) = (Path(pyspark.__file__).parent / "jars").glob("spark-core_*.jar")
-    scala = core.name.split("_", 1)[1].split("-", 1)[0]
-    spark_minor = ".".join(pins["pyspark"].split(".")[:2])
-    return f"io.delta:delta-spark_{spark_minor}_{scala}:{pins['delta-spark']}"
-
-
 def test_conf_files_follow_the_pins():
-    delta = {"spark.jars.packages": _delta_package(),
-             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    """The cluster loads the jars the embedded session does (``jobs.sparkjars``: delta-spark at the
+    pinned version, hadoop-aws at the Hadoop of pyspark's jars) with the same Delta settings."""
+    from jobs import sparkjars
+
+    assert _pins()["delta-spark"] == sparkjars.delta_version()
+    delta = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
              "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
     local = read_conf(SPARK_CONF_DIR / "local.conf")
-    assert read_conf(SPARK_CONF_DIR / "delta.conf") == {**local, **delta}
+    assert {k: v for k, v in read_conf(SPARK_CONF_DIR / "delta.conf").items() if k in delta} == delta
     cluster = read_conf(SPARK_CONF_DIR / "cluster.conf.example")
     assert {k: cluster.get(k) for k in delta} == delta
+    assert cluster["spark.jars.packages"] == ",".join(sparkjars.coordinates())
     assert cluster["spark.archives"] == f"{ARCHIVE.relative_to(ROOT)}#environment"
     assert cluster["spark.pyspark.python"] == "./environment/bin/python"
     assert cluster["spark.sql.execution.arrow.pyspark.enabled"] == "true"
