@@ -19,11 +19,9 @@ import test_version_rules as vr
 from store_reader import open_store, recovery
 from store_reader.checkpoint import read_checkpoint, write_checkpoint
 
-# tests/oracle.py comes with the oracle tier (issue 38 part 1); on a tree without it there is no
-# real broker to ask
-oracle = pytest.importorskip("oracle", reason="the real-broker oracle (tests/oracle.py) is not in this tree")
+import oracle
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.oracle]
 
 RELEASE = {recovery.V53: "5.3.3", recovery.V54: "5.4.0", recovery.V55: "5.5.1"}
 ALL = tuple(RELEASE)
