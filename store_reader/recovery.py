@@ -530,6 +530,11 @@ class Prediction:
     compensated: dict[str, int] = field(default_factory=dict)
     """Controller mode: queue offsets advanced past the records after the confirm offset."""
 
+    @property
+    def broker_5x(self) -> bool:
+        """A 5.x broker's prediction (``is_5x``)."""
+        return is_5x(self.broker_version)
+
     def topic_queue_table(self) -> dict[str, int]:
         table = {f"{t}-{q}": s.max_offset for (t, q), s in self.consume_queues.items()}
         return {**table, **self.compensated}

@@ -104,9 +104,8 @@ def check_repairable(store: Store, pred: Prediction, summaries: Sequence[Segment
         raise StoreReaderError("--salvage in controller mode: the re-appended records would lie past "
                                "the confirm offset, which the broker does not dispatch while fenced "
                                "and a slave truncates", store.root / EPOCH_FILE)
-    from .recovery import is_5x
     from .timerrecovery import check_timer_store
-    check_timer_store(store.config, is_5x(pred.broker_version))
+    check_timer_store(store.config, pred.broker_5x)
     size = store.config.mappedFileSizeCommitLog
     for s in summaries:
         if s.file_size > size and s.valid_bytes > size and s.segment not in pred.deleted_commitlog_files:

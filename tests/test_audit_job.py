@@ -34,9 +34,9 @@ def _rows(t: pa.Table) -> list:
 
 
 def _audit(spark, case):
-    version = recovery.V49 if "4.9" in case[0] else recovery.V5X
+    version = recovery.V49 if "4.9" in case[0] else recovery.V53
     store = open_store(input_store(*case), broker_conf(*case))
-    summaries = store.summaries(store.scan_options(broker_5x=version == recovery.V5X))
+    summaries = store.summaries(store.scan_options(broker_5x=version == recovery.V53))
     pred = recovery.predict(store, version, summaries)
     return fnd.audit(spark, store, pred, summaries)
 
@@ -187,7 +187,7 @@ def test_unfindable_keys_span_commitlog_files(spark, tmp_path):
     store = open_store(root)
     summaries = store.summaries(store.scan_options(broker_5x=store.looks_5x()))
     assert len(summaries) >= 3
-    pred = recovery.predict(store, recovery.V5X if store.looks_5x() else recovery.V49, summaries)
+    pred = recovery.predict(store, recovery.V53 if store.looks_5x() else recovery.V49, summaries)
     keys: dict[str, int] = {}
     records: dict[str, int] = {}
     for s in summaries:

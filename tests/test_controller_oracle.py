@@ -68,7 +68,7 @@ def test_fenced_restart_is_predicted_and_the_repaired_store_is_kept(spark, writt
         shutil.rmtree(store / "consumequeue")
     confirm = w["confirmOffsetAtSecondElection"]
     assert [e["startOffset"] for e in w["epochs"]] == [0, confirm] and w["maxPhyOffset"] > confirm
-    pred = recovery.predict(open_store(store, conf), recovery.V5X)
+    pred = recovery.predict(open_store(store, conf), recovery.V53)
     copy = tmp_path / "restarted"
     shutil.copytree(store, copy)
     got = oracle.run(VERSION, "oracle.ControllerRun", "restart", copy, conf)

@@ -241,7 +241,7 @@ def test_double_write_store_recovers_from_its_file_consume_queue(tmp_path, case)
 
     root = _copy(tmp_path, case)
     plain = open_store(root, support.broker_conf(*case))
-    want = recovery.predict(plain, recovery.V5X)
+    want = recovery.predict(plain, recovery.V53)
     summaries = plain.summaries(plain.scan_options(True))
     start = [s.segment for s in summaries].index(want.start_file) if summaries else 0
     _touch(root, *(f"consumequeue/{n}" for n in ROCKSDB))
@@ -250,10 +250,10 @@ def test_double_write_store_recovers_from_its_file_consume_queue(tmp_path, case)
     unclean = [s for s in summaries[max(0, start - 3):start] if s.end_reason != "eof_marker"]
     if unclean:
         with pytest.raises(UnsupportedStoreError, match="RocksDB double-write") as err:
-            recovery.predict(store, recovery.V5X)
+            recovery.predict(store, recovery.V53)
         assert err.value.path == str(root / "commitlog" / unclean[0].segment)
         return
-    got = recovery.predict(store, recovery.V5X)
+    got = recovery.predict(store, recovery.V53)
     assert prediction_summary(got) == prediction_summary(want)
     assert {k: s.entries().tolist() for k, s in got.consume_queues.items()} == \
         {k: s.entries().tolist() for k, s in want.consume_queues.items()}
@@ -289,11 +289,11 @@ def test_double_write_refused_when_an_earlier_file_would_cut(tmp_path):
     _touch(root, *(f"consumequeue/{n}" for n in ROCKSDB))
     store = open_store(root, _conf(tmp_path, rocksdbCQDoubleWriteEnable="true"))
     with pytest.raises(UnsupportedStoreError, match="depends on the RocksDB consume queue") as err:
-        recovery.predict(store, recovery.V5X)
+        recovery.predict(store, recovery.V53)
     assert err.value.path == str(files[10]) and err.value.position <= 30000
     # no RocksDB queue yet (the setting just turned on): the broker skips it, nothing to refuse
     for name in ROCKSDB:
         (root / "consumequeue" / name).unlink()
     store = open_store(root, _conf(tmp_path, rocksdbCQDoubleWriteEnable="true"))
     assert store.inventory.modes == (inventory.ROCKSDB_CQ_DOUBLE_WRITE,)
-    assert recovery.predict(store, recovery.V5X).load_result
+    assert recovery.predict(store, recovery.V53).load_result

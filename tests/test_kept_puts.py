@@ -36,7 +36,7 @@ def kept(request, tmp_path_factory):
     finally:
         mp.undo()
     assert max(g.rows for g in got) > 3 * 700
-    return (store, recovery.V5X if five else recovery.V49, [g.summary for g in got],
+    return (store, recovery.V53 if five else recovery.V49, [g.summary for g in got],
             {g.summary.segment: g.records_path for g in got})
 
 
@@ -53,7 +53,7 @@ def test_each_batch_of_records_has_its_puts(kept):
 
 def test_replay_predicts_the_same_index_with_the_kept_puts(kept):
     store, version, summaries, records = kept
-    opts = store.scan_options(broker_5x=version == recovery.V5X)
+    opts = store.scan_options(broker_5x=version == recovery.V53)
     source = scanned.prefix_source(records, opts)
     built = recovery.predict(store, version, summaries=summaries, records=source)
     taken = recovery.predict(store, version, summaries=summaries, records=source, puts=scanned.prefix_puts(records))
@@ -68,7 +68,7 @@ def test_index_rebuild_writes_the_same_file_from_the_kept_puts(kept, tmp_path):
     store, version, summaries, records = kept
     pred = recovery.predict(store, version, summaries=summaries)
     end, cfg = pred.max_phy_offset, store.config
-    opts = store.scan_options(broker_5x=version == recovery.V5X)
+    opts = store.scan_options(broker_5x=version == recovery.V53)
     files = [f.path for f in store.commitlog_files if f.start < end]
     counts = [repair.segment_index_counts(p, opts, end)[0] for p in files]
     plan = repair.index_file_plan(counts, cfg.maxIndexNum)

@@ -15,7 +15,7 @@ from store_reader import open_store, repair
 from store_reader.commitlog import scan_segment
 from store_reader.consumequeue import CQ_ENTRY_DTYPE
 from store_reader.recordformat import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
-from store_reader.recovery import V5X, predict
+from store_reader.recovery import V53, predict
 from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
 KiB = 1 << 10
@@ -212,7 +212,7 @@ def test_records_behind_a_kept_span_keep_their_entries_and_index_keys(repaired):
     assert cut.file_start + cut.file_size < report.prediction.max_phy_offset and cut.records_after_cut > 100
     behind = (cut.file_start + cut.resync_position, cut.file_start + cut.file_size)
     store = open_store(out, info.root / "broker.conf")
-    again = predict(store, V5X)
+    again = predict(store, V53)
     served = {int(p) for q in again.consume_queues.values() for p in q.entries()["phy_offset"]
               if behind[0] <= p < behind[1]}
     assert len(served) >= cut.records_after_cut - 20      # transaction halves etc. have no entry

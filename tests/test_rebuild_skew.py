@@ -18,7 +18,7 @@ from store_reader import open_store, repair
 from store_reader.commitlog import scan_segment
 from store_reader.indexfile import build_index_files
 from store_reader.recordformat import ScanOptions
-from store_reader.recovery import V5X, ConsumeQueueState, predict
+from store_reader.recovery import V53, ConsumeQueueState, predict
 from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, encode_message, write_store
 
 KiB = 1 << 10
@@ -107,7 +107,7 @@ def hot_store(tmp_path_factory):
     _synthetic(root, (("Hot", 1),), CrashSpec(torn_tail=True, corrupt="crc"), total_bytes=3 << 20,
                cq_file_size=400 * 20, max_index_num=2500, max_hash_slot_num=300)
     store = open_store(root, root / "broker.conf")
-    return store, predict(store, V5X).max_phy_offset
+    return store, predict(store, V53).max_phy_offset
 
 
 @pytest.mark.spark
@@ -133,7 +133,7 @@ def test_clean_store_rebuilds_the_writers_consume_queues(spark, tmp_path):
     root = _synthetic(tmp_path / "store", (("Hot", 1), ("Cold", 1)), None, total_bytes=2 << 20,
                       cq_file_size=300 * 20)
     store = open_store(root, root / "broker.conf")
-    end = predict(store, V5X).max_phy_offset
+    end = predict(store, V53).max_phy_offset
     rebuilt = _rebuild(spark, store, end, tmp_path / "out")
     assert rebuilt.parts > rebuilt.queues.num_rows                 # the big queues were split
     ours = _trees(tmp_path / "out" / "consumequeue")
@@ -150,7 +150,7 @@ def test_many_small_queues_are_packed_into_few_tasks(spark, tmp_path):
     root = _synthetic(tmp_path / "store", topics, CrashSpec(torn_tail=True), total_bytes=3 << 20,
                       cq_file_size=1000 * 20)
     store = open_store(root, root / "broker.conf")
-    end = predict(store, V5X).max_phy_offset
+    end = predict(store, V53).max_phy_offset
     rebuilt = _rebuild(spark, store, end, tmp_path / "packed")
     assert rebuilt.queues.num_rows > 1000
     assert rebuilt.tasks == spark.sparkContext.defaultParallelism      # not one task per queue
@@ -240,7 +240,7 @@ def test_index_put_counts_from_the_scan_equal_a_recount(spark, tmp_path, damage)
             crc = f.read(4)
             f.seek(-4, os.SEEK_CUR)
             f.write(bytes(b ^ 0xFF for b in crc))
-    end = predict(store, V5X).max_phy_offset
+    end = predict(store, V53).max_phy_offset
     summaries = scan_segments(spark, store, store.scan_options(True))
     opts = ScanOptions(check_crc=False, compute_crc=False, broker_5x=True)
     recount = [repair.segment_index_counts(f.path, opts, end) for f in store.commitlog_files if f.start < end]

@@ -160,7 +160,7 @@ def _without_path(summaries):
 
 
 def _version(case) -> str:
-    return recovery.V5X if case[0].endswith("5.3.3") else recovery.V49
+    return recovery.V53 if case[0].endswith("5.3.3") else recovery.V49
 
 
 # -- discovery, scans, consume queues, index files, checkpoint, config -------------------------------------

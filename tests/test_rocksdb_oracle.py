@@ -34,7 +34,7 @@ def test_double_write_store_is_recovered_from_its_file_queues(spark, tmp_path):
     assert (store / "consumequeue" / "CURRENT").is_file()
     opened = open_store(store, conf)
     assert opened.inventory.modes == (inventory.ROCKSDB_CQ_DOUBLE_WRITE,)
-    pred = recovery.predict(opened, recovery.V5X)
+    pred = recovery.predict(opened, recovery.V53)
     copy = tmp_path / "restarted"
     shutil.copytree(store, copy)
     got = oracle.run("5.3.3", "oracle.DoubleWriteRun", "restart", copy, conf)

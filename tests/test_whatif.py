@@ -113,7 +113,7 @@ def test_any_list_of_versions_side_by_side(capsys):
         p = {"loadResult": True, "loadProblems": [], "recoveryPath": "abnormal", "startFile": "0",
              "maxPhyOffset": max_phy, "minPhyOffset": 0, "deletedCommitLogFiles": [], "commitLogFiles": ["0"]}
         return {"prediction": p, "status": "findings", "recordsLost": 0, "queues": {"T/0": queue},
-                "consumerOffsets": [], "findings": {}, "alerting": {}}
+                "consumerOffsets": [], "consumerOffsetFacts": [], "findings": {}, "alerting": {}}
 
     sides = {"5.3": side(100, [0, 5]), "5.4": side(100, [2, 5]), "5.5": side(200, [2, 9])}
     diff = whatif.differences(sides)
