@@ -57,11 +57,11 @@ class UnitVerdicts:
     """Per unit of a ``TimerLogScan``: ``queue_offset`` of its rmq_sys_wheel_timer entry (-1: none)
     and ``dropped`` (a reason above, or None for a live unit)."""
     queue_offset: np.ndarray
-    dropped: list[str | None]
+    dropped: np.ndarray               # object: a reason or None
 
     @property
     def live(self) -> np.ndarray:
-        return np.array([d is None for d in self.dropped], bool)
+        return np.equal(self.dropped, None)
 
 
 def unit_records(commitlog_files, units: np.ndarray, cut: int) -> np.ndarray:
@@ -120,11 +120,9 @@ def judge(offset_py: np.ndarray, size_py: np.ndarray, qo: np.ndarray, cut: int) 
     if len(offset_py):
         _, idx = np.unique(offset_py, return_index=True)
         first[idx] = True
-    dropped: list[str | None] = []
-    for beyond, hit, is_first in zip(offset_py + np.maximum(size_py, 0) > cut, qo >= 0, first):
-        dropped.append(BEYOND_CUT if beyond else NOT_TIMER_RECORD if not hit else
-                       None if is_first else DUPLICATE)
-    return UnitVerdicts(qo, dropped)
+    beyond = offset_py + np.maximum(size_py, 0) > cut
+    dropped = np.select([beyond, qo < 0, ~first], [BEYOND_CUT, NOT_TIMER_RECORD, DUPLICATE], None)
+    return UnitVerdicts(qo, dropped.astype(object))
 
 
 def enqueue_chains(units: np.ndarray, pos: np.ndarray, precision_ms: int) -> tuple[np.ndarray, np.ndarray]:
@@ -303,10 +301,8 @@ def repair_timer_store(src_root: str, dest_root: str, config: BrokerConfig, queu
                         check.data_counter, True)
     os.makedirs(os.path.join(dest_root, "config"), exist_ok=True)
     ts.write_timercheck(os.path.join(dest_root, "config", ts.TIMERCHECK_FILE), new)
-    dropped: dict[str, int] = {}
-    for d in verdicts.dropped:
-        if d is not None:
-            dropped[d] = dropped.get(d, 0) + 1
+    reasons, counts = np.unique(verdicts.dropped[~live].astype(str), return_counts=True)
+    dropped = {str(r): int(n) for r, n in zip(reasons, counts)}
     if scan.bad_at is not None:
         dropped["timer.torn_log"] = 1
     return RepairedTimerStore(len(scan.units), len(kept), dropped, q, end,

@@ -85,7 +85,7 @@ def test_judge_units():
     u = _units(5, [120] * 5, offset_py=[0, 500, 500, 900, 5000])
     queue = tr.TimerQueue(np.array([0, 1, 2]), np.array([0, 500, 1000]), np.array([500, 500, 500]), 0, 3)
     v = tr.judge_units(ts.TimerLogScan(u, np.arange(5) * 52, [], FILE_SIZE, 260, None), queue, cut=4000)
-    assert v.dropped == [None, None, tr.DUPLICATE, tr.NOT_TIMER_RECORD, tr.BEYOND_CUT]
+    assert v.dropped.tolist() == [None, None, tr.DUPLICATE, tr.NOT_TIMER_RECORD, tr.BEYOND_CUT]
     assert v.queue_offset.tolist() == [0, 1, 1, -1, -1]
 
 

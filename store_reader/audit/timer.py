@@ -109,7 +109,7 @@ def timer_findings(store: Store, cut: int, queue_range: tuple[int, int], found: 
         return path, pos - base
 
     for kind, text in _DROPPED_TEXT.items():
-        idx = np.flatnonzero(np.array([d == kind for d in v.dropped], bool))
+        idx = np.flatnonzero(v.dropped == kind)
         if idx.size:
             found.add(kind, *where(int(scan.pos[idx[0]])), f"{idx.size} timer log unit(s) {text}",
                       phy_offset=int(scan.units["offset_py"][idx[0]]), count=int(idx.size))
