@@ -132,6 +132,8 @@ def timer_findings(store: Store, cut: int, queue_range: tuple[int, int], found: 
                   f"{check.last_timer_queue_offset}/{check.master_timer_queue_offset}, last unit's entry "
                   f"{rec.revised_queue_offset}): {rec.enqueued_again} entries that already have a unit are "
                   "enqueued again and delivered twice (#11047, #6984)", count=rec.enqueued_again)
+    for note in rec.notes:
+        found.note("note.timer_resume_uncertain", check_path, None, note)
     if rec.skipped:
         found.add("timer.skipped_entries", check_path, None,
                   f"the broker's recovery resumes the timer queue at {rec.curr_queue_offset}: {rec.skipped} "
