@@ -212,6 +212,17 @@ def read_wheel(path: str) -> np.ndarray | None:
         return None
 
 
+def latest_wheel_snapshot(root: str) -> tuple[int, str] | None:
+    """(flag, path) of the newest ``timerwheel.<flushPos>`` snapshot (5.4+ with
+    ``timerWheelSnapshotFlush``: ``TimerWheel#getMaxSnapshotFlag``), None without one."""
+    best = None
+    for name in os.listdir(root) if os.path.isdir(root) else ():
+        flag = name[len(TIMERWHEEL_FILE) + 1:]
+        if name.startswith(TIMERWHEEL_FILE + ".") and flag.isdigit() and (best is None or int(flag) > best[0]):
+            best = (int(flag), os.path.join(root, name))
+    return best
+
+
 def slot_index(delayed_time_ms: np.ndarray | int, precision_ms: int) -> np.ndarray | int:
     """TimerWheel#getSlotIndex."""
     return delayed_time_ms // precision_ms % WHEEL_SLOTS

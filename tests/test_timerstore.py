@@ -158,3 +158,11 @@ def test_rocksdb_timeline_is_refused_by_name():
         tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True), broker_5x=True)
     tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True, timerWheelEnable=False), broker_5x=True)
     tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True), broker_5x=False)
+
+
+def test_latest_wheel_snapshot(tmp_path):
+    """5.4+ TimerWheel#getMaxSnapshotFlag: the largest numeric suffix; .tmp and other names ignored."""
+    assert ts.latest_wheel_snapshot(str(tmp_path)) is None
+    for name in ("timerwheel", "timerwheel.100", "timerwheel.2048", "timerwheel.2048.tmp", "timerwheel.x"):
+        (tmp_path / name).write_bytes(b"")
+    assert ts.latest_wheel_snapshot(str(tmp_path)) == (2048, str(tmp_path / "timerwheel.2048"))
