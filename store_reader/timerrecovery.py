@@ -37,13 +37,12 @@ class TimerQueue:
 
     def lookup(self, phy: np.ndarray, size: np.ndarray) -> np.ndarray:
         """The queue offset of the entry at (phy, size), -1 where there is none."""
+        if not len(self.phy):
+            return np.full(len(phy), -1, np.int64)
         order = np.argsort(self.phy, kind="stable")
-        sp = self.phy[order]
-        i = np.searchsorted(sp, phy)
-        i_ok = np.minimum(i, max(len(sp) - 1, 0))
-        hit = (i < len(sp)) & (sp[i_ok] == phy) if len(sp) else np.zeros(len(phy), bool)
-        hit &= self.size[order][i_ok] == size if len(sp) else hit
-        return np.where(hit, self.offset[order][i_ok] if len(sp) else -1, -1)
+        i = np.minimum(np.searchsorted(self.phy[order], phy), len(order) - 1)
+        hit = (self.phy[order][i] == phy) & (self.size[order][i] == size)
+        return np.where(hit, self.offset[order][i], -1)
 
 
 # why a unit is dropped (the first that applies), in audit terms (store_reader.audit.kinds)
@@ -57,11 +56,11 @@ class UnitVerdicts:
     """Per unit of a ``TimerLogScan``: ``queue_offset`` of its rmq_sys_wheel_timer entry (-1: none)
     and ``dropped`` (a reason above, or None for a live unit)."""
     queue_offset: np.ndarray
-    dropped: list[str | None]
+    dropped: np.ndarray               # object: a reason or None
 
     @property
     def live(self) -> np.ndarray:
-        return np.array([d is None for d in self.dropped], bool)
+        return np.equal(self.dropped, None)
 
 
 def unit_records(commitlog_files, units: np.ndarray, cut: int) -> np.ndarray:
@@ -120,11 +119,9 @@ def judge(offset_py: np.ndarray, size_py: np.ndarray, qo: np.ndarray, cut: int) 
     if len(offset_py):
         _, idx = np.unique(offset_py, return_index=True)
         first[idx] = True
-    dropped: list[str | None] = []
-    for beyond, hit, is_first in zip(offset_py + np.maximum(size_py, 0) > cut, qo >= 0, first):
-        dropped.append(BEYOND_CUT if beyond else NOT_TIMER_RECORD if not hit else
-                       None if is_first else DUPLICATE)
-    return UnitVerdicts(qo, dropped)
+    beyond = offset_py + np.maximum(size_py, 0) > cut
+    dropped = np.select([beyond, qo < 0, ~first], [BEYOND_CUT, NOT_TIMER_RECORD, DUPLICATE], None)
+    return UnitVerdicts(qo, dropped.astype(object))
 
 
 def enqueue_chains(units: np.ndarray, pos: np.ndarray, precision_ms: int) -> tuple[np.ndarray, np.ndarray]:
@@ -187,9 +184,10 @@ class TimerRecover:
     revised_queue_offset: int         # reviseQueueOffset's answer, -1: the checkpoint's is used
     curr_queue_offset: int            # where the enqueue service reads rmq_sys_wheel_timer/0 next
     curr_read_time_ms: int            # the first slot the dequeue reads
-    enqueued_again: int               # queue entries the enqueue puts into the wheel again (their units exist)
-    never_enqueued: int               # entries after the units' last one, not yet in the wheel
-    skipped: int                      # entries with no unit the enqueue will never read
+    enqueued_again: int               # entries from currQueueOffset on that have a unit: enqueued twice
+    never_enqueued: int               # entries from currQueueOffset on without one: enqueued now
+    skipped: int                      # entries after the last one with a unit, before currQueueOffset:
+                                      # never enqueued
     notes: list[str] = field(default_factory=list)
 
 
@@ -211,9 +209,11 @@ def recover(scan: ts.TimerLogScan, verdicts: UnitVerdicts, check: ts.TimerCheck,
         last = scan.units[-1]
         if int(last["offset_py"]) + int(last["size_py"]) <= cut and verdicts.queue_offset[-1] >= 0:
             revised = int(verdicts.queue_offset[-1])
-        elif int(last["offset_py"]) + int(last["size_py"]) <= cut:
-            notes.append("the last unit points at a record that is not its timer message: reviseQueueOffset "
-                         "takes that record's own queue offset")
+        elif int(last["size_py"]) > 0 and int(last["offset_py"]) + int(last["size_py"]) <= cut:
+            # getData succeeds there: if the bytes decode, reviseQueueOffset takes that message's
+            # own queue offset (not predicted: the checkpoint's is assumed)
+            notes.append("the last unit points below the cut at bytes that are not its timer record: "
+                         "the resume offset is uncertain")
     curr = check.last_timer_queue_offset if revised == -1 else revised + 1
     curr = min(curr, check.master_timer_queue_offset)
     curr = min(max(curr, queue.min_offset), queue.max_offset)
@@ -223,11 +223,11 @@ def recover(scan: ts.TimerLogScan, verdicts: UnitVerdicts, check: ts.TimerCheck,
     live_qo = verdicts.queue_offset[verdicts.live]
     has_unit[live_qo[(live_qo >= queue.min_offset) & (live_qo < queue.max_offset)] - queue.min_offset] = True
     rel = curr - queue.min_offset
-    last_with_unit = int(np.flatnonzero(has_unit)[-1]) if has_unit.any() else -1
+    after_last_unit = int(np.flatnonzero(has_unit)[-1]) + 1 if has_unit.any() else 0
     return TimerRecover(scan.end, revised, curr, read,
                         enqueued_again=int(has_unit[rel:].sum()),
-                        never_enqueued=int((~has_unit[max(rel, last_with_unit + 1):]).sum()),
-                        skipped=int((~has_unit[:rel])[last_with_unit + 1:].sum()) if rel > last_with_unit + 1 else 0,
+                        never_enqueued=int((~has_unit[rel:]).sum()),
+                        skipped=max(0, rel - after_last_unit),
                         notes=notes)
 
 
@@ -303,10 +303,8 @@ def repair_timer_store(src_root: str, dest_root: str, config: BrokerConfig, queu
                         check.data_counter, True)
     os.makedirs(os.path.join(dest_root, "config"), exist_ok=True)
     ts.write_timercheck(os.path.join(dest_root, "config", ts.TIMERCHECK_FILE), new)
-    dropped: dict[str, int] = {}
-    for d in verdicts.dropped:
-        if d is not None:
-            dropped[d] = dropped.get(d, 0) + 1
+    reasons, counts = np.unique(verdicts.dropped[~live].astype(str), return_counts=True)
+    dropped = {str(r): int(n) for r, n in zip(reasons, counts)}
     if scan.bad_at is not None:
         dropped["timer.torn_log"] = 1
     return RepairedTimerStore(len(scan.units), len(kept), dropped, q, end,

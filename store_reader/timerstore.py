@@ -1,7 +1,7 @@
 """The 5.x timer store's files, read and written in one place: ``timerlog/`` (52-byte units),
 ``timerwheel`` (32-byte slots) and ``config/timercheck``.
 
-Spec ``store-format.md`` §16 (layouts, RocketMQ 5.3.3 / 5.4.0 / 5.5.1 ``TimerLog``, ``TimerWheel``,
+Spec ``store-format.md`` §15 (layouts, RocketMQ 5.3.3 / 5.4.0 / 5.5.1 ``TimerLog``, ``TimerWheel``,
 ``Slot``, ``TimerCheckpoint``). The broker's rules over them (recover, what the dequeue reaches)
 are in ``timerrecovery``.
 
@@ -24,7 +24,7 @@ from schemas import TIMER_UNIT
 from .exceptions import UnreadableFileError
 from .mappedfile import file_name, parse_file_name
 
-# -- layouts (store-format §16) ---------------------------------------------------------------------
+# -- layouts (store-format §15) ---------------------------------------------------------------------
 # TimerLog unit (TimerLog.UNIT_SIZE), big-endian like every ByteBuffer of the broker:
 _UNIT_FIELDS = (
     ("size", ">i4"),             # always UNIT_SIZE
@@ -168,13 +168,16 @@ def scan_timerlog(directory: str, file_size: int) -> TimerLogScan:
                 bad = ~magic_ok(view["magic"]) | (view["size"] != UNIT_SIZE)
                 stop = np.flatnonzero(blank | bad)
                 k = int(stop[0]) if stop.size else n
-                tail = bytes(mm[k * UNIT_SIZE:length])
+                head = bytes(mm[k * UNIT_SIZE:k * UNIT_SIZE + MIN_BLANK_LEN])
+                rest = np.frombuffer(mm, np.uint8, length - k * UNIT_SIZE, k * UNIT_SIZE)
+                dirty = bool(rest.any())
+                del rest                                  # the map closes only without views
         units.append(view[:k])
         positions.append(base + np.arange(k, dtype=np.int64) * UNIT_SIZE)
         end = base + k * UNIT_SIZE
-        if len(tail) >= MIN_BLANK_LEN and BLANK_STRUCT.unpack_from(tail)[2] == BLANK_MAGIC:
+        if len(head) == MIN_BLANK_LEN and BLANK_STRUCT.unpack(head)[2] == BLANK_MAGIC:
             continue                                  # a full file: the next one goes on
-        if tail.count(0) != len(tail) or (base, path) != files[-1]:
+        if dirty or (base, path) != files[-1]:
             bad_at = end                              # torn or corrupt: the broker truncates here
         break
     # astype: concatenating structured arrays gives native byte order
@@ -207,6 +210,17 @@ def read_wheel(path: str) -> np.ndarray | None:
             return np.fromfile(fh, dtype=SLOT_DTYPE, count=WHEEL_SLOTS)
     except FileNotFoundError:
         return None
+
+
+def latest_wheel_snapshot(root: str) -> tuple[int, str] | None:
+    """(flag, path) of the newest ``timerwheel.<flushPos>`` snapshot (5.4+ with
+    ``timerWheelSnapshotFlush``: ``TimerWheel#getMaxSnapshotFlag``), None without one."""
+    best = None
+    for name in os.listdir(root) if os.path.isdir(root) else ():
+        flag = name[len(TIMERWHEEL_FILE) + 1:]
+        if name.startswith(TIMERWHEEL_FILE + ".") and flag.isdigit() and (best is None or int(flag) > best[0]):
+            best = (int(flag), os.path.join(root, name))
+    return best
 
 
 def slot_index(delayed_time_ms: np.ndarray | int, precision_ms: int) -> np.ndarray | int:

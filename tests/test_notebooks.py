@@ -161,7 +161,7 @@ def sums(t: pa.Table, value: str | None = None) -> Counter:
 
 # -- the saved notebooks ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["duplicate_offsets", "lost_offsets"])
+@pytest.mark.parametrize("name", ["duplicate_offsets", "lost_offsets", "timer_schedule"])
 def test_notebooks_are_saved_parameterised_and_without_outputs(name):
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     nbformat.validate(nb)
@@ -294,3 +294,38 @@ def test_lost_offsets_on_the_demo_store(demo, kernel, tmp_path):
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
                       if o.output_type == "stream")
     assert f"lost: {lost.num_rows}, at risk: {at_risk}" in printed
+
+
+# -- timer schedule ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.oracle
+def test_timer_schedule_on_a_cut_store(spark, kernel, tmp_path):
+    """A 5.3.3 store written by the real broker (tests/oracle, 200 timer messages, kill -9), its
+    commitlog cut behind 50 of them, audited: the notebook's fates per unit are the audit's findings,
+    its lost timer messages the audit's lost_messages rows of the timer topic."""
+    from tests import oracle
+    from tests.test_timer_oracle import BROKER_CONF, _damage
+
+    store = tmp_path / "store"
+    conf = tmp_path / "broker.conf"
+    conf.write_text(BROKER_CONF)
+    w = oracle.run("5.3.3", "TimerOracle", "write", store, conf, 200, 100, 11, "halt")
+    _damage("commitlog-cut", store, w["written"])
+    case = Audited(str(store), str(conf), str(tmp_path / "audit"))
+    audit_job.run_audit(spark, case.store, case.audit, case.broker_config)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    nb, summary = execute("timer_schedule", case, kernel, out_dir)
+    found = {r["kind"]: r for r in run_rows(case, "store_findings").to_pylist() if r["kind"].startswith("timer.")}
+    assert set(found) == {"timer.unit_beyond_truncation", "timer.enqueued_again"}
+    assert summary["by_fate"]["lost: past the cut"] == 50 == int(found["timer.unit_beyond_truncation"]["detail"].split()[0])
+    assert f"{summary['enqueued_again']} entries that already have a unit" in found["timer.enqueued_again"]["detail"]
+    assert summary["by_fate"]["delivered twice"] == summary["enqueued_again"] > 0
+    assert summary["units"] == summary["pending"] == 200
+    lost = run_rows(case, "lost_messages")
+    assert summary["lost_by_cut"] == pc.sum(pc.equal(lost["topic"], "rmq_sys_wheel_timer")).as_py() == 49
+    assert_png(summary["plot"], out_dir)
+    assert displayed_images(nb) == 1

@@ -85,7 +85,7 @@ def test_judge_units():
     u = _units(5, [120] * 5, offset_py=[0, 500, 500, 900, 5000])
     queue = tr.TimerQueue(np.array([0, 1, 2]), np.array([0, 500, 1000]), np.array([500, 500, 500]), 0, 3)
     v = tr.judge_units(ts.TimerLogScan(u, np.arange(5) * 52, [], FILE_SIZE, 260, None), queue, cut=4000)
-    assert v.dropped == [None, None, tr.DUPLICATE, tr.NOT_TIMER_RECORD, tr.BEYOND_CUT]
+    assert v.dropped.tolist() == [None, None, tr.DUPLICATE, tr.NOT_TIMER_RECORD, tr.BEYOND_CUT]
     assert v.queue_offset.tolist() == [0, 1, 1, -1, -1]
 
 
@@ -158,3 +158,11 @@ def test_rocksdb_timeline_is_refused_by_name():
         tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True), broker_5x=True)
     tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True, timerWheelEnable=False), broker_5x=True)
     tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True), broker_5x=False)
+
+
+def test_latest_wheel_snapshot(tmp_path):
+    """5.4+ TimerWheel#getMaxSnapshotFlag: the largest numeric suffix; .tmp and other names ignored."""
+    assert ts.latest_wheel_snapshot(str(tmp_path)) is None
+    for name in ("timerwheel", "timerwheel.100", "timerwheel.2048", "timerwheel.2048.tmp", "timerwheel.x"):
+        (tmp_path / name).write_bytes(b"")
+    assert ts.latest_wheel_snapshot(str(tmp_path)) == (2048, str(tmp_path / "timerwheel.2048"))

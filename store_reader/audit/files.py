@@ -13,8 +13,7 @@ from store_reader.audit.commitlog import (PredictedCut, segment_findings, verify
                                           verify_layout)
 from store_reader.audit.queues import verify_queue_files
 from store_reader.audit.report import Findings, join_path, norm_path
-from store_reader.audit.timer import timer_findings
-from store_reader.recordformat import TIMER_TOPIC
+from store_reader.audit.timer import timer_findings, timer_queue_range
 from store_reader.checkpoint import CHECKPOINT_FILE_SIZE, read_checkpoint
 from store_reader.config import (ConfigLoad, load_config, read_consumer_offsets, read_delay_offsets,
                                  read_lmq_consumer_offsets, read_subscription_groups, read_topics)
@@ -139,9 +138,7 @@ def store_file_findings(store: Store, broker_5x: bool | None = None,
         cut = PredictedCut.of(summaries, prediction.start_file, prediction.max_phy_offset)
         segment_findings(summaries, cut, store.scan_options(broker_5x=five).check_crc, found)
         if five and prediction.load_result:
-            timer = prediction.consume_queues.get((TIMER_TOPIC, 0))
-            timer_findings(store, prediction.max_phy_offset,
-                           (timer.min_offset, timer.max_offset) if timer is not None else (0, 0), found)
+            timer_findings(store, prediction.max_phy_offset, timer_queue_range(prediction), found)
     if prediction is not None and prediction.controller is not None:
         u = prediction.unconfirmed
         verify_controller(store, found, prediction.controller, u.records if u else 0,

@@ -167,6 +167,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("timer.read_time_unknown", _S, "anomaly",
          "no timercheck read time: the dequeue restarts 7 days back and delivers again what is "
          "still in the wheel", "timer.timer_findings"),
+    Kind("note.timer_resume_uncertain", _S, "note",
+         "the timer log's last unit points below the cut at bytes that are not its timer record: "
+         "where the broker resumes the timer queue depends on how they decode (not predicted)",
+         "timer.timer_findings"),
     # found by jobs.dump --verify only (they need every record of the commitlog on one machine);
     # the audit reports the same facts in other terms where it can
     Kind("index.no_record", _D, "anomaly",

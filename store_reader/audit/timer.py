@@ -3,6 +3,7 @@ of kinds ``timer.*`` (``kinds.py``). Spark-free; reads the timer files and, per 
 of the record it points at (``timerrecovery.unit_records``)."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,8 +69,15 @@ def predict_timer(store: Store, cut: int, queue_range: tuple[int, int],
     scan = ts.scan_timerlog(str(log_dir), cfg.mappedFileSizeTimerLog)
     qo = tr.unit_records(store.commitlog_files, scan.units, cut)
     v = tr.judge(scan.units["offset_py"].astype(np.int64), scan.units["size_py"].astype(np.int64), qo, cut)
-    wheel = ts.read_wheel(str(wheel_path))
     check = ts.read_timercheck(str(check_path))
+    snapshot = ts.latest_wheel_snapshot(str(root)) if cfg.timerWheelSnapshotFlush else None
+    if snapshot is not None:
+        # 5.4+: the newest snapshot is the wheel; its flag, when positive, the flush position the
+        # rescan starts from
+        wheel_path = Path(snapshot[1])
+        if snapshot[0] > 0:
+            check = dataclasses.replace(check, last_timer_log_flush_pos=snapshot[0])
+    wheel = ts.read_wheel(str(wheel_path))
     queue = tr.TimerQueue(qo[qo >= 0], np.zeros(0), np.zeros(0), *queue_range)
     rec = tr.recover(scan, v, check, queue, cut, now_ms, precision)
     # the wheel as the broker ends its recovery: recoverAndRevise re-links the slots of the units
@@ -109,7 +117,7 @@ def timer_findings(store: Store, cut: int, queue_range: tuple[int, int], found: 
         return path, pos - base
 
     for kind, text in _DROPPED_TEXT.items():
-        idx = np.flatnonzero(np.array([d == kind for d in v.dropped], bool))
+        idx = np.flatnonzero(v.dropped == kind)
         if idx.size:
             found.add(kind, *where(int(scan.pos[idx[0]])), f"{idx.size} timer log unit(s) {text}",
                       phy_offset=int(scan.units["offset_py"][idx[0]]), count=int(idx.size))
@@ -132,6 +140,8 @@ def timer_findings(store: Store, cut: int, queue_range: tuple[int, int], found: 
                   f"{check.last_timer_queue_offset}/{check.master_timer_queue_offset}, last unit's entry "
                   f"{rec.revised_queue_offset}): {rec.enqueued_again} entries that already have a unit are "
                   "enqueued again and delivered twice (#11047, #6984)", count=rec.enqueued_again)
+    for note in rec.notes:
+        found.note("note.timer_resume_uncertain", check_path, None, note)
     if rec.skipped:
         found.add("timer.skipped_entries", check_path, None,
                   f"the broker's recovery resumes the timer queue at {rec.curr_queue_offset}: {rec.skipped} "
