@@ -1,10 +1,7 @@
 package oracle;
 
 import java.io.File;
-import java.util.ArrayList;
-import java.util.Collections;
 import java.util.LinkedHashMap;
-import java.util.List;
 import java.util.Map;
 import java.util.Random;
 
@@ -18,7 +15,7 @@ import org.apache.rocketmq.store.dledger.DLedgerCommitLog;
  *
  *   oracle.DLedgerWrite STORE_DIR BROKER_CONF N SEED
  *
- * load(), start(), wait until the member is the leader, N puts (oracle.Write's plan), then
+ * load(), start(), wait until the member is the leader, N puts (ModeStores#put), then
  * Runtime.halt as a kill -9. Prints (Json) the acked puts and the store's max phy offset.
  */
 public final class DLedgerWrite {
@@ -45,14 +42,8 @@ public final class DLedgerWrite {
                 }
                 Thread.sleep(10);
             }
-            List<Object> acked = Collections.synchronizedList(new ArrayList<>());
-            List<Object> refused = Collections.synchronizedList(new ArrayList<>());
-            for (int i = 0; i < n; i++) {
-                Write.put(store, rnd, i, acked, refused);
-            }
             Map<String, Object> j = new LinkedHashMap<>();
-            j.put("written", new ArrayList<>(acked));
-            j.put("refused", refused);
+            j.put("written", ModeStores.put(store, rnd, 0, n));
             j.put("maxPhyOffset", store.getMaxPhyOffset());
             Json.emit(j);
             Runtime.getRuntime().halt(0);

@@ -1,8 +1,6 @@
 package oracle;
 
 import java.io.File;
-import java.util.ArrayList;
-import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -19,11 +17,13 @@ import org.apache.rocketmq.store.DefaultMessageStore;
  *   oracle.DoubleWriteRun write   STORE_DIR BROKER_CONF N SEED halt|shutdown
  *   oracle.DoubleWriteRun restart STORE_DIR BROKER_CONF
  *
- * write: load(), start(), N puts (oracle.Write's plan), the dispatch waited for, then Runtime.halt
+ * write: load(), start(), N puts (ModeStores#put), the dispatch waited for, then Runtime.halt
  * as a kill -9 (the RocksDB queue keeps what it flushed) or a clean shutdown() (which flushes it).
  * Prints (Json) the acked puts and the store's max phy offset.
  * restart: the same wiring, load(), start(), the reput waited for; prints the recovery path,
- * min/max phy offset and every (file) queue the broker serves (oracle.Restart#queues); shutdown().
+ * min/max phy offset and every (file) queue the broker serves (ModeStores#queues); shutdown().
+ * 5.4+ has no enableRocksdbCQWrite: its DefaultMessageStore builds the CombineConsumeQueueStore
+ * from the same setting.
  */
 public final class DoubleWriteRun {
     private DoubleWriteRun() {
@@ -48,15 +48,12 @@ public final class DoubleWriteRun {
         if (!s.config.isRocksdbCQDoubleWriteEnable()) {
             throw new IllegalStateException("broker.conf must set rocksdbCQDoubleWriteEnable=true");
         }
-        s.store.enableRocksdbCQWrite();
-        return s;
-    }
-
-    static void waitDispatched(DefaultMessageStore store) throws InterruptedException {
-        long deadline = System.currentTimeMillis() + 60_000L;
-        while (store.dispatchBehindBytes() > 0 && System.currentTimeMillis() < deadline) {
-            Thread.sleep(2);
+        try {        // 5.3: BrokerController#initializeMessageStore's call
+            DefaultMessageStore.class.getMethod("enableRocksdbCQWrite").invoke(s.store);
+        } catch (NoSuchMethodException e) {
+            // 5.4+: the constructor already chose CombineConsumeQueueStore
         }
+        return s;
     }
 
     static void write(String[] args) throws Exception {
@@ -68,15 +65,10 @@ public final class DoubleWriteRun {
             throw new IllegalStateException("load() failed on " + root);
         }
         store.start();
-        List<Object> acked = Collections.synchronizedList(new ArrayList<>());
-        List<Object> refused = Collections.synchronizedList(new ArrayList<>());
-        for (int i = 0; i < n; i++) {
-            Write.put(store, rnd, i, acked, refused);
-        }
-        waitDispatched(store);
+        List<Object> acked = ModeStores.put(store, rnd, 0, n);
+        ModeStores.waitDispatched(store);
         Map<String, Object> j = new LinkedHashMap<>();
-        j.put("written", new ArrayList<>(acked));
-        j.put("refused", refused);
+        j.put("written", acked);
         j.put("maxPhyOffset", store.getMaxPhyOffset());
         if ("shutdown".equals(args[5])) {
             store.shutdown();
@@ -96,10 +88,10 @@ public final class DoubleWriteRun {
         j.put("loadResult", loaded);
         if (loaded) {
             store.start();
-            waitDispatched(store);
+            ModeStores.waitDispatched(store);
             j.put("minPhyOffset", store.getMinPhyOffset());
             j.put("maxPhyOffset", store.getMaxPhyOffset());
-            j.put("queues", Restart.queues(store, root));
+            j.put("queues", ModeStores.queues(store));
         }
         store.shutdown();
         Json.emit(j);
