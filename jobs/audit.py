@@ -39,8 +39,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import console
-from jobs import audittables, htmlreport
+from jobs import audittables, console, htmlreport
 from jobs import findings as fnd
 from jobs import whatif
 from jobs.deltasink import read_table, store_id_for

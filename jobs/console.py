@@ -35,19 +35,52 @@ def under_spark_submit() -> bool:
 def separate_streams() -> None:
     """Under ``spark-submit``, point stderr (fd 2) back at the JVM's own stderr when Spark merged
     it into stdout. Anywhere else, or when the JVM's stderr cannot be reopened (not Linux, a
-    socket), nothing changes."""
+    socket), nothing changes; nor for a regular file the JVM writes without O_APPEND (``> log``):
+    a second opening would write at its own offset, over the JVM's lines."""
     if not under_spark_submit():
         return
+    jvm = f"/proc/{os.getppid()}/fd"
     try:
         out, err = os.fstat(1), os.fstat(2)
         if (out.st_dev, out.st_ino) != (err.st_dev, err.st_ino) or not stat.S_ISFIFO(err.st_mode):
             return
-        fd = os.open(f"/proc/{os.getppid()}/fd/2", os.O_WRONLY | os.O_APPEND)
-    except OSError:
+        fd = _jvm_stderr()
+        if fd is not None:
+            sys.stderr.flush()
+            os.dup2(fd, 2)
+            os.close(fd)
+            return
+        if stat.S_ISREG(os.stat(f"{jvm}/2").st_mode):
+            with open(f"{jvm.replace('/fd', '/fdinfo')}/2", encoding="ascii") as fh:
+                flags = next(int(line.split()[1], 8) for line in fh if line.startswith("flags:"))
+            if not flags & os.O_APPEND:
+                return
+        fd = os.open(f"{jvm}/2", os.O_WRONLY | os.O_APPEND)
+    except (OSError, StopIteration, ValueError):
         return
     sys.stderr.flush()
     os.dup2(fd, 2)
     os.close(fd)
+
+
+def _jvm_stderr() -> int | None:
+    """The JVM's own stderr, its very file description (``pidfd_getfd``, Linux 5.6: the same
+    offset, so lines never overwrite each other in a file), or None where the kernel or its
+    ptrace policy does not allow it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pidfd = libc.syscall(434, os.getppid(), 0)                 # SYS_pidfd_open (x86_64, arm64)
+        if pidfd < 0:
+            return None
+        try:
+            fd = libc.syscall(438, pidfd, 2, 0)                    # SYS_pidfd_getfd
+        finally:
+            os.close(pidfd)
+        return fd if fd >= 0 else None
+    except (OSError, AttributeError):
+        return None
 
 
 def progress_bar() -> str:

@@ -50,8 +50,7 @@ from pathlib import Path
 from store_reader import apply, open_store, publish, recovery, repair, scanned
 from store_reader.audit import state as audit_state
 from store_reader.store import Store
-from jobs import console
-from jobs import audittables, htmlreport
+from jobs import audittables, console, htmlreport
 from jobs import salvage as salvage_job
 from jobs import whatif
 from jobs.deltasink import store_id_for
