@@ -30,6 +30,8 @@ import time
 import pytest
 
 import support
+from store_reader import open_store
+from store_reader.exceptions import StoreReaderError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRACE = shutil.which("strace")
@@ -178,6 +180,9 @@ def _campaign(tmp_path, reference, backup_dir, exchange: bool) -> collections.Co
             assert now == want_input or _content(store) == want_repaired, where
         else:
             assert not exchange and (base / "store.apply").exists(), where
+            with pytest.raises(StoreReaderError, match="an --apply was interrupted between two renames"):
+                open_store(store)
+            tally["store path empty between two renames, the journal naming it"] += 1
         # 2. the backup: absent or complete; a temporary one marked incomplete
         if backup.exists():
             assert snapshot(backup) == want_input, where
