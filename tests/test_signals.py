@@ -74,7 +74,6 @@ def _instant(tmp_path, proc, point: str) -> None:
     ("jobs.recover", signal.SIGTERM, "group", "writing"),        # the JVM ends with the driver
     ("jobs.recover", signal.SIGTERM, "driver", "starting"),      # the JVM half started
     ("jobs.recover", signal.SIGTERM, "driver", "unmarked"),      # the repaired store complete, unpublished
-    ("jobs.audit", signal.SIGINT, "group", "scanning"),
     ("jobs.audit", signal.SIGTERM, "driver", "scanning"),
 ], ids=lambda v: v.name if isinstance(v, signal.Signals) else str(v))
 def test_a_stopped_job_says_one_line_and_leaves_nothing(tmp_path, module, sig, to, point):
