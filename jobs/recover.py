@@ -24,8 +24,9 @@ Passes (each a function the notebooks can call):
      re-appended, the checkpoint, config and manifest (7), into a temporary directory of the run's
      own; side by side, the audit (6: what is inconsistent and what the broker's own restart would
      lose or rewind, the findings ``jobs/audit.py`` reports); once both succeeded, the repaired
-     store renamed into place under the output's lock; ``--apply`` then moves the input store to
-     ``--backup`` and the repaired store into its place;
+     store renamed into place under the output's lock; ``--apply`` then swaps it into the input
+     store's place, the input kept at ``--backup``, through a journal the same command run again
+     after a kill finishes (``store_reader.apply``);
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
 A store the broker refuses to start on (a file of the wrong size, a stray entry in ``commitlog/``,

@@ -26,9 +26,8 @@ The steps (``apply_repaired``; ``_advance`` carries them on from whatever state 
    step;
 4. the journal removed.
 
-Directories are told apart by identity (device and inode), which renames keep.
-``STORE_READER_PAUSE_AT`` (``publish.PAUSE_ENV``) stops the process at ``backed-up``,
-``swapped`` and ``moved-aside``, for tests.
+Directories are told apart by identity (device and inode), which renames keep. The tests kill a
+real process at each of these steps' syscalls (``tests/test_apply_kills.py``).
 """
 from __future__ import annotations
 
@@ -37,7 +36,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import uuid
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
@@ -46,7 +44,7 @@ from pathlib import Path
 from . import repair
 from .checkpoint import lock_status
 from .exceptions import StoreReaderError
-from .publish import OutputLock, exchange, pause_point, siblings, unsupported_exchange
+from .publish import OutputLock, exchange, siblings, unsupported_exchange
 
 BACKUP_MARKER = ".backup-incomplete"
 JOURNAL_SUFFIX = ".apply"
@@ -189,8 +187,8 @@ class Finished:
 
     def same_command(self, repaired: str | None, backup: str | None) -> bool:
         """The interrupted run had this ``--out`` and ``--backup``."""
-        return all(p is not None and os.path.abspath(p) == q
-            for p, q in ((repaired, self.journal.repaired), (backup, self.journal.backup)))
+        pairs = ((repaired, self.journal.repaired), (backup, self.journal.backup))
+        return all(p is not None and os.path.abspath(p) == q for p, q in pairs)
 
 
 def finish(store: Path) -> Finished | None:
@@ -249,12 +247,11 @@ def _advance(j: Journal) -> None:
         os.rename(repaired, store)            # killed between the two renames of a swap without exchange
         _sync_dirs(store, repaired)
     if _identity(store) != j.repaired_id:
-        raise StoreReaderError("the store is neither the input nor the repaired store this --apply "
-                               "made; nothing changed", store)
+        raise StoreReaderError(f"the store is neither the input nor the repaired store the --apply of "
+                               f"{j.path} made; look at it, {repaired} and {aside} by hand", store)
     if _identity(repaired) == j.input_id:
         os.rename(repaired, aside)
         _sync_dirs(repaired, aside)
-        pause_point("moved-aside")
     if j.backup_elsewhere and os.path.lexists(aside):
         shutil.rmtree(aside)                  # its copy at the backup is complete
     j.path.unlink()
@@ -269,10 +266,8 @@ def _swap(store: Path, repaired: Path, aside: Path) -> None:
             raise
         os.rename(store, aside)
         _sync_dirs(store, aside)
-        pause_point("store-aside")
         os.rename(repaired, store)
     _sync_dirs(store, repaired)
-    pause_point("swapped")
 
 
 def _sync_dirs(*paths: Path) -> None:
@@ -296,4 +291,3 @@ def _copy_backup(store: Path, backup: Path) -> None:
     repair.sync_path(str(tmp))
     os.rename(tmp, backup)
     repair.sync_path(str(backup.parent))
-    pause_point("backed-up")

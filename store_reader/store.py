@@ -223,6 +223,13 @@ def open_store(path: PathRef, broker_config: BrokerConfig | PathRef | None = Non
 def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef | None,
               strict: bool) -> Store:
     if not root.exists():
+        if isinstance(root, Path):
+            from .apply import journal_path
+
+            if journal_path(root).exists():
+                raise NotAStoreError(f"store directory does not exist: an --apply was interrupted "
+                                     f"between two renames ({journal_path(root)}); run it again to "
+                                     "finish it", str(root))
         raise NotAStoreError("store directory does not exist", str(root))
     if not root.is_dir():
         raise NotAStoreError("store path is not a directory", str(root))
