@@ -72,6 +72,8 @@ def _spark_path(spark, uri: str) -> str:
     import os
 
     base, opts = split_options(uri)
+    if "://" not in base:       # a relative path would be taken for a table name
+        return os.path.abspath(base)
     if not base.startswith(("s3://", "s3a://")):
         return base
     base = "s3a://" + base.split("://", 1)[1]
