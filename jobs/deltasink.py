@@ -197,7 +197,9 @@ def warm_up(spark=None) -> None:
 
 
 def table_uri(audit_path: str, name: str) -> str:
-    return audit_path.rstrip("/") + "/" + name
+    """The table ``name`` under ``audit_path`` (its query's options kept at the end)."""
+    base, sep, query = audit_path.partition("?")
+    return base.rstrip("/") + "/" + name + sep + query
 
 
 def write_tables(audit_path: str, tables: Mapping[str, pa.Table], run_id: str, spark=None,
