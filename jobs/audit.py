@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from jobs import audittables, console, htmlreport
 from jobs import findings as fnd
 from jobs import whatif
-from jobs.deltasink import read_table, store_id_for
+from jobs.deltasink import read_table, store_id_for, table_uri
 from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
 from jobs.taskerrors import reports_store_errors
 from store_reader import open_store, publish, recovery
@@ -85,7 +85,7 @@ def previous_segments(audit_path: str, store_id: str, spark=None) -> dict[str, d
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        t = read_table(audit_path.rstrip("/") + "/segments", spark=spark)
+        t = read_table(table_uri(audit_path, "segments"), spark=spark)
     except TableNotFoundError:
         return {}
     return audit_state.last_run_segments(t, store_id)
@@ -186,12 +186,12 @@ def history(audit_path: str, store_id: str) -> list[dict]:
     """Queue and index findings of a store across its runs: per (table, kind, topic, queue id /
     index lens), the runs that reported it and ``resolved_in``, the first later run that did not
     (None while it is still reported)."""
-    runs = read_table(audit_path.rstrip("/") + "/runs")
+    runs = read_table(table_uri(audit_path, "runs"))
     runs = runs.filter(pc.equal(runs["store_id"], store_id_for(store_id))).sort_by("audited_at")
     order = runs["run_id"].to_pylist()
     out = []
     for table, key in (("queue_findings", ("kind", "topic", "queue_id")), ("index_findings", ("kind", "index"))):
-        t = read_table(audit_path.rstrip("/") + "/" + table)
+        t = read_table(table_uri(audit_path, table))
         t = t.filter(pc.equal(t["store_id"], store_id_for(store_id)))
         seen: dict[tuple, set[str]] = {}
         for r in t.select(["run_id", *key]).to_pylist():

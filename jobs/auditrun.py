@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.deltasink import read_table, store_id_for
+from jobs.deltasink import read_table, store_id_for, table_uri
 from schemas import audit as A
 from store_reader import recovery
 from store_reader.config import CONSUMER_OFFSET_GENERATIONS
@@ -63,7 +63,7 @@ def _read(audit_path: str, table: str, spark=None) -> pa.Table:
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return read_table(audit_path.rstrip("/") + "/" + table, spark=spark)
+        return read_table(table_uri(audit_path, table), spark=spark)
     except TableNotFoundError:           # a run that wrote nothing yet: the table's empty schema
         return A.TABLES[table].arrow().empty_table()
 

@@ -72,6 +72,8 @@ def _spark_path(spark, uri: str) -> str:
     import os
 
     base, opts = split_options(uri)
+    if "://" not in base:       # a relative path would be taken for a table name
+        return os.path.abspath(base)
     if not base.startswith(("s3://", "s3a://")):
         return base
     base = "s3a://" + base.split("://", 1)[1]
@@ -200,7 +202,9 @@ def warm_up(spark=None) -> None:
 
 
 def table_uri(audit_path: str, name: str) -> str:
-    return audit_path.rstrip("/") + "/" + name
+    """The table ``name`` under ``audit_path`` (its query's options kept at the end)."""
+    base, sep, query = audit_path.partition("?")
+    return base.rstrip("/") + "/" + name + sep + query
 
 
 def write_tables(audit_path: str, tables: Mapping[str, pa.Table], run_id: str, spark=None,

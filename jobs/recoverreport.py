@@ -208,8 +208,9 @@ def print_report(report: RunReport, out=None) -> None:
         p("  audit", file=out)
         fnd.print_summary(report.findings, out)
     if report.audit_tables:
-        p(f"  audit tables       {os.path.dirname(report.audit_tables[0])} "
-          f"({', '.join(os.path.basename(u) for u in report.audit_tables)})", file=out)
+        names = [u.partition("?")[0] for u in report.audit_tables]     # an s3a:// path's options
+        p(f"  audit tables       {os.path.dirname(names[0])} ({', '.join(map(os.path.basename, names))})",
+          file=out)
     if report.written and report.timer_store is not None:
         t = report.timer_store
         dropped = ", ".join(f"{n} {k}" for k, n in sorted(t["dropped"].items())) or "none dropped"

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import pyarrow.compute as pc
 
-from jobs import console
+from jobs import console, deltasink
 from jobs.deltasink import audit_rows, store_id_for, write_run_rows
 from jobs.taskerrors import reports_store_errors
 from schemas.replicas import REPLICA_FINDINGS
@@ -141,7 +141,7 @@ def run_id_for(master: Store, slaves: Sequence[Store], range_size: int) -> str:
 
 
 def table_uri(audit_path: str) -> str:
-    return audit_path.rstrip("/") + "/" + TABLE
+    return deltasink.table_uri(audit_path, TABLE)
 
 
 def write_findings(audit_path: str, comparisons: Sequence[replicas.ReplicaComparison], run_id: str,

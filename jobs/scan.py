@@ -3,10 +3,10 @@
 every later pass of the run, none of which reads a segment again."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from store_reader import publish, scanned
+from store_reader.storefs import location
 from store_reader.commitlog import SegmentSummary, summarize_segment
 from store_reader.recordformat import ScanOptions
 from store_reader.store import Store
@@ -67,7 +67,7 @@ def kept_puts(records: dict[str, str] | None):
     file's path and the cut), or None (read the file itself)."""
     if records is None:
         return None
-    return lambda path, end: scanned.index_puts_below(records[os.path.basename(str(path))], end)
+    return lambda path, end: scanned.index_puts_below(records[location(path).name], end)
 
 
 def kept_reader(records: dict[str, str] | None, columns: list[str] | None = None):
@@ -75,4 +75,4 @@ def kept_reader(records: dict[str, str] | None, columns: list[str] | None = None
     them, default all), or None (read the file itself)."""
     if records is None:
         return None
-    return lambda path: scanned.read_records(records[os.path.basename(str(path))], columns)
+    return lambda path: scanned.read_records(records[location(path).name], columns)

@@ -66,7 +66,7 @@ def jars() -> list[str]:
         return []
     try:
         d = jar_dir()
-    except RuntimeError:        # a Spark without Hadoop of its own: no hadoop-aws to match it
+    except RuntimeError:        # a Spark without Hadoop's client jars: nothing matches it
         return []
     return sorted(str(p) for p in d.glob("*.jar")) if d.is_dir() else []
 
