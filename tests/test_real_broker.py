@@ -238,13 +238,15 @@ class Bench:
         repaired = {}
         for c in cases:
             out = self.work / c.name / "repaired"
-            t = time.monotonic()
+            t, digest = time.monotonic(), support.tree_digest(c.store)
             try:
                 report = recover(self.spark, str(c.store), str(out), str(c.conf),
                                  project_version(c.release), commitlog_gone=c.commitlog_gone)
             except StoreReaderError as e:
                 c.result["refused"] = str(e)
                 continue
+            finally:
+                assert support.tree_digest(c.store) == digest, f"{c.name}: the input store was modified"
             c.result["recoverSeconds"] = time.monotonic() - t
             c.result["cut"] = report.prediction.max_phy_offset
             repaired[c.name] = self.broker_restart(c.release, out, c.conf, self.work / c.name / "broker-repaired")
