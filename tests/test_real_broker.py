@@ -480,7 +480,11 @@ def matrix_runs(bench, tmp_path_factory):
             name = f"{release}-{flush.split('_')[0].lower()}-{end}-{kind}-{seed}"
             store = work / name
             shutil.copytree(work / f"written-{wi}", store, symlinks=True)
-            what = damage(store, kind, random.Random(seed), written[wi]["written"], written[wi]["flushedWhere"])
+            rnd = random.Random(seed)
+            what = damage(store, kind, rnd, written[wi]["written"], written[wi]["flushedWhere"])
+            if kind not in ("none", "no-abort") and rnd.random() < 0.3:
+                (store / "abort").unlink(missing_ok=True)    # the same damage on the normal path
+                what += ", abort file removed"
             c = Case(name, release, store, work / f"broker-{wi}.conf", written=written[wi]["written"])
             c.result["damage"] = what
             c.result["writeSeed"] = seeds[wi]
