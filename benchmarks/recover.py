@@ -26,6 +26,10 @@ jobs.buildcds`` would; ``--no-cds`` measures without it). Next to it the referen
 the same passes in ONE process without Spark (segment summaries, ``recovery.predict``, the ``repair`` functions writing
 to a temporary directory; no audit, which needs Spark).
 
+Then the real broker's own restart on a copy of the same store (``tests/oracle.py``, the release jars
+of the version that wrote it: its load, i.e. its recovery, the reput and the shutdown; ``--no-broker``
+skips it), with its max phy offset against the job's truncation point.
+
 Figures are only valid on a quiet machine: the script waits (up to 3 minutes) for the 1-minute load
 average to fall below 1, and before each timed run syncs the previous run's output to disk (its
 write-back would otherwise land in the next run), reads the run's store into the page cache and
@@ -60,6 +64,7 @@ GB = 1e9
 MAX_LOAD = 3.0
 CRASH = CrashSpec(abort=True, stale_checkpoint=True, torn_tail=True, corrupt="crc")
 PASS_LINE = re.compile(r"pass (\S.*?)\s+([0-9.]+)s\b")
+CUT_LINE = re.compile(r"truncation point\s+phy (\d+)")
 SCANS_LINE = re.compile(r"scans per segment ([0-9.]+) \(max ([0-9.]+)\)")
 BASELINE = "d140b73"
 PASSES = ["discover", "scan", "plan", "audit", "rebuild consume queues", "rebuild index",
@@ -269,7 +274,8 @@ def spark_run(store: Path, work: Path, code: Path = ROOT, extra: tuple[str, ...]
     secs = passes.get("scan", (0.0, 0.0))[0]
     plan_secs, plan_at = passes.get("plan", (0.0, 0.0))
     at = plan_at - plan_secs
-    return {"wall": wall, "passes": {k: v[0] for k, v in passes.items()},
+    cut = next((int(m.group(1)) for m in (CUT_LINE.search(line) for _, line in lines) if m), None)
+    return {"wall": wall, "passes": {k: v[0] for k, v in passes.items()}, "cut": cut,
             "peak_one": s.peak_one, "peak_sum": s.peak_sum, "cpu_seconds": sum(s.cpu_seconds.values()),
             "scan_cores": s.core_use(at - secs, at), "all_cores": s.core_use(0, float("inf")),
             "scan_own": s.own_cores(at - secs, at), "all_own": s.own_cores(0, float("inf")),
@@ -371,6 +377,37 @@ def session_start() -> dict:
             _, session, task = line.split()
             return {"process": wall, "session": float(session), "first_task": float(task)}
     raise SystemExit(f"session start failed ({rc})")
+
+
+def broker_run(store: Path, work: Path) -> dict:
+    """The real broker's restart on a copy of ``store`` (``tests/oracle.py``: the release jars of
+    the version the store was written by, 4.9.7 or 5.3.3): its load (the recovery), start and reput
+    until dispatched, and shutdown, in one JVM, timed by the driver and as a whole process."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import oracle
+    from store_reader import open_store
+
+    release = "5.3.3" if open_store(store, store / "broker.conf").looks_5x() else "4.9.7"
+    oracle.build(release)
+    copy = work / "broker-restart"
+    shutil.rmtree(copy, ignore_errors=True)
+    subprocess.run(["cp", "-a", "--reflink=auto", str(store), str(copy)], check=True)
+    os.sync()
+    t = time.monotonic()
+    r = oracle.restart(release, copy, store / "broker.conf", entries=False, timeout=3600)
+    wall = time.monotonic() - t
+    shutil.rmtree(copy, ignore_errors=True)
+    return {"release": release, "wall": wall, "load": r["loadSeconds"], "reput": r.get("startReputSeconds"),
+            "shutdown": r["shutdownSeconds"], "path": r["recoveryPath"], "max_phy": r.get("maxPhyOffset")}
+
+
+def print_broker(sizes: list[dict], runs: list[dict], brokers: list[dict]) -> None:
+    print("\nthe real broker's own restart on the same stores (its release jars; its load is the recovery)")
+    for s, r, b in zip(sizes, runs, brokers):
+        same = "the job's truncation point" if b["max_phy"] == r["cut"] else f"NOT the job's {r['cut']}"
+        print(f"  {s['written_end'] / GB:.2f} GB, rocketmq-store {b['release']}: load {b['load']:.2f} s, start + reput "
+              f"{b['reput']:.2f} s, shutdown {b['shutdown']:.2f} s, the whole JVM {b['wall']:.2f} s "
+              f"({b['path']} path, max phy {b['max_phy']}: {same}); jobs.recover {r['wall']:.2f} s")
 
 
 def reference_run(store: Path, work: Path) -> dict:
@@ -625,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task-cpu", action="store_true",
                     help="also run this tree once more per size with each Python task's CPU logged, and "
                          "print the tasks' CPU by what they run (benchmarks/taskcpu.py)")
+    ap.add_argument("--no-broker", action="store_true",
+                    help="skip the real broker's restart on the same stores (scripts/build_oracle.sh)")
     ap.add_argument("--reference", nargs=2, metavar=("STORE", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.reference:
@@ -638,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"driver JVM class-data sharing: {cds}")
     base = Path(args.dir)
     before_tree = None if args.baseline == "none" else baseline_tree(args.baseline, base)
-    sizes, runs, refs, before, salvaged, task_cpu = [], [], [], [], [], []
+    sizes, runs, refs, before, salvaged, task_cpu, brokers = [], [], [], [], [], [], []
     loads = [load]
     for text in args.sizes.split(","):
         size = parse_size(text)
@@ -656,6 +695,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_reference:
             loads.append(settle(store))
         refs.append(None if args.no_reference else reference_run(store, work))
+        if not args.no_broker:
+            loads.append(settle(store))
+            brokers.append(broker_run(store, work))
         if args.salvage:
             loads.append(settle(store))
             salvaged.append(salvage_runs(store, work))
@@ -679,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
     report(sizes, runs, refs, session, loads, small)
     if before:
         side_by_side(sizes, runs, before, args.baseline)
+    if brokers:
+        print_broker(sizes, runs, brokers)
     if salvaged:
         print_salvage(sizes, runs, salvaged)
     if task_cpu:

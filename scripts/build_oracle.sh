@@ -63,9 +63,9 @@ for v in "${VERSIONS[@]}"; do
         cp -al "$dest/lib" "$tmp/lib"    # the jars did not change: only the driver is rebuilt
     else
         pom "$v" > "$tmp/pom.xml"
-        if ! (cd "$tmp" && mvn -B -q dependency:copy-dependencies -DincludeScope=runtime \
+        if ! (cd "$tmp" && mvn -B -q -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime \
                 -DoutputDirectory="$tmp/lib" > "$tmp/mvn.log" 2>&1); then
-            echo "error: build_oracle: mvn could not resolve org.apache.rocketmq:rocketmq-store:$v and its dependencies from Maven Central ($(grep -m1 -E 'ERROR' "$tmp/mvn.log" | cut -c1-200))" >&2
+            echo "error: build_oracle: mvn could not resolve org.apache.rocketmq:rocketmq-store:$v and its dependencies from Maven Central ($(sed 's/\x1b\[[0-9;]*m//g' "$tmp/mvn.log" | grep -m1 -E 'ERROR' | cut -c1-240))" >&2
             exit 1
         fi
         rm -f "$tmp/pom.xml" "$tmp/mvn.log"

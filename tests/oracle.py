@@ -31,16 +31,23 @@ class OracleError(RuntimeError):
     """The oracle could not be built or a driver failed (the message names which and why)."""
 
 
+_built: set[str] = set()    # versions built (or found up to date) by this process
+
+
 def build(*versions: str) -> None:
-    """``scripts/build_oracle.sh`` for ``versions`` (cheap when already built)."""
+    """``scripts/build_oracle.sh`` for ``versions`` (cheap when already built; once a process)."""
     for v in versions:
         if v not in SUPPORTED:
             raise OracleError(f"unsupported broker version {v} (supported: {', '.join(SUPPORTED)})")
-    p = subprocess.run(["bash", str(ROOT / "scripts" / "build_oracle.sh"), *versions],
+    todo = [v for v in versions if v not in _built]
+    if not todo:
+        return
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "build_oracle.sh"), *todo],
                        capture_output=True, text=True, env=dict(os.environ, ROCKETMQ_ORACLE_HOME=str(HOME)))
     if p.returncode != 0:
         lines = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")] or p.stderr.splitlines()[-1:]
         raise OracleError(lines[-1] if lines else f"build_oracle.sh exited {p.returncode}")
+    _built.update(todo)
 
 
 def classpath(version: str) -> str:
