@@ -21,7 +21,7 @@ import pytest
 from jobs.recover import recover
 from store_reader import open_store
 from store_reader.audit.timer import predict_timer, timer_queue_range
-from store_reader.recovery import predict
+from store_reader.recovery import predict, resolve_version
 from tests import oracle
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.oracle]
@@ -155,13 +155,13 @@ def test_real_timer_store_delivers_every_survivor_once(spark, tmp_path, conf, wr
     assert len(survivors) == {None: N_TIMER}.get(cut, N_TIMER - 1 if salvage else 150)
 
     out = tmp_path / "repaired"
-    report = recover(spark, str(store), str(out), conf, "5.x", salvage=salvage)
+    report = recover(spark, str(store), str(out), conf, resolve_version(version), salvage=salvage)
     t = report.timer_store
     assert t is not None and t["dropped"] == DROPPED.get(case, {})
     assert t["units_kept"] == KEPT.get(case, N_TIMER)
     # the project's own audit of the repaired store finds nothing left to change
     repaired = open_store(str(out), conf)
-    pred = predict(repaired, "5.x", summaries=repaired.summaries())
+    pred = predict(repaired, resolve_version(version), summaries=repaired.summaries())
     tp = predict_timer(repaired, pred.max_phy_offset, timer_queue_range(pred))
     assert all(d is None for d in tp.verdicts.dropped) and not tp.unreached.any()
     assert (tp.recover.curr_queue_offset, tp.recover.enqueued_again, tp.recover.skipped) == (t["queue_offset"], 0, 0)
@@ -199,7 +199,7 @@ def test_timer_prediction_matches_the_broker_alone(tmp_path, conf, written, vers
     _damage(case, store, w["written"])
     s = open_store(str(store), conf)
     summaries = s.summaries()
-    pred = predict(s, "5.x", summaries=summaries)
+    pred = predict(s, resolve_version(version), summaries=summaries)
     tp = predict_timer(s, pred.max_phy_offset, timer_queue_range(pred))
     j = oracle.run(version, "TimerOracle", "restart", store, conf)
     assert j["timerLoadResult"]
