@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pytest
 
 import support
-from jobs.deltasink import read_table
+from jobs.deltasink import read_table, table_uri
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def _why(p: subprocess.CompletedProcess) -> str:
 
 
 def _rows(audit: str, table: str) -> list[dict]:
-    t = read_table(f"{audit}/{table}")
+    t = read_table(table_uri(audit, table))
     return sorted((json.dumps({k: v for k, v in r.items() if k not in RUN_KEYS}, sort_keys=True, default=str)
                    for r in t.to_pylist()))
 
@@ -91,7 +91,7 @@ def test_recover_on_s3_equals_local(stores, s3_server, tmp_path):
         assert man_s["store"] == store
         for table in ("queue_findings", "index_findings", "consumer_offset_findings", "lost_messages"):
             assert _rows(audit_s, table) == _rows(audit_l, table), (name, table)
-        runs_row = read_table(f"{audit_s}/runs").to_pylist()
+        runs_row = read_table(table_uri(audit_s, "runs")).to_pylist()
         assert [r["store_id"] for r in runs_row] == [store]
 
 
