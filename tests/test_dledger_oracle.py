@@ -1,0 +1,186 @@
+"""DLedger stores against the real broker (``compat/src/common/oracle/DLedgerRun``, run by
+``tests/oracle.py`` on the 4.9.7 and 5.3.3 release jars, DLedger 0.3.1.2): a one-member group's
+store written through the real put path and halted (kill -9), then damaged at seeded points, and
+restarted. ``store_reader.dledger`` must predict DLedger's recovery exactly (begin/end index, end
+term, write positions, the committed index and position the checkpoint gives back, data files
+kept) and what the restarted broker serves (every queue's entries); the scanners' DLedger framing
+must read every message the broker acknowledged.
+"""
+from __future__ import annotations
+
+import random
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from store_reader import dledger, open_store
+from store_reader import recordformat as rf
+
+pytestmark = [pytest.mark.slow, pytest.mark.oracle]
+
+VERSIONS = ("4.9.7", "5.3.3")
+FILE_SIZE = 65536
+CONF = """enableDLegerCommitLog=true
+dLegerGroup=oracleDL
+dLegerPeers=n0-127.0.0.1:40911
+dLegerSelfId=n0
+mappedFileSizeCommitLog=65536
+mappedFileSizeConsumeQueue=2000
+maxHashSlotNum=500
+maxIndexNum=2000
+flushDiskType=ASYNC_FLUSH
+"""
+
+
+def _entries(root: Path) -> list[tuple[int, int, int, int]]:
+    """(pos, size, index, term) of every entry in the data files, by header."""
+    out = []
+    for f in sorted((root / "dledger-n0" / "data").iterdir()):
+        buf, start, p = f.read_bytes(), int(f.name), 0
+        while p + 48 <= len(buf):
+            magic, size, index, term = struct.unpack_from(">iiqq", buf, p)
+            if magic != 1 or size <= 0:
+                break
+            out.append((start + p, size, index, term))
+            p += size
+    return out
+
+
+def _patch(root: Path, rel: str, offset: int, data: bytes) -> None:
+    with open(root / rel, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)
+
+
+def _data_patch(root: Path, pos: int, data: bytes) -> None:
+    _patch(root, f"dledger-n0/data/{pos - pos % FILE_SIZE:020d}", pos % FILE_SIZE, data)
+
+
+def _unit_patch(root: Path, index: int, data: bytes) -> None:
+    _patch(root, "dledger-n0/index/00000000000000000000", index * 32, data)
+
+
+# seeded damage: each takes the store and its entries, changes files, returns a label
+def torn_last_entries(root, e, rng):
+    """the last entries never reached the disk: zeros from inside the header of one of the last 3"""
+    pos = e[-rng.randrange(1, 4)][0]
+    _data_patch(root, pos + rng.randrange(0, 8), bytes(e[-1][0] + e[-1][1] - pos))
+
+
+def torn_body(root, e, rng):
+    """the last entry's body torn: DLedger checks no CRC and keeps it"""
+    pos, size = e[-1][:2]
+    _data_patch(root, pos + size - rng.randrange(1, 30), b"\0" * 3)
+
+
+def index_units_lost(root, e, rng):
+    """the last index units never reached the disk: the walk rewrites them"""
+    k = len(e) - rng.randrange(1, 20)
+    _unit_patch(root, k, bytes(32 * (len(e) - k)))
+
+
+def index_unit_wrong(root, e, rng):
+    """one index unit in the middle disagrees (its term): units rewritten from there"""
+    k = rng.randrange(5, len(e) - 5)
+    _unit_patch(root, k, rf.encode_dledger_index_unit(e[k][0], e[k][1], e[k][2], e[k][3] + 7))
+
+
+def header_damaged(root, e, rng):
+    """an entry's pos field damaged in the middle: the log ends there, later files deleted"""
+    k = rng.randrange(len(e) // 3, len(e) - 3)
+    _data_patch(root, e[k][0] + 24, struct.pack(">q", e[k][0] + 1))
+
+
+def term_goes_back(root, e, rng):
+    """an entry of a higher term before entries of a lower one (data and unit agree)"""
+    k = rng.randrange(10, len(e) - 10)
+    _data_patch(root, e[k][0] + 16, struct.pack(">q", 5))
+    _unit_patch(root, k, rf.encode_dledger_index_unit(e[k][0], e[k][1], e[k][2], 5))
+
+
+def checkpoint_ahead(root, e, rng):
+    """the DLedger checkpoint says more was committed than the log keeps"""
+    torn_last_entries(root, e, rng)
+    (root / "dledger-n0" / "checkpoint").write_text(f"committedIndex={len(e) + 5}\nendIndex={len(e) + 5}\n")
+
+
+def checkpoint_behind(root, e, rng):
+    """the checkpoint lags (written every 3 s): an early committed index"""
+    (root / "dledger-n0" / "checkpoint").write_text(f"committedIndex={rng.randrange(0, 20)}\nendIndex=3\n")
+
+
+DAMAGE = [None, torn_last_entries, torn_body, index_units_lost, index_unit_wrong, header_damaged,
+          term_goes_back, checkpoint_ahead, checkpoint_behind]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """One halted DLedger store per version (150 puts, 3 data files) and the puts it acked."""
+    from tests import oracle
+    out = {}
+    base = tmp_path_factory.mktemp("dledger-written")
+    (base / "broker.conf").write_text(CONF)
+    for v in VERSIONS:
+        root = base / v
+        w = oracle.run(v, "oracle.DLedgerRun", "write", root, base / "broker.conf", 150, 5, "halt")
+        out[v] = (root, w)
+    return base, out
+
+
+def _copy(src: Path, dest: Path) -> Path:
+    subprocess.run(["cp", "-a", "--sparse=always", str(src), str(dest)], check=True)
+    return dest
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_framing_reads_every_acked_message(written, version):
+    base, stores = written
+    root, w = stores[version]
+    store = open_store(root, base / "broker.conf", read_dledger=True)
+    got = {r["phy_offset"]: r for r in dledger.restart_keeps(store, dledger.recover(store)).messages.to_pylist()}
+    acked = [p for p in w["written"] if p["status"] == "PUT_OK"]
+    assert len(acked) == 150
+    for p in acked:
+        r = got[p["phy"]]
+        assert (r["topic"], r["queue_id"], r["queue_offset"], r["total_size"]) == \
+            (p["topic"], p["queueId"], p["queueOffset"], p["size"])
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=lambda d: d.__name__ if d else "halted")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_restart_predicted_exactly(written, tmp_path, version, damage):
+    from tests import oracle
+    base, stores = written
+    root = _copy(stores[version][0], tmp_path / "store")
+    if damage is not None:
+        damage(root, _entries(root), random.Random(f"{version}/{damage.__name__}"))
+    store = open_store(root, base / "broker.conf", read_dledger=True)
+    rec = dledger.recover(store)
+    restarted = _copy(root, tmp_path / "restarted")
+    if rec.refused is not None:          # DLedgerMmapFileStore#recover calls System.exit(-1)
+        with pytest.raises(oracle.OracleError, match="exited 255"):
+            oracle.run(version, "oracle.DLedgerRun", "restart", restarted, base / "broker.conf")
+        return
+    kept = dledger.restart_keeps(store, rec)
+    assert not kept.unreadable
+    broker = dledger.broker_restart(store, rec, "4.9" if version.startswith("4") else "5.x")
+    got = oracle.run(version, "oracle.DLedgerRun", "restart", restarted, base / "broker.conf")
+    assert got["loadResult"] and got["committedAndDispatched"]
+    load, after = got["afterLoad"], got["afterCommit"]
+    assert (load["ledgerBeginIndex"], load["ledgerEndIndex"], load["ledgerEndTerm"]) == \
+        (rec.ledger_begin_index, rec.ledger_end_index, rec.ledger_end_term)
+    assert (load["dataWritePosition"], load["indexWritePosition"]) == \
+        (rec.process_offset, rec.index_write_position)
+    assert load["dataFiles"] == len(store.commitlog_files) - len(rec.data_files_deleted)
+    assert (load["committedIndex"], load["committedPos"]) == (rec.committed_index, rec.committed_pos)
+    # the new leader commits every surviving entry; the broker's max phy offset is its end
+    assert (after["committedIndex"], after["committedPos"], after["maxPhyOffset"]) == \
+        (rec.ledger_end_index, rec.last_entry_end, rec.last_entry_end)
+    served = {(t, int(q)): [(x["q"], x["phy"], x["size"]) for x in d.get("entries", [])]
+              for t, byq in got["queues"].items() for q, d in byq.items()}
+    assert {k: v for k, v in served.items() if v} == broker.served()
+    if not broker.dispatched_past_end:   # else 5.3.3 serves messages past the log's end too
+        assert broker.served() == kept.queues()
