@@ -18,12 +18,13 @@ from schemas import MESSAGE
 from store_reader import commitlog
 from store_reader import recordformat as rf
 
+from dledgerstore import FILE_SIZE, dledger_files
+
 _native = pytest.importorskip("store_reader._native", reason="native scanner not built",
                               exc_type=ImportError)
 
 pytestmark = [pytest.mark.reader, pytest.mark.native]
 
-FILE_SIZE = 16384
 OPTS = rf.ScanOptions(broker_5x=False, dledger=True)
 
 
@@ -38,35 +39,6 @@ def _impl(pure: bool):
             del os.environ["STORE_READER_PURE"]
         else:
             os.environ["STORE_READER_PURE"] = old
-
-
-def _record(i: int, rng: random.Random) -> bytes:
-    return rf.encode_message(topic=f"T{i % 3}", body=rng.randbytes(rng.randrange(20, 600)),
-                             properties={"KEYS": f"K{i}", "TAGS": f"t{i % 4}", "UNIQ_KEY": f"U{i:08d}"},
-                             queue_id=i % 2, queue_offset=i // 2, store_timestamp=1_700_000_000_000 + i,
-                             born_timestamp=1_700_000_000_000 + i, trailing_separator=False)
-
-
-def dledger_files(n: int, seed: int = 7, file_size: int = FILE_SIZE, term: int = 1
-                  ) -> tuple[list[bytearray], list[tuple[int, int, int]]]:
-    """Data files holding ``n`` entries as ``MmapFileList#append`` lays them out (a blank where the
-    next entry and 8 bytes do not fit), and each entry's (pos, size, index)."""
-    rng = random.Random(seed)
-    files: list[bytearray] = [bytearray(file_size)]
-    entries = []
-    wrote = 0
-    for i in range(n):
-        rec = _record(i, rng)
-        size = rf.DLEDGER_BODY_OFFSET + len(rec)
-        if size + rf.DLEDGER_MIN_BLANK > file_size - wrote:
-            struct.pack_into(">ii", files[-1], wrote, rf.DLEDGER_BLANK_MAGIC, file_size - wrote)
-            files.append(bytearray(file_size))
-            wrote = 0
-        pos = (len(files) - 1) * file_size + wrote
-        files[-1][wrote:wrote + size] = rf.encode_dledger_entry(rec, i, term, pos)
-        entries.append((pos, size, i))
-        wrote += size
-    return files, entries
 
 
 def _scan_both(path: Path, opts: rf.ScanOptions = OPTS):
