@@ -275,7 +275,7 @@ def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef 
     sized = [f for f in files if f.size]
     if sized and all(f.size != config.mappedFileSizeCommitLog for f in sized):
         raise FileSizeError(
-            f"every commitlog file is {sized[0].size} bytes but mappedFileSizeCommitLog is "
+            f"every {what} file is {sized[0].size} bytes but mappedFileSizeCommitLog is "
             f"{config.mappedFileSizeCommitLog} ({config.source or 'broker default'}): pass the "
             f"broker's broker.conf", str(sized[0].path))
     mapped = {f.name for f in files}
