@@ -270,8 +270,8 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
         refuse((dledger or "commitlog",
                 "a DLedger store (enableDLegerCommitLog): its commitlog is DLedger's entry log "
                 f"({dledger or 'dledger-<selfId>'}/data); this project reads it and predicts its "
-                "restart (dump, recover --dry-run, the rocketmq data source) but does not audit, "
-                "repair or salvage it"))
+                "restart (dump, recover --dry-run, salvage, the rocketmq data source) but does not "
+                "audit or repair it"))
     if ROCKSDB_CQ in modes:
         where = inv.rocksdb_cq_dir or "consumequeue"
         if rocksdb_store:

@@ -137,6 +137,22 @@ def test_dump_and_dry_run_report_the_prediction(tmp_path, capsys):
 
 
 @pytest.mark.spark
+def test_salvage_exports_the_messages_past_dledgers_end(spark, tmp_path):
+    from jobs import salvage
+    root = tmp_path / "store"
+    entries = write_store(root, N)
+    pos, _, k = _in_file(entries, 2, 3)
+    _patch(root, pos + 24, struct.pack(">q", pos + 1))                # the log ends at entry k
+    report = salvage.salvage(spark, str(root), str(tmp_path / "lost.jsonl"), str(root / "broker.conf"))
+    rows = [json.loads(x) for x in (tmp_path / "lost.jsonl").read_text().splitlines()]
+    assert report.truncation_point == pos
+    # the damaged entry's own message is not exported: only records in entries that check are
+    # read (its header is what is damaged)
+    assert [r["phy_offset"] for r in rows] == [p + 48 for p, _, _ in entries[k + 1:]]
+    assert {r["keys"] for r in rows} == {f"K{i}" for i in range(k + 1, N)}
+
+
+@pytest.mark.spark
 def test_the_data_source_reads_the_messages(spark, tmp_path):
     import store_reader
     entries = write_store(tmp_path, N)

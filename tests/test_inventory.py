@@ -172,8 +172,8 @@ def _errors(stderr: str) -> list[str]:
 
 def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys):
     """Never the missing-commitlog advice (``--commitlog-gone`` would drop every message): one
-    line naming DLedger and exit 2 from recover, audit, dump --verify, salvage; the dry runs and
-    dump, which read DLedger stores, name the file DLedger's load refuses."""
+    line naming DLedger and exit 2 from recover, audit, dump --verify; the dry runs, dump and
+    salvage, which read DLedger stores, name the file DLedger's load refuses."""
     root = _copy(tmp_path)
     _dledger(root)
     conf = support.broker_conf(V5, "clean")
@@ -193,7 +193,7 @@ def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys
     # the jobs that read a DLedger store (test_dledger.py) predict DLedger's load here: its index
     # file is not mappedFileSizeForEntryIndex long (dump without broker.conf: nor its data file
     # mappedFileSizeCommitLog), so DLedgerMmapFileStore#load exits
-    read = ("dry run", "what-if", "dump")
+    read = ("dry run", "what-if", "dump", "salvage")
     for job, run in runs.items():
         rc = run()
         errors = _errors(capsys.readouterr().err)
