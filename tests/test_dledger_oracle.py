@@ -107,13 +107,8 @@ def checkpoint_ahead(root, e, rng):
     (root / "dledger-n0" / "checkpoint").write_text(f"committedIndex={len(e) + 5}\nendIndex={len(e) + 5}\n")
 
 
-def checkpoint_behind(root, e, rng):
-    """the checkpoint lags (written every 3 s): an early committed index"""
-    (root / "dledger-n0" / "checkpoint").write_text(f"committedIndex={rng.randrange(0, 20)}\nendIndex=3\n")
-
-
 DAMAGE = [None, torn_last_entries, torn_body, index_units_lost, index_unit_wrong, header_damaged,
-          term_goes_back, checkpoint_ahead, checkpoint_behind]
+          term_goes_back, checkpoint_ahead]
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +130,40 @@ def _copy(src: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.fixture(scope="module")
+def restarted(written, tmp_path_factory):
+    """Per version and damage: the damaged store opened read-only, the prediction, and what the
+    real broker did restarting a copy of it (one JVM per version restarts them in turn; a store
+    whose predicted recovery exits the JVM is restarted alone)."""
+    from tests import oracle
+    base, stores = written
+    out = {}
+    for v in VERSIONS:
+        work = tmp_path_factory.mktemp(f"dledger-{v}")
+        batch = []
+        for damage in DAMAGE:
+            name = damage.__name__ if damage else "halted"
+            root = _copy(stores[v][0], work / name)
+            if damage is not None:
+                damage(root, _entries(root), random.Random(f"{v}/{name}"))
+            store = open_store(root, base / "broker.conf", read_dledger=True)
+            rec = dledger.recover(store)
+            copy = _copy(root, work / f"{name}.restarted")
+            out[(v, name)] = [store, rec, copy, None]
+            if rec.refused is None:
+                batch.append(name)
+            else:                # DLedgerMmapFileStore#recover calls System.exit(-1)
+                try:
+                    oracle.run(v, "oracle.DLedgerRun", "restart", base / "broker.conf", copy)
+                except oracle.OracleError as e:
+                    out[(v, name)][3] = {"error": str(e)}
+        got = oracle.run(v, "oracle.DLedgerRun", "restart", base / "broker.conf",
+                         *(out[(v, n)][2] for n in batch), timeout=600)["runs"]
+        for name, run in zip(batch, got):
+            out[(v, name)][3] = run
+    return base, out
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_framing_reads_every_acked_message(written, version):
     base, stores = written
@@ -151,23 +180,15 @@ def test_the_framing_reads_every_acked_message(written, version):
 
 @pytest.mark.parametrize("damage", DAMAGE, ids=lambda d: d.__name__ if d else "halted")
 @pytest.mark.parametrize("version", VERSIONS)
-def test_restart_predicted_exactly(written, tmp_path, version, damage):
-    from tests import oracle
-    base, stores = written
-    root = _copy(stores[version][0], tmp_path / "store")
-    if damage is not None:
-        damage(root, _entries(root), random.Random(f"{version}/{damage.__name__}"))
-    store = open_store(root, base / "broker.conf", read_dledger=True)
-    rec = dledger.recover(store)
-    restarted = _copy(root, tmp_path / "restarted")
-    if rec.refused is not None:          # DLedgerMmapFileStore#recover calls System.exit(-1)
-        with pytest.raises(oracle.OracleError, match="exited 255"):
-            oracle.run(version, "oracle.DLedgerRun", "restart", restarted, base / "broker.conf")
+def test_restart_predicted_exactly(restarted, version, damage):
+    _, out = restarted
+    store, rec, _, got = out[(version, damage.__name__ if damage else "halted")]
+    if rec.refused is not None:          # the JVM exited: status 255 = System.exit(-1)
+        assert "exited 255" in got["error"]
         return
     kept = dledger.restart_keeps(store, rec)
     assert not kept.unreadable
     broker = dledger.broker_restart(store, rec, "4.9" if version.startswith("4") else "5.x")
-    got = oracle.run(version, "oracle.DLedgerRun", "restart", restarted, base / "broker.conf")
     assert got["loadResult"] and got["committedAndDispatched"]
     load, after = got["afterLoad"], got["afterCommit"]
     assert (load["ledgerBeginIndex"], load["ledgerEndIndex"], load["ledgerEndTerm"]) == \

@@ -32,7 +32,7 @@ import org.apache.rocketmq.store.dledger.DLedgerCommitLog;
  * A DLedger store (broker.conf enableDLegerCommitLog=true, a one-member group), 4.x and 5.x:
  *
  *   oracle.DLedgerRun write   STORE_DIR BROKER_CONF PUTS SEED END
- *   oracle.DLedgerRun restart STORE_DIR BROKER_CONF
+ *   oracle.DLedgerRun restart BROKER_CONF STORE_DIR...
  *
  * The member's port in dLegerPeers is not stored on disk: both modes run with a free one (a copy
  * of BROKER_CONF in the store's parent directory).
@@ -40,12 +40,13 @@ import org.apache.rocketmq.store.dledger.DLedgerCommitLog;
  *   for LEADER, PUTS puts through DefaultMessageStore#putMessage planned by Random(SEED) (topics
  *   DLA (4 queues), DLB (2), DLC (1); TAGS, KEYS, UNIQ_KEY; bodies 20-1500 bytes), then END:
  *   shutdown (a clean shutdown()) or halt (Runtime.halt after a seeded 0-300 ms, as a kill -9).
- * restart: load() (DLedgerMmapFileStore#load + #recover inside DLedgerCommitLog#recover), the
+ * restart, each STORE_DIR in turn in this JVM (a store whose recovery calls System.exit ends it):
+ *   load() (DLedgerMmapFileStore#load + #recover inside DLedgerCommitLog#recover), the
  *   DLedger state after it; start(), then what the broker's DLedgerRoleChangeHandler waits for as
  *   LEADER (committedIndex = ledgerEndIndex, no dispatch lag), recoverTopicQueueTable(); the
  *   state and every queue (oracle.Restart#queues); a clean shutdown() and the DLedger checkpoint
  *   and currterm files it leaves.
- * Prints one Json document.
+ * Prints one Json document (restart: {"runs": [one per store]}).
  */
 public final class DLedgerRun {
     static final String[] TOPICS = {"DLA", "DLB", "DLC"};
@@ -182,8 +183,18 @@ public final class DLedgerRun {
     }
 
     static void restart(String[] args) throws Exception {
-        File root = new File(args[1]).getAbsoluteFile();
-        Stores s = new Stores(root, confWithFreePort(root, new File(args[2])));
+        List<Object> runs = new ArrayList<>();
+        for (int i = 2; i < args.length; i++) {
+            runs.add(restartOne(new File(args[i]).getAbsoluteFile(), new File(args[1])));
+        }
+        Map<String, Object> j = new LinkedHashMap<>();
+        j.put("runs", runs);
+        Json.emit(j);
+        System.exit(0);
+    }
+
+    static Map<String, Object> restartOne(File root, File conf) throws Exception {
+        Stores s = new Stores(root, confWithFreePort(root, conf));
         DefaultMessageStore store = s.store;
         File dl = new File(root, "dledger-" + s.config.getdLegerSelfId());
         Map<String, Object> j = new LinkedHashMap<>();
@@ -192,15 +203,16 @@ public final class DLedgerRun {
         boolean loaded = store.load();
         j.put("loadResult", loaded);
         if (!loaded) {
-            Json.emit(j);
-            System.exit(0);
+            return j;
         }
         j.put("afterLoad", state(store));
         store.start();
         Compat.afterStart(store);
         DLedgerServer srv = server(store);
         DLedgerMmapFileStore fs = (DLedgerMmapFileStore) srv.getdLedgerStore();
+        long t0 = System.nanoTime();
         j.put("leader", waitLeader(srv));
+        j.put("electionSeconds", (System.nanoTime() - t0) / 1e9);
         long deadline = System.currentTimeMillis() + 60_000L;
         boolean caughtUp = false;
         while (System.currentTimeMillis() < deadline) {
@@ -213,12 +225,13 @@ public final class DLedgerRun {
         j.put("committedAndDispatched", caughtUp);
         store.recoverTopicQueueTable();    // as DLedgerRoleChangeHandler does before changeToMaster
         j.put("afterCommit", state(store));
-        j.put("queues", Restart.queues(store, root));
+        j.put("queues", Restart.queues(store, root, true));
+        long t1 = System.nanoTime();
         store.shutdown();
+        j.put("shutdownSeconds", (System.nanoTime() - t1) / 1e9);
         j.put("checkpointAfter", props(new File(dl, "checkpoint")));
         j.put("currtermAfter", props(new File(dl, "currterm")));
-        Json.emit(j);
-        System.exit(0);
+        return j;
     }
 
     static Map<String, Object> props(File f) throws Exception {
