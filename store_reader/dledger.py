@@ -186,7 +186,7 @@ def _walk(store, data: _Files, index: _Files) -> DLedgerRecovery:
     buf, p = data.data(f), 0
     last_index = last_term = -1
     process = f.start
-    rewriting = False
+    rewriting = rebuilt = False
     ends = array("q")          # end of each walked entry: what a unit the walk wrote says
     first_walked = -1
     while True:
@@ -236,6 +236,8 @@ def _walk(store, data: _Files, index: _Files) -> DLedgerRecovery:
         if not rewriting and not unit_matches(h, at):
             rewriting = True
             r.index_rewritten_from = e_index
+            # no index file holds its unit: rebuildWithPos drops every index file and starts one there
+            rebuilt = index.find(e_index * rf.DLEDGER_INDEX_UNIT.size) is None
         if first_walked == -1:
             first_walked = e_index
         ends.append(at + esize)
@@ -257,8 +259,8 @@ def _walk(store, data: _Files, index: _Files) -> DLedgerRecovery:
     r.data_files_deleted = [x.name for x in data.files if x.start > process]
     index_end = (last_index + 1) * rf.DLEDGER_INDEX_UNIT.size
     begin = max(r.ledger_begin_index, 0) * rf.DLEDGER_INDEX_UNIT.size   # resetOffset: before the begin
-    r.index_files_deleted = [x.name for x in index.files
-                             if x.start > index_end or x.start + INDEX_FILE_SIZE <= begin]
+    r.index_files_deleted = [x.name for x in index.files if rebuilt or x.start > index_end
+                             or x.start + INDEX_FILE_SIZE <= begin]
     # 4. the committed index from the checkpoint (step 7)
     cp = _properties(store.dledger / "checkpoint") or {}
     raw = cp.get("committedIndex")
@@ -273,8 +275,13 @@ def _walk(store, data: _Files, index: _Files) -> DLedgerRecovery:
             if r.committed_index >= first_walked:
                 r.committed_pos = ends[r.committed_index - first_walked]
             else:          # before the walk's start file: its unit as stored
-                u = _unit(index, r.committed_index)
-                r.committed_pos = u[1] + u[2] if u is not None else -1
+                u = None if rebuilt else _unit(index, r.committed_index)
+                if u is None:
+                    raise UnsupportedStoreError(
+                        f"the DLedger checkpoint's committedIndex {r.committed_index} has no index unit "
+                        "after the recovery rebuilt the index: the recovery throws (not predicted)",
+                        str(store.dledger / "checkpoint"))
+                r.committed_pos = u[1] + u[2]
     return r
 
 

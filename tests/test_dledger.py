@@ -162,3 +162,13 @@ def test_the_data_source_reads_the_messages(spark, tmp_path):
     assert [r.phy_offset for r in rows] == [p + 48 for p, _, _ in entries]
     assert all(r.phy_offset == r.stored_phy_offset for r in rows)
     assert rf.DLEDGER_BODY_OFFSET == 48
+
+
+def test_lost_index_files_are_rebuilt_from_the_walk_start(tmp_path):
+    entries = write_store(tmp_path, N)
+    (tmp_path / "dledger-n0" / "index" / f"{0:020d}").unlink()
+    rec = dledger.recover(_open(tmp_path))
+    # no unit anywhere: the pre-check finds no start file, the walk starts at the first and
+    # rewrites every unit (rebuildWithPos)
+    assert (rec.start_file, rec.index_rewritten_from, rec.ledger_end_index) == (f"{0:020d}", 0, N - 1)
+    assert rec.committed_pos == entries[-1][0] + entries[-1][1]
