@@ -450,7 +450,9 @@ def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
     cut = rec.process_offset
     if broker_5x and store.abort_exists and store.commitlog_files:
         size = store.config.mappedFileSizeCommitLog
-        data = _Files(list(store.commitlog_files), size, "DLedger data file")
+        # the files DLedger's recovery kept: those it deleted are no longer in its list
+        kept = [f for f in store.commitlog_files if f.name not in set(rec.data_files_deleted)]
+        data = _Files(kept, size, "DLedger data file")
         try:
             start = _abnormal_start(store, data, read_checkpoint(store.checkpoint_path))
             cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id",
@@ -459,7 +461,7 @@ def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
             walked, stop, cut = _abnormal_walk(store, data, start, opts, cols)
         finally:
             data.close()
-        out.abnormal_walk_start, out.abnormal_walk_end = store.commitlog_files[start].name, stop
+        out.abnormal_walk_start, out.abnormal_walk_end = kept[start].name, stop
         out.abnormal_process_offset = cut
         if walked:
             t = pa.concat_tables(walked)

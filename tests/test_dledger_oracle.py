@@ -1,7 +1,8 @@
 """DLedger stores against the real broker (``compat/src/common/oracle/DLedgerRun``, run by
 ``tests/oracle.py`` on the 4.9.7 and 5.3.3 release jars, DLedger 0.3.1.2): a one-member group's
-store written through the real put path and halted (kill -9), then damaged at seeded points, and
-restarted. ``store_reader.dledger`` must predict DLedger's recovery exactly (begin/end index, end
+store written through the real put path and halted (kill -9), then damaged at seeded points (a torn
+body, index units lost or wrong, every index file lost, a bad header, a term going back, a torn
+tail under a checkpoint that is ahead), and restarted. ``store_reader.dledger`` must predict DLedger's recovery exactly (begin/end index, end
 term, write positions, the committed index and position the checkpoint gives back, data files
 kept) and what the restarted broker serves (every queue's entries); the scanners' DLedger framing
 must read every message the broker acknowledged.
@@ -101,13 +102,19 @@ def term_goes_back(root, e, rng):
     _unit_patch(root, k, rf.encode_dledger_index_unit(e[k][0], e[k][1], e[k][2], 5))
 
 
+def index_files_lost(root, e, rng):
+    """every index file lost: the walk finds no start file and rewrites every unit"""
+    for f in (root / "dledger-n0" / "index").iterdir():
+        f.unlink()
+
+
 def checkpoint_ahead(root, e, rng):
-    """the DLedger checkpoint says more was committed than the log keeps"""
+    """the last entries torn, and the DLedger checkpoint says more was committed than the log keeps"""
     torn_last_entries(root, e, rng)
     (root / "dledger-n0" / "checkpoint").write_text(f"committedIndex={len(e) + 5}\nendIndex={len(e) + 5}\n")
 
 
-DAMAGE = [None, torn_last_entries, torn_body, index_units_lost, index_unit_wrong, header_damaged,
+DAMAGE = [None, torn_body, index_units_lost, index_unit_wrong, index_files_lost, header_damaged,
           term_goes_back, checkpoint_ahead]
 
 
