@@ -2,10 +2,11 @@
 ``tests/oracle.py`` on the 4.9.7 and 5.3.3 release jars, DLedger 0.3.1.2): a one-member group's
 store written through the real put path and halted (kill -9), then damaged at seeded points (a torn
 body, index units lost or wrong, every index file lost, a bad header, a term going back, a torn
-tail under a checkpoint that is ahead), and restarted. ``store_reader.dledger`` must predict DLedger's recovery exactly (begin/end index, end
-term, write positions, the committed index and position the checkpoint gives back, data files
-kept) and what the restarted broker serves (every queue's entries); the scanners' DLedger framing
-must read every message the broker acknowledged.
+tail under a checkpoint that is ahead), and restarted. ``store_reader.dledger`` must predict
+DLedger's recovery exactly (begin/end index, end term, write positions, the committed index and
+position the checkpoint gives back, data files kept, or the JVM's exit) and what the restarted
+broker serves (every queue's entries); the scanners' DLedger framing must read every message the
+broker acknowledged.
 """
 from __future__ import annotations
 
