@@ -1,4 +1,4 @@
-"""What the broker does on restart of a DLedger store (R§12), as ``dump`` and ``recover --dry-run``
+"""What the broker does on restart of a DLedger store (R§15), as ``dump`` and ``recover --dry-run``
 print it: DLedger's own recovery (``store_reader.dledger.recover``), then per broker version the
 consume queues it serves (``broker_restart``). Spark-free.
 """

@@ -218,7 +218,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _dledger_dry_run(args: argparse.Namespace) -> bool:
-    """A DLedger store's dry run (R§12): DLedger's recovery and the broker's restart printed,
+    """A DLedger store's dry run (R§15): DLedger's recovery and the broker's restart printed,
     no Spark; False for any other store."""
     from jobs import dledgerreport
     from store_reader import inventory

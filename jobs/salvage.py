@@ -9,7 +9,7 @@ Reads the store only (local or a URI ``storefs`` reads). Passes:
   2. scan segments, one Spark task per commitlog file, and predict the broker's recovery
      (``jobs.scan.scan_segments``, ``store_reader.recovery.predict``): the truncation point; a
      DLedger store's data files are read through the DLedger framing and its end is DLedger's
-     (``dledger_end``, R§12.1);
+     (``dledger_end``, R§15.1);
   3. one Spark task per commitlog file reaching past it: its lost records (``store_reader.salvage``,
      the rule of the audit's ``lost_messages``) into a part file of their own;
   4. the parts joined in commitlog order into a temporary file beside ``--out``, fsync'd and renamed
@@ -69,7 +69,7 @@ def export_parts(spark, segments: list[sv.LostSegment], end: int, opts, parts_di
 
 
 def dledger_end(store) -> tuple[int, str | None]:
-    """A DLedger store's end as DLedger's recovery sets it (R§12.1) and the data file it cuts:
+    """A DLedger store's end as DLedger's recovery sets it (R§15.1) and the data file it cuts:
     the messages of entries at or past it are lost (entries past a bad header, a term going back,
     a file of them deleted), whatever the broker version."""
     from store_reader import dledger

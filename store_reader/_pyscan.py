@@ -236,7 +236,7 @@ def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: 
 
 def check_entry(buf: Any, file_start: int, pos: int, end: int) -> tuple[int, int, int | None]:
     """The DLedger entry at ``pos`` as ``DLedgerMmapFileStore#recover`` checks each entry it walks
-    (R§12.1 step 3; index continuity and term order span entries, the caller checks those):
+    (R§15.1 step 3; index continuity and term order span entries, the caller checks those):
     ``(outcome, check code, entry size)``, VALID, END_OF_FILE on DLedger's blank (magic -1), else
     INVALID."""
     if end - pos < 8:
@@ -256,7 +256,7 @@ def check_entry(buf: Any, file_start: int, pos: int, end: int) -> tuple[int, int
 def _check_framed(buf: Any, file_start: int, pos: int, end: int, opts: rf.ScanOptions, want_body: bool
                   ) -> tuple[int, int, int | None, dict | None, int, int]:
     """``check_record`` of the record at ``pos``, or of the one inside the DLedger entry at ``pos``
-    (``opts.dledger``: read within the entry, which it must fill, R§12.4): (outcome, check,
+    (``opts.dledger``: read within the entry, which it must fill, R§15.4): (outcome, check,
     declared size, fields, the record's position, the step to the next)."""
     if not opts.dledger:
         outcome, check, declared, fields = check_record(buf, pos, end, opts, want_body)

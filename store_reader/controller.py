@@ -1,5 +1,5 @@
 """Controller mode (5.x ``enableControllerMode``): the epoch file and the confirm offset the broker's
-recovery keeps (spec ``recovery.md`` §4.4, §4.5, §6, §7.1, §12; ``store-format.md`` §8, §11.1).
+recovery keeps (spec ``recovery.md`` §4.4, §4.5, §6, §7.1, §12; ``store-format.md`` §8, §11).
 
 A controller-mode broker loads its store fenced (``ReplicasManager#setFenced(true)`` before
 ``DefaultMessageStore#load``), so ``CommitLog#getConfirmOffset`` is the checkpoint's
@@ -122,6 +122,8 @@ def epoch_file_bytes(entries: list[EpochEntry]) -> bytes:
 
 # Controller-mode files of the store root a repaired store carries (MessageStoreConfig)
 IDENTITY_FILES = ("brokerIdentity", "brokerIdentity.bak")
+# ReplicasManager's TempBrokerMetadata while it registers (not carried into a repaired store)
+IDENTITY_TEMP_FILE = "brokerIdentity-temp"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A DLedger store's own recovery and what a restart of its broker keeps (R§12, F§15).
+"""A DLedger store's own recovery and what a restart of its broker keeps (R§15, F§15).
 
 ``recover(store)`` replays ``DLedgerMmapFileStore#recover`` of DLedger 0.3.1.2 (the version 4.9.7
 and 5.3.3 pin) on the files of a store opened with ``open_store(read_dledger=True)``: the start
@@ -6,7 +6,7 @@ file, the walk over entry headers (no CRC, no look inside a body), the compariso
 units and where they are rewritten, the end of the log (``ledgerEndIndex``/``ledgerEndTerm``), the
 data and index files the truncation deletes, and the committed index the checkpoint gives back.
 ``restart_keeps`` then says which messages a one-member group's broker serves after the restart:
-every surviving entry is committed by the new leader and its message dispatched (R§12.3, R§12.5).
+every surviving entry is committed by the new leader and its message dispatched (R§15.3, R§15.5).
 Only the header bytes are read here; the messages come from the scanners' DLedger framing.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ _LONG = re.compile(r"[+-]?[0-9]+")
 
 @dataclass
 class DLedgerRecovery:
-    """What ``DLedgerMmapFileStore#recover`` leaves (R§12.1), in DLedger's own terms."""
+    """What ``DLedgerMmapFileStore#recover`` leaves (R§15.1), in DLedger's own terms."""
 
     ledger_begin_index: int = -1
     ledger_end_index: int = -1
@@ -51,7 +51,7 @@ class DLedgerRecovery:
     data_files_deleted: list[str] = field(default_factory=list)
     index_files_deleted: list[str] = field(default_factory=list)
     committed_index: int = -1
-    """After load: the checkpoint's committedIndex, clamped to ``ledger_end_index`` (R§12.1 step 7)."""
+    """After load: the checkpoint's committedIndex, clamped to ``ledger_end_index`` (R§15.1 step 7)."""
     committed_pos: int = -1
     checkpoint_committed_index: str | None = None
     curr_term: int = 0
@@ -128,7 +128,7 @@ def _properties(path) -> dict[str, str] | None:
 
 
 def recover(store) -> DLedgerRecovery:
-    """``DLedgerMmapFileStore#recover`` on ``store`` (opened with ``read_dledger=True``), R§12.1."""
+    """``DLedgerMmapFileStore#recover`` on ``store`` (opened with ``read_dledger=True``), R§15.1."""
     if store.dledger is None:
         raise ValueError("not a DLedger store (open_store(read_dledger=True))")
     if store.load_problems:       # DLedgerMmapFileStore#load: System.exit(-1)
@@ -290,13 +290,13 @@ KEPT_COLUMNS = ("phy_offset", "total_size", "topic", "queue_id", "queue_offset")
 
 @dataclass
 class Kept:
-    """The messages a one-member group's broker serves after a restart (R§12.3, R§12.5)."""
+    """The messages a one-member group's broker serves after a restart (R§15.3, R§15.5)."""
 
     messages: Any
     """``pyarrow.Table`` of ``KEPT_COLUMNS``: one row per surviving entry, in log order."""
     unreadable: list[int] = field(default_factory=list)
     """Phy offsets of surviving entries whose record the broker's dispatch cannot read: what its
-    reput does then (R§12.4) is not predicted here."""
+    reput does then (R§15.4) is not predicted here."""
 
     def queues(self) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
         """(topic, queue id) -> [(queue offset, phy offset, size)] in queue-offset order."""
@@ -338,7 +338,7 @@ def restart_keeps(store, rec: DLedgerRecovery) -> Kept:
 
 @dataclass
 class BrokerRestart:
-    """The broker's side of a DLedger store's restart (R§12.2-§12.4), one version."""
+    """The broker's side of a DLedger store's restart (R§15.2-§15.4), one version."""
 
     version: str
     recovery_path: str
@@ -348,7 +348,7 @@ class BrokerRestart:
     abnormal_walk_end: int | None = None
     """Where that walk stopped (the phy offset of the entry it could not read)."""
     abnormal_process_offset: int | None = None
-    """The walk's processOffset: message sizes summed without the 48-byte headers (R§12.2)."""
+    """The walk's processOffset: message sizes summed without the 48-byte headers (R§15.2)."""
     dispatched_past_end: int = 0
     """Messages that walk dispatched from entries past DLedger's end (bytes DLedger truncated)."""
     cq_truncated_at: int | None = None
@@ -429,7 +429,7 @@ def _abnormal_walk(store, data: _Files, start: int, opts: rf.ScanOptions, column
 
 def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
     """The consume queues a one-member group's broker serves once it has recovered ``store``,
-    committed every surviving entry and dispatched them (R§12.2-§12.4): the queues as loaded and
+    committed every surviving entry and dispatched them (R§15.2-§15.4): the queues as loaded and
     recovered (R§2), [5.3.3, abnormal path] the dispatching walk, the truncation of every queue
     past the recovered end, then the reput from the queues' max phy offset to the committed end."""
     import pyarrow as pa

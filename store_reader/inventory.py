@@ -1,6 +1,6 @@
 """One walk of a store directory: every entry a 4.9.x-5.5.x broker writes, classified (spec
-``store-format.md`` §1, §11), the modes the store uses, the entries no broker writes, and the
-features this project refuses by name (``Inventory.refusal``).
+``store-format.md`` §1, §11; ``recovery.md`` §13), the modes the store uses, the entries no broker
+writes, and the features this project refuses by name (``Inventory.refuse``).
 
 The walk (``fsutil.walk_tree``: one recursive listing) is also what run ids and manifests
 fingerprint (``Inventory.files``), so a run lists the store once. ``open_store`` takes it and
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .brokerconf import BrokerConfig
+from .controller import EPOCH_FILE, IDENTITY_FILES, IDENTITY_TEMP_FILE
 from .exceptions import UnsupportedStoreError
 from .fsutil import walk_tree
 from .storefs import PathRef
@@ -70,11 +71,9 @@ _ROOT_FILES = {
     "broker.conf": ("broker.conf", None),          # this project's convention: the store's broker.conf
     "MANIFEST.json": ("manifest", None),           # a store this project repaired
     "timerwheel": ("timer.wheel", TIMER),
-    "epochFileCheckpoint": ("controller.epoch", CONTROLLER),
-    "epochFileCheckpoint.bak": ("controller.epoch", CONTROLLER),
-    "brokerIdentity": ("controller.identity", CONTROLLER),
-    "brokerIdentity.bak": ("controller.identity", CONTROLLER),
-    "brokerIdentity-temp": ("controller.identity", CONTROLLER),
+    EPOCH_FILE: ("controller.epoch", CONTROLLER),
+    EPOCH_FILE + ".bak": ("controller.epoch", CONTROLLER),
+    **{name: ("controller.identity", CONTROLLER) for name in IDENTITY_FILES + (IDENTITY_TEMP_FILE,)},
 }
 _ROOT_DIRS = {
     "commitlog": ("commitlog", None), "consumequeue": ("consumequeue", None),
@@ -176,7 +175,7 @@ def take(root: PathRef, config: BrokerConfig, commitlog_names: Sequence[str] = (
     ``commitlog_names``: the root's sub-directories that are commitlog directories
     (``storePathCommitLog``). Which RocksDB consume queue is served, and whether RocksDB config
     stores are in use, follows the broker's settings (``config``) as the release sources choose
-    them (``docs/spec/store-format.md`` §11).
+    them (``docs/spec/recovery.md`` §13).
     """
     files, dirs = walk_tree(root)
     # an object store lists a directory only where one was made: a file's parents are directories
@@ -288,6 +287,14 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
                    "storeType=defaultRocksDB nor rocksdbCQDoubleWriteEnable=true: which consume "
                    "queue the broker serves is not known (pass the broker's broker.conf)")
         refuse((where, why))
+    if ROCKSDB_CQ_DOUBLE_WRITE in modes and ROCKSDB_MESSAGE in modes:
+        # rocksdbstore/ is made by every 5.4+ store: its CombineConsumeQueueStore dispatches again
+        # from the lowest dispatch point of its queues (getDispatchFromPhyOffset), the RocksDB one's
+        # included, and the index takes the last indexed record's keys again
+        refuse((inv.rocksdb_cq_dir or "consumequeue",
+                "RocksDB double-write on a 5.4+ broker (rocksdbCQDoubleWriteEnable, rocksdbstore/): "
+                "its recovery dispatches again from where the RocksDB consume queue ends, which this "
+                "project does not read"))
     if BATCH_CQ in modes:
         refuse(("batchconsumequeue", "batch consume queues (batchconsumequeue/, queue.type=BatchCQ "
                 "topics): this project rebuilds only classic consume queues"))
@@ -303,7 +310,7 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
                 "configManagerVersion=v2): this project reads consumer offsets only from "
                 "config/consumerOffset.json"))
     if CONTROLLER in modes and not config.enableControllerMode and config.source is None:
-        refuse((next((e.path for e in inv.entries if e.kind == "controller.epoch"), "epochFileCheckpoint"),
+        refuse((next((e.path for e in inv.entries if e.kind == "controller.epoch"), EPOCH_FILE),
                 "controller-mode files (epochFileCheckpoint) and no broker.conf: whether the broker "
                 "runs with enableControllerMode, which decides its confirm offset, is not known "
                 "(pass the broker's broker.conf)"))

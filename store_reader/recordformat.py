@@ -140,7 +140,7 @@ CHECKS = (
     "record_crc",         # 5.x forceVerifyPropCRC: __CRC32# missing or wrong
     "length_mismatch",    # calMsgLength != TOTALSIZE (torn record)
     "inner_batch",        # 5.x INNER_NUM/INNER_BASE not parsable
-    "dledger_entry",      # DLedger entry header fails DLedgerMmapFileStore#recover's checks (R§12.1)
+    "dledger_entry",      # DLedger entry header fails DLedgerMmapFileStore#recover's checks (R§15.1)
     "dledger_body_size",  # DLedger entry whose record's TOTALSIZE is not the entry's body size
 )
 CHECK_CODE = {name: i for i, name in enumerate(CHECKS)}

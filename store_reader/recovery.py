@@ -906,7 +906,8 @@ def predict(store: Store, broker_version: str | None = None,
     abnormal = store.abort_exists
     start, end, files, deleted = predict_commitlog(
         summaries, version, store.config, abnormal, ckpt.min_timestamp, ckpt.min_timestamp_index, cq_max)
-    if broker_5x and summaries and store.inventory.has(ROCKSDB_CQ_DOUBLE_WRITE):
+    if broker_5x and summaries and store.inventory.has(ROCKSDB_CQ_DOUBLE_WRITE) and \
+            store.inventory.rocksdb_cq_dir is not None:     # an empty RocksDB queue is skipped
         check_double_write_start(summaries, start, store.config)
     pred.start_file = summaries[start].segment if summaries else None
     pred.max_phy_offset, pred.commitlog_files, pred.deleted_commitlog_files = end, files, deleted

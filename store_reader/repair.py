@@ -102,7 +102,7 @@ def check_repairable(store: Store, pred: Prediction, summaries: Sequence[Segment
     if salvage and pred.controller_mode:
         raise StoreReaderError("--salvage in controller mode: the re-appended records would lie past "
                                "the confirm offset, which the broker does not dispatch while fenced "
-                               "and a slave truncates", store.root / "epochFileCheckpoint")
+                               "and a slave truncates", store.root / EPOCH_FILE)
     size = store.config.mappedFileSizeCommitLog
     for s in summaries:
         if s.file_size > size and s.valid_bytes > size and s.segment not in pred.deleted_commitlog_files:

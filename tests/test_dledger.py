@@ -1,6 +1,6 @@
 """DLedger stores on the fast tier (built byte for byte by ``dledgerstore``; the real broker's
-are in ``test_dledger_oracle.py``): DLedger's recovery (R§12.1) on designed damage, what the
-broker's restart serves (R§12.2-§12.4), and the jobs that read DLedger stores (dump, recover
+are in ``test_dledger_oracle.py``): DLedger's recovery (R§15.1) on designed damage, what the
+broker's restart serves (R§15.2-§15.4), and the jobs that read DLedger stores (dump, recover
 --dry-run, the data source) or refuse them by name (recover, audit, salvage).
 """
 from __future__ import annotations

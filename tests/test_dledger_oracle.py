@@ -213,3 +213,38 @@ def test_restart_predicted_exactly(restarted, version, damage):
     assert {k: v for k, v in served.items() if v} == broker.served()
     if not broker.dispatched_past_end:   # else 5.3.3 serves messages past the log's end too
         assert broker.served() == kept.queues()
+
+
+@pytest.mark.parametrize("conf_kind", ["broker.conf", "defaults"])
+def test_real_store_read_by_the_reading_jobs_and_refused_by_the_others(written, spark, tmp_path, capsys,
+                                                                        conf_kind):
+    """The real 5.3.3 store (no ``commitlog/``): recover, audit and dump --verify name it in one
+    line and exit 2, never with the missing-commitlog advice; the dry run, the what-if, dump and
+    salvage read it (exit 0); with its broker.conf or one without the DLedger keys (the directory
+    alone says DLedger)."""
+    base, stores = written
+    root = stores["5.3.3"][0]
+    assert not (root / "commitlog").exists()
+    conf = base / "broker.conf"
+    if conf_kind == "defaults":
+        conf = tmp_path / "plain.conf"
+        conf.write_text(f"mappedFileSizeCommitLog={FILE_SIZE}\nmappedFileSizeConsumeQueue=2000\n")   # no DLedger key
+    from jobs import audit as audit_job, dump, recover as recover_job, salvage as salvage_job
+    for job, run in {
+        "recover": lambda: recover_job.main(["--store", str(root), "--out", str(tmp_path / "out"),
+                                             "--broker-config", str(conf)]),
+        "audit": lambda: audit_job.main(["--store", str(root), "--broker-config", str(conf)]),
+        "dump --verify": lambda: dump.main([str(root), "--verify", "--broker-config", str(conf)]),
+    }.items():
+        assert run() == 2, job
+        err = [x for x in capsys.readouterr().err.splitlines() if "error: " in x]
+        assert len(err) == 1 and "a DLedger store" in err[0] and "dledger-n0" in err[0], (job, err)
+        assert "commitlog-gone" not in err[0], job
+    for job, run in {
+        "dry run": lambda: recover_job.main(["--store", str(root), "--dry-run", "--broker-config", str(conf)]),
+        "dump": lambda: dump.main([str(root), "--broker-config", str(conf)]),
+        "salvage": lambda: salvage_job.main(["--store", str(root), "--out", str(tmp_path / "s.jsonl"),
+                                             "--broker-config", str(conf)]),
+    }.items():
+        assert run() == 0, (job, capsys.readouterr().err[-500:])
+        assert "ledger" in capsys.readouterr().out or job == "salvage", job

@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import shutil
+from typing import Callable
 
 import pytest
 
@@ -135,6 +136,10 @@ REFUSED = {
     "rocksdb-cq-combine-prefer": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)),
                                   {"rocksdbCQDoubleWriteEnable": "true", "combineCQPreferCQType": "defaultRocksDB"},
                                   "consume queues served from RocksDB", "consumequeue"),
+    "rocksdb-combined-5.4": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB),
+                                            *(f"rocksdbstore/{n}" for n in ROCKSDB)),
+                             {"rocksdbCQDoubleWriteEnable": "true"}, "RocksDB double-write on a 5.4+ broker",
+                             "consumequeue"),
     "batch-cq": (lambda r: _touch(r, "batchconsumequeue/T/0/00000000000000000000"), {},
                  "batch consume queues", "batchconsumequeue"),
     "cq-ext": (lambda r: _touch(r, "consumequeue_ext/T/0/00000000000000000000"), {},
@@ -170,13 +175,12 @@ def _errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith(("error: ", "dump: error: "))]
 
 
-def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys):
-    """Never the missing-commitlog advice (``--commitlog-gone`` would drop every message): one
-    line naming DLedger and exit 2 from recover, audit, dump --verify; the dry runs, dump and
-    salvage, which read DLedger stores, name the file DLedger's load refuses."""
-    root = _copy(tmp_path)
-    _dledger(root)
-    conf = support.broker_conf(V5, "clean")
+def refused_by_every_job(root, conf, tmp_path, capsys, words: str, entry: str,
+                         reads: dict[str, Callable[[str], bool]] | None = None) -> None:
+    """One ``error:`` line naming ``words`` and ``entry`` and exit 2 from recover, its dry run and
+    what-if, audit, dump, dump --verify and salvage; never the missing-commitlog advice; the store
+    untouched, nothing written. ``reads``: jobs that read such a store instead, each with the
+    check its one error line must pass (a DLedger store: test_dledger.py)."""
     before = support.tree_digest(root)
     runs = {
         "recover": lambda: recover_job.main(["--store", str(root), "--out", str(tmp_path / "out"),
@@ -190,21 +194,32 @@ def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys
         "salvage": lambda: salvage_job.main(["--store", str(root), "--out", str(tmp_path / "s.jsonl"),
                                              "--broker-config", str(conf)]),
     }
-    # the jobs that read a DLedger store (test_dledger.py) predict DLedger's load here: its index
-    # file is not mappedFileSizeForEntryIndex long (dump without broker.conf: nor its data file
-    # mappedFileSizeCommitLog), so DLedgerMmapFileStore#load exits
-    read = ("dry run", "what-if", "dump", "salvage")
     for job, run in runs.items():
         rc = run()
         errors = _errors(capsys.readouterr().err)
         assert rc == 2 and len(errors) == 1, (job, errors)
-        if job in read:
-            assert "dledger-n0/" in errors[0] and "broker" in errors[0], (job, errors)
+        if job in (reads or {}):
+            assert reads[job](errors[0]), (job, errors)
             continue
-        assert "a DLedger store" in errors[0] and "dledger-n0" in errors[0], (job, errors)
+        assert words in errors[0] and entry in errors[0], (job, errors)
         assert "commitlog-gone" not in errors[0] and "missing" not in errors[0], (job, errors)
     assert not (tmp_path / "out").exists() and not (tmp_path / "s.jsonl").exists()
     assert support.tree_digest(root) == before
+
+
+def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys):
+    """Never the missing-commitlog advice (``--commitlog-gone`` would drop every message): one
+    line naming DLedger and exit 2 from recover, audit and dump --verify. The jobs that read a
+    DLedger store (dry runs, dump, salvage) predict DLedger's load here: this fake one's index file
+    is not mappedFileSizeForEntryIndex long (dump without broker.conf: nor its data file
+    mappedFileSizeCommitLog), so DLedgerMmapFileStore#load exits; they name that file. The real
+    broker's DLedger store: tests/test_dledger_oracle.py."""
+    root = _copy(tmp_path)
+    _dledger(root)
+    names_dledger_file = lambda line: "dledger-n0/" in line and "broker" in line    # noqa: E731
+    refused_by_every_job(root, support.broker_conf(V5, "clean"), tmp_path, capsys, "a DLedger store",
+                         "dledger-n0", reads=dict.fromkeys(("dry run", "what-if", "dump", "salvage"),
+                                                           names_dledger_file))
 
 
 def test_modes_in_the_report_the_manifest_and_the_runs_table(spark, tmp_path, capsys):
@@ -292,3 +307,9 @@ def test_double_write_refused_when_an_earlier_file_would_cut(tmp_path):
     with pytest.raises(UnsupportedStoreError, match="depends on the RocksDB consume queue") as err:
         recovery.predict(store, recovery.V5X)
     assert err.value.path == str(files[10]) and err.value.position <= 30000
+    # no RocksDB queue yet (the setting just turned on): the broker skips it, nothing to refuse
+    for name in ROCKSDB:
+        (root / "consumequeue" / name).unlink()
+    store = open_store(root, _conf(tmp_path, rocksdbCQDoubleWriteEnable="true"))
+    assert store.inventory.modes == (inventory.ROCKSDB_CQ_DOUBLE_WRITE,)
+    assert recovery.predict(store, recovery.V5X).load_result

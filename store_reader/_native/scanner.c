@@ -1173,7 +1173,7 @@ static int check_record(scan_t *sc, int64_t pos, rec_t *r, int *check, int64_t *
 
 /* Make room for `rows` rows in every fixed-width buffer, bitmap and offsets array (their .len
  * stays 0: rows are written by index). */
-/* The DLedger entry at pos, as DLedgerMmapFileStore#recover checks each entry it walks (R§12.1
+/* The DLedger entry at pos, as DLedgerMmapFileStore#recover checks each entry it walks (R§15.1
  * step 3; index continuity and term order span entries: the caller checks them). VALID with the
  * entry's size, END_OF_FILE on DLedger's blank, else INVALID. */
 static int check_entry(const scan_t *sc, int64_t pos, int32_t *size, int *check, int64_t *declared,
@@ -1768,7 +1768,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
                 break;
             }
             /* the record is read within its entry, and must fill it: the broker's reput steps
-             * by TOTALSIZE + 48, DLedger by the entry size (R§12.4) */
+             * by TOTALSIZE + 48, DLedger by the entry size (R§15.4) */
             at = p + DL_BODY_OFFSET;
             int64_t saved = sc->span.end;
             if (p + entry_size < saved) sc->span.end = p + entry_size;

@@ -2,12 +2,10 @@ package oracle;
 
 import java.io.File;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
-import java.util.TreeMap;
 
 import org.apache.rocketmq.remoting.protocol.EpochEntry;
 import org.apache.rocketmq.store.DefaultMessageStore;
@@ -21,7 +19,7 @@ import org.apache.rocketmq.store.ha.autoswitch.AutoSwitchHAService;
  *
  * write: load(), start() (the store's AutoSwitchHAService reads the epoch file), then as the
  *   broker's ReplicasManager does on an election, AutoSwitchHAService#changeToMaster(1): epoch 1
- *   from phy 0, the confirm offset set to the commitlog's end; N1 puts (oracle.Write's plan);
+ *   from phy 0, the confirm offset set to the commitlog's end; N1 puts (ModeStores#put);
  *   once dispatched a second election, changeToMaster(2) (epoch 2 from the end, confirm there) and
  *   the periodic checkpoint flush (FlushConsumeQueueService writes it every
  *   flushConsumeQueueThoroughInterval); N2 more puts, acked by a lone master, which leave the
@@ -29,7 +27,7 @@ import org.apache.rocketmq.store.ha.autoswitch.AutoSwitchHAService;
  * restart: as BrokerController#recoverAndInitService loads a controller-mode store: fenced
  *   (ReplicasManager#setFenced(true) before load()), then load(), start(), the reput waited for;
  *   reports the confirm offset, min/max phy offset, the queue offset table
- *   (recoverTopicQueueTable, compensateForHA) and every queue (oracle.Restart#queues), then a clean
+ *   (recoverTopicQueueTable, compensateForHA) and every queue (ModeStores#queues), then a clean
  *   shutdown().
  * Prints one Json document.
  */
@@ -48,13 +46,6 @@ public final class ControllerRun {
         } catch (Throwable e) {
             e.printStackTrace();
             Runtime.getRuntime().halt(1);
-        }
-    }
-
-    static void waitDispatched(DefaultMessageStore store) throws InterruptedException {
-        long deadline = System.currentTimeMillis() + 300_000L;
-        while (store.dispatchBehindBytes() > 0 && System.currentTimeMillis() < deadline) {
-            Thread.sleep(2);
         }
     }
 
@@ -87,24 +78,17 @@ public final class ControllerRun {
         if (!ha.changeToMaster(1)) {
             throw new IllegalStateException("changeToMaster(1) failed");
         }
-        List<Object> acked = Collections.synchronizedList(new ArrayList<>());
-        List<Object> refused = Collections.synchronizedList(new ArrayList<>());
-        for (int i = 0; i < n1; i++) {
-            Write.put(store, rnd, i, acked, refused);
-        }
-        waitDispatched(store);
+        List<Object> acked = new ArrayList<>(ModeStores.put(store, rnd, 0, n1));
+        ModeStores.waitDispatched(store);
         if (!ha.changeToMaster(2)) {
             throw new IllegalStateException("changeToMaster(2) failed");
         }
         long confirm = store.getCommitLog().getConfirmOffsetDirectly();
         store.getStoreCheckpoint().flush();
-        for (int i = n1; i < n1 + n2; i++) {
-            Write.put(store, rnd, i, acked, refused);
-        }
-        waitDispatched(store);
+        acked.addAll(ModeStores.put(store, rnd, n1, n2));
+        ModeStores.waitDispatched(store);
         Map<String, Object> j = new LinkedHashMap<>();
-        j.put("written", new ArrayList<>(acked));
-        j.put("refused", refused);
+        j.put("written", acked);
         j.put("confirmOffsetAtSecondElection", confirm);
         j.put("epochs", epochs(ha));
         j.put("maxPhyOffset", store.getMaxPhyOffset());
@@ -124,14 +108,14 @@ public final class ControllerRun {
         if (loaded) {
             j.put("confirmOffsetAfterRecovery", store.getCommitLog().getConfirmOffset());
             store.start();
-            waitDispatched(store);
+            ModeStores.waitDispatched(store);
             j.put("confirmOffset", store.getCommitLog().getConfirmOffset());
             j.put("checkpointConfirmOffset", store.getStoreCheckpoint().getConfirmPhyOffset());
             j.put("minPhyOffset", store.getMinPhyOffset());
             j.put("maxPhyOffset", store.getMaxPhyOffset());
-            j.put("topicQueueTable", new TreeMap<>(store.getQueueStore().getTopicQueueTable()));
+            j.put("topicQueueTable", ModeStores.topicQueueTable(store));
             j.put("epochs", epochs((AutoSwitchHAService) store.getHaService()));
-            j.put("queues", Restart.queues(store, root));
+            j.put("queues", ModeStores.queues(store));
         }
         store.shutdown();
         Json.emit(j);
