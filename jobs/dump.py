@@ -99,6 +99,8 @@ def classify_path(path: Path | StoreLocation) -> StoreFile:
     parent = path.parent
     if parent.name == "commitlog":
         return StoreFile("commitlog", path, parent.parent)
+    if parent.name == "data" and parent.parent.name.startswith("dledger-"):   # F§16.1
+        return StoreFile("commitlog", path, parent.parent.parent)
     if parent.name == "index":
         return StoreFile("index", path, parent.parent)
     if parent.parent.parent.name == "consumequeue":
@@ -118,9 +120,9 @@ def classify_path(path: Path | StoreLocation) -> StoreFile:
         return StoreFile("timercheck", path, parent.parent)
     if parent.name == "config" and (path.name.endswith(".json") or path.name.endswith(".json.bak")):
         return StoreFile("config", path, parent.parent)
-    raise CannotRead("not a store file: expected commitlog/<file>, consumequeue/<topic>/<queueId>/"
-                     "<file>, index/<file>, checkpoint, config/*.json, timerlog/<file>, timerwheel or "
-                     "config/timercheck", path)
+    raise CannotRead("not a store file: expected commitlog/<file>, dledger-<selfId>/data/<file>, "
+                     "consumequeue/<topic>/<queueId>/<file>, index/<file>, checkpoint, config/*.json, "
+                     "timerlog/<file>, timerwheel or config/timercheck", path)
 
 
 def verify_file(view: StoreView, sf: StoreFile, index_only: bool) -> Findings:
@@ -172,8 +174,10 @@ def report(p: Printer, found: Findings, view: StoreView | None = None) -> int:
     return rc
 
 
-def _open(root: Path | StoreLocation, broker_config: str | None) -> StoreView:
-    return StoreView(open_store(root, broker_config))
+def _open(root: Path | StoreLocation, broker_config: str | None, verify: bool = False) -> StoreView:
+    # a DLedger store is listed through the DLedger framing; its verification (the classic audit)
+    # would mispredict it, so that refuses it by name
+    return StoreView(open_store(root, broker_config, read_dledger=not verify))
 
 
 def _broker_config(root: Path | StoreLocation, broker_config: str | None) -> BrokerConfig:
@@ -202,7 +206,7 @@ def run(args: argparse.Namespace, p: Printer) -> int:
         raise CannotRead(_missing(target), target)
     verify = args.verify or args.verify_index_only
     if target.is_dir():
-        view = _open(target, args.broker_config)
+        view = _open(target, args.broker_config, verify)
         dump_overview(p, view)
         return report(p, verify_store(view, args.verify_index_only), view) if verify else EXIT_OK
     sf = classify_path(target)
@@ -210,7 +214,7 @@ def run(args: argparse.Namespace, p: Printer) -> int:
         raise UnreadableFileError("cannot read: permission denied", target)
     # a commitlog segment is read with the store's scan options; the rest needs the store only
     # to be verified against it
-    view = _open(sf.root, args.broker_config) if verify or sf.kind == "commitlog" else None
+    view = _open(sf.root, args.broker_config, verify) if verify or sf.kind == "commitlog" else None
     if sf.kind == "commitlog":
         assert view is not None
         dump_commitlog_file(p, view, target, args)

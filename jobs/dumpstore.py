@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jobs import dledgerreport
 from jobs.dumpfiles import dump_checkpoint
 from jobs.dumpprint import Printer, iso_ms
 from store_reader import timerstore as ts
@@ -37,13 +38,17 @@ def dump_overview(p: Printer, view: StoreView) -> None:
             "cq_file_size": cfg.cq_file_size, "max_hash_slot_num": cfg.maxHashSlotNum,
             "max_index_num": cfg.maxIndexNum, "index_file_size": cfg.index_file_size,
             "commitlog_dirs": [str(d) for d in store.commitlog_dirs]})
-    p.emit(f"commitlog: {len(view.summaries)} segments in {', '.join(map(str, store.commitlog_dirs))}",
-           {"type": "commitlog", "segments": len(view.summaries)})
+    p.emit(f"commitlog: {len(view.summaries)} segments in {', '.join(map(str, store.commitlog_dirs))}"
+           + (" (DLedger entries, F§16)" if store.dledger is not None else ""),
+           {"type": "commitlog", "segments": len(view.summaries), "dledger": store.dledger is not None})
     for s in view.summaries:
         end = s.end_reason + (f" ({s.end_check})" if s.end_check else "")
         p.emit(f"  {s.segment} size: {s.file_size} records: {s.records} validBytes: {s.valid_bytes} "
                f"end: {end}" + (f" lost: {s.records_after_cut}" if s.records_after_cut else ""),
                lambda s=s: {"type": "segment", **s.as_row()})
+    if store.dledger is not None:
+        for text, obj in dledgerreport.lines(store, [view.version]):
+            p.emit(text, obj)
     queues = list_queues(store.root)
     p.emit(f"consume queues: {len(queues)}", {"type": "consume_queues", "queues": len(queues)})
     for q in queues:

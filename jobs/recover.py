@@ -222,6 +222,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _dledger_dry_run(args: argparse.Namespace) -> bool:
+    """A DLedger store's dry run (R§16): DLedger's recovery and the broker's restart printed,
+    no Spark; False for any other store."""
+    from jobs import dledgerreport
+    from store_reader import inventory
+
+    store = open_store(args.store, args.broker_config, read_dledger=True)
+    if store.dledger is None or not store.inventory.has(inventory.DLEDGER):
+        return False
+    out = list(dledgerreport.lines(store, dledgerreport.versions_for(store, args.broker_version)))
+    if args.json:
+        print(json.dumps([obj() for _, obj in out], indent=2))
+    else:
+        print(f"DLedger store {store.root} (dry run; no repaired store: DLedger stores are not repaired)")
+        for text, _ in out:
+            print(text)
+    return True
+
+
 @reports_store_errors()
 def main(argv: list[str] | None = None) -> int:
     from jobs.sparkutil import configure_logging, get_spark
@@ -244,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(finished.lines))
             if finished.completed and finished.same_command(args.out, args.backup):
                 return 0
+    if args.dry_run and _dledger_dry_run(args):
+        return 0
     spark = get_spark("rocketmq-recover", session=False)
     if recovery.is_whatif(args.broker_version):
         # a scan and an audit per version: their record checks differ

@@ -7,7 +7,9 @@
 Reads the store only (local or a URI ``storefs`` reads). Passes:
   1. check the output (a new local file, or ``--overwrite``), before any work;
   2. scan segments, one Spark task per commitlog file, and predict the broker's recovery
-     (``jobs.scan.scan_segments``, ``store_reader.recovery.predict``): the truncation point;
+     (``jobs.scan.scan_segments``, ``store_reader.recovery.predict``): the truncation point; a
+     DLedger store's data files are read through the DLedger framing and its end is DLedger's
+     (``dledger_end``, R§16.1);
   3. one Spark task per commitlog file reaching past it: its lost records (``store_reader.salvage``,
      the rule of the audit's ``lost_messages``) into a part file of their own;
   4. the parts joined in commitlog order into a temporary file beside ``--out``, fsync'd and renamed
@@ -65,6 +67,21 @@ def export_parts(spark, segments: list[sv.LostSegment], end: int, opts, parts_di
     return spark.sparkContext.parallelize(segments, len(segments)).map(task).collect()
 
 
+def dledger_end(store) -> tuple[int, str | None]:
+    """A DLedger store's end as DLedger's recovery sets it (R§16.1) and the data file it cuts:
+    the messages of entries at or past it are lost (entries past a bad header, a term going back,
+    a file of them deleted), whatever the broker version."""
+    from store_reader import dledger
+    from store_reader.exceptions import UnsupportedStoreError
+
+    rec = dledger.recover(store)
+    if rec.refused is not None:
+        raise UnsupportedStoreError(rec.refused, str(store.dledger))
+    size = store.config.mappedFileSizeCommitLog
+    cut = None if rec.process_offset % size == 0 else f"{rec.process_offset - rec.process_offset % size:020d}"
+    return rec.process_offset, cut
+
+
 def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
             broker_version: str | None = None, fmt: str = "jsonl", overwrite: bool = False
             ) -> SalvageReport:
@@ -75,14 +92,17 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
     started = time.monotonic()
     out = os.path.abspath(out)
     publish.check_output_file(out, overwrite, "salvage file")
-    store = open_store(store_path, broker_config)
+    store = open_store(store_path, broker_config, read_dledger=True)
     publish.check_outside_store(store.root, out, "salvage file")
     version = recovery.resolve_version(broker_version or store.broker_version())
     broker_5x = recovery.is_5x(version)
     summaries = scan_segments(spark, store, store.scan_options(broker_5x=broker_5x))
-    pred = recovery.predict(store, version, summaries=summaries)
-    end = pred.max_phy_offset
-    segments = sv.lost_segments(summaries, end, sv.cut_segment(pred))
+    if store.dledger is not None:
+        end, cut = dledger_end(store)
+    else:
+        pred = recovery.predict(store, version, summaries=summaries)
+        end, cut = pred.max_phy_offset, sv.cut_segment(pred)
+    segments = sv.lost_segments(summaries, end, cut)
     # beside --out: the rename into place stays on one filesystem; one a killed run left is
     # removed (``publish.work_directory``)
     try:

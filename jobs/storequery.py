@@ -40,7 +40,7 @@ def read_store(spark: "SparkSession", store: Store, table: str, columns: Sequenc
     if store.config.source is not None:
         options["brokerConfig"] = store.config.source
     if broker_5x is not None:
-        options["brokerVersion"] = recovery.V5X if broker_5x else recovery.V49
+        options["brokerVersion"] = store.broker_version() if broker_5x else recovery.V49
     if table == "messages":
         options.update(includeLost="true", verifyCrc="false", computeCrc="true")
     return spark.read.format("rocketmq").options(**options).load()

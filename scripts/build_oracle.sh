@@ -30,6 +30,9 @@ flock 9    # one build at a time per oracle home
 rm -rf "$HOME_DIR"/.build-* "$HOME_DIR"/.old-*    # left by a build that was killed
 
 pom() {  # the generated pom: the store release and what it pulls in at run time
+    local extra=""
+    # 4.x: rocketmq-store excludes DLedger's slf4j-api, which DLedgerCommitLog needs at run time
+    case "$1" in 4.*) extra="<dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId><version>1.7.7</version></dependency>";; esac
     cat <<EOF
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -37,6 +40,7 @@ pom() {  # the generated pom: the store release and what it pulls in at run time
   <packaging>pom</packaging>
   <dependencies>
     <dependency><groupId>org.apache.rocketmq</groupId><artifactId>rocketmq-store</artifactId><version>$1</version></dependency>
+    $extra
   </dependencies>
 </project>
 EOF

@@ -9,8 +9,8 @@ from typing import Optional, Tuple, Union
 from typing_extensions import Buffer
 
 # (check_crc, compute_crc, force_verify_prop_crc, check_dup_info, broker_5x, delay levels 1..n as
-#  little-endian int64 bytes)
-NativeOpts = Tuple[bool, bool, bool, bool, bool, bytes]
+#  little-endian int64 bytes, DLedger framing)
+NativeOpts = Tuple[bool, bool, bool, bool, bool, bytes, bool]
 
 # fixed width: (validity | None, data); bool: (validity | None, bit-packed data);
 # string/binary: (validity | None, int32 offsets, data);
@@ -44,7 +44,8 @@ def is_zero(buf: Buffer, start: int, end: int) -> bool:
 def resync(buf: Buffer, file_start: int, start: int, end: int, opts: NativeOpts, search_end: int = -1) -> int:
     """First position >= ``start`` of a VALID record whose PHYSICALOFFSET equals its phy offset,
     or -1 (edge-cases E#3). Records are checked against ``end``; only magic codes starting below
-    ``search_end`` (default, or negative: ``end``) are candidates."""
+    ``search_end`` (default, or negative: ``end``) are candidates. DLedger framing (F§16.2): the
+    position of the entry holding that record."""
 
 def java_hashes(offsets: Buffer, data: Buffer, length: int, offset: int, mode: int) -> bytes:
     """Native int32 per string of a StringArray: mode 0 ``String.hashCode``, mode 1 index keyHash."""

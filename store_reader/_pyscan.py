@@ -20,6 +20,7 @@ _I8 = struct.Struct(">b")
 _I64 = struct.Struct(">q")
 _MAGIC_V1_BYTES = struct.pack(">i", rf.MAGIC_V1)
 _MAGIC_V2_BYTES = struct.pack(">i", rf.MAGIC_V2)
+_DL_HEAD8 = struct.Struct(">ii")      # a DLedger entry's magic and size (F§16.2)
 
 
 class _OutOfBounds(Exception):
@@ -233,6 +234,46 @@ def check_record(buf: Any, pos: int, end: int, opts: rf.ScanOptions, want_body: 
     return rf.VALID, 0, total_size, fields
 
 
+def check_entry(buf: Any, file_start: int, pos: int, end: int) -> tuple[int, int, int | None]:
+    """The DLedger entry at ``pos`` as ``DLedgerMmapFileStore#recover`` checks each entry it walks
+    (R§16.1 step 3; index continuity and term order span entries, the caller checks those):
+    ``(outcome, check code, entry size)``, VALID, END_OF_FILE on DLedger's blank (magic -1), else
+    INVALID."""
+    if end - pos < 8:
+        return rf.INVALID, rf.CHECK_CODE["out_of_bounds"], None
+    magic, size = _DL_HEAD8.unpack_from(buf, pos)
+    if magic == rf.DLEDGER_BLANK_MAGIC:
+        return rf.END_OF_FILE, 0, size
+    if end - pos < rf.DLEDGER_BODY_OFFSET:
+        return rf.INVALID, rf.CHECK_CODE["out_of_bounds"], size
+    _, _, _, _, entry_pos, _, _, _, body_size = rf.DLEDGER_HEADER.unpack_from(buf, pos)
+    if size == 0 or entry_pos != java_long(file_start + pos) or body_size + rf.DLEDGER_BODY_OFFSET != size \
+            or magic != rf.DLEDGER_MAGIC or size <= rf.DLEDGER_HEADER_SIZE:
+        return rf.INVALID, rf.CHECK_CODE["dledger_entry"], size
+    return rf.VALID, 0, size
+
+
+def _check_framed(buf: Any, file_start: int, pos: int, end: int, opts: rf.ScanOptions, want_body: bool
+                  ) -> tuple[int, int, int | None, dict | None, int, int]:
+    """``check_record`` of the record at ``pos``, or of the one inside the DLedger entry at ``pos``
+    (``opts.dledger``: read within the entry, which it must fill, R§16.4): (outcome, check,
+    declared size, fields, the record's position, the step to the next)."""
+    if not opts.dledger:
+        outcome, check, declared, fields = check_record(buf, pos, end, opts, want_body)
+        return outcome, check, declared, fields, pos, fields["total_size"] if fields else 0
+    outcome, check, size = check_entry(buf, file_start, pos, end)
+    if outcome != rf.VALID:
+        return outcome, check, size, None, pos, 0
+    assert size is not None
+    at = pos + rf.DLEDGER_BODY_OFFSET
+    outcome, check, _, fields = check_record(buf, at, min(end, pos + size), opts, want_body)
+    if outcome == rf.VALID and fields is not None and fields["total_size"] != size - rf.DLEDGER_BODY_OFFSET:
+        outcome, check, fields = rf.INVALID, rf.CHECK_CODE["dledger_body_size"], None
+    if outcome != rf.VALID:
+        return outcome, check, size, None, pos, 0
+    return outcome, check, size, fields, at, size
+
+
 def scan(buf: Any, file_start: int, pos: int, end: int, max_records: int, opts: rf.ScanOptions,
          columns: tuple[str, ...]) -> tuple[dict[str, list], int, int, tuple | None, tuple]:
     """Decode up to ``max_records`` VALID records from ``pos``.
@@ -251,23 +292,24 @@ def scan(buf: Any, file_start: int, pos: int, end: int, max_records: int, opts: 
     max_ts = None
     stop = None
     while n < max_records:
-        outcome, check, declared, fields = check_record(buf, pos, end, opts, want_body)
+        outcome, check, declared, fields, at, step = _check_framed(buf, file_start, pos, end, opts,
+                                                                   want_body)
         if outcome != rf.VALID:
             stop = (outcome, check, declared)
             break
         assert fields is not None
-        fields["phy_offset"] = file_start + pos
+        fields["phy_offset"] = file_start + at
         for c in columns:
             out[c].append(fields[c])
         if first_ts is None:
             first_ts = fields["store_timestamp"]
-        last_ts, last_pos = fields["store_timestamp"], pos
+        last_ts, last_pos = fields["store_timestamp"], at
         max_ts = fields["store_timestamp"] if max_ts is None else max(max_ts, fields["store_timestamp"])
         crc_failures += fields["body_crc_ok"] is False or fields["record_crc_ok"] is False
         if fields["sys_flag"] & rf.TRANSACTION_MASK != rf.TRANSACTION_ROLLBACK_TYPE:
             index_puts += (fields["uniq_key"] is not None) + len(fields["key_list"])
         n += 1
-        pos += fields["total_size"]
+        pos += step
     return out, n, pos, stop, (first_ts, last_ts, last_pos, crc_failures, index_puts, max_ts)
 
 
@@ -280,7 +322,8 @@ def resync(buf: Any, file_start: int, start: int, end: int, opts: rf.ScanOptions
            search_end: int | None = None) -> int:
     """First position ``>= start`` holding a VALID record whose PHYSICALOFFSET equals its position
     (the resync anchor of spec E#3), or -1. Records are checked against ``end``; only magic codes
-    starting below ``search_end`` (default ``end``) are candidates."""
+    starting below ``search_end`` (default ``end``) are candidates. With ``opts.dledger`` the
+    anchor is the position of the DLedger entry holding such a record, and that entry is checked."""
     data = bytes(buf[:end])
     limit = end if search_end is None or search_end < 0 else min(search_end, end)
     magics = [_MAGIC_V1_BYTES] + ([_MAGIC_V2_BYTES] if opts.broker_5x else [])
@@ -293,5 +336,10 @@ def resync(buf: Any, file_start: int, start: int, end: int, opts: rf.ScanOptions
         search = q + 5
         if q + rf.PHYSICALOFFSET_POS + 8 <= end and \
                 _I64.unpack_from(data, q + rf.PHYSICALOFFSET_POS)[0] == file_start + q:
-            if check_record(data, q, end, opts)[0] == rf.VALID:
-                return q
+            if not opts.dledger:
+                if check_record(data, q, end, opts)[0] == rf.VALID:
+                    return q
+            elif q - rf.DLEDGER_BODY_OFFSET >= start:     # the anchor is the entry holding the record
+                outcome = _check_framed(data, file_start, q - rf.DLEDGER_BODY_OFFSET, end, opts, False)[0]
+                if outcome == rf.VALID:
+                    return q - rf.DLEDGER_BODY_OFFSET

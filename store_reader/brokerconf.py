@@ -55,6 +55,8 @@ class BrokerConfig:
     combineCQMaxExtraSearchCommitLogFiles: int = 3
     configManagerVersion: str = "v1"
     enableDLegerCommitLog: bool = False
+    dLegerSelfId: str = "n0"                  # its entries in dledger-<dLegerSelfId>/ (F§16.1)
+    storePathDLedgerCommitLog: str | None = None
     enableControllerMode: bool = False
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
     timerWheelEnable: bool = True              # 5.x timer store (store-format §16)

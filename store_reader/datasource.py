@@ -345,7 +345,7 @@ class RocketMQReader(DataSourceReader):
         # 2. the store and how to read it (the broker's settings unless an option overrides them)
         if "path" not in options:
             raise ConfigError("option path (the store root) is required")
-        store = open_store(options["path"], options.get("brokerconfig"))
+        store = open_store(options["path"], options.get("brokerconfig"), read_dledger=True)
         self.config = store.config
         version = options.get("brokerversion")
         try:

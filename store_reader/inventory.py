@@ -135,10 +135,18 @@ class Inventory:
         """The modes as one word list (``classic`` when none)."""
         return ", ".join(self.modes) or "classic"
 
-    def refuse(self, root: PathRef) -> None:
-        """Raise the first refusal (one line naming the feature and its entry), if any."""
-        if self.refusals:
-            entry, why = self.refusals[0]
+    @property
+    def dledger_dirs(self) -> list[str]:
+        """The root's ``dledger-<selfId>`` directories (F§16.1)."""
+        return [e.path for e in self.entries if e.kind == "dledger"]
+
+    def refuse(self, root: PathRef, read_dledger: bool = False) -> None:
+        """Raise the first refusal (one line naming the feature and its entry), if any.
+        ``read_dledger``: the caller reads a DLedger store's entries (the refusal of its
+        ``dledger-<selfId>`` directory does not apply; ``store.open_store``)."""
+        for entry, why in self.refusals:
+            if read_dledger and DLEDGER in self.modes and entry in self.dledger_dirs:
+                continue
             raise UnsupportedStoreError(why, f"{str(root).rstrip('/')}/{entry}")
 
 
@@ -260,8 +268,9 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
     if DLEDGER in modes:
         refuse((dledger or "commitlog",
                 "a DLedger store (enableDLegerCommitLog): its commitlog is DLedger's entry log "
-                f"({dledger or 'dledger-<selfId>'}/data), which this project does not read: it "
-                "cannot recover this store"))
+                f"({dledger or 'dledger-<selfId>'}/data); this project reads it and predicts its "
+                "restart (dump, recover --dry-run, salvage, the rocketmq data source) but does not "
+                "audit or repair it"))
     if ROCKSDB_CQ in modes:
         where = inv.rocksdb_cq_dir or "consumequeue"
         if rocksdb_store:

@@ -140,6 +140,8 @@ CHECKS = (
     "record_crc",         # 5.x forceVerifyPropCRC: __CRC32# missing or wrong
     "length_mismatch",    # calMsgLength != TOTALSIZE (torn record)
     "inner_batch",        # 5.x INNER_NUM/INNER_BASE not parsable
+    "dledger_entry",      # DLedger entry header fails DLedgerMmapFileStore#recover's checks (R§16.1)
+    "dledger_body_size",  # DLedger entry whose record's TOTALSIZE is not the entry's body size
 )
 CHECK_CODE = {name: i for i, name in enumerate(CHECKS)}
 
@@ -388,6 +390,10 @@ class ScanOptions:
         length does not fit is INVALID), INNER_NUM/INNER_BASE parsed.
     delay_levels_ms
         Delay of level 1..N, for schedule-topic tags codes (F§3.9).
+    dledger
+        Each record sits in a DLedger entry (F§16.2): the entry header is checked as DLedger's
+        recovery checks it, the record is read at its body (phy offset ``pos + 48``) and the walk
+        steps by entries; DLedger's blank (magic -1) ends a file.
     """
 
     check_crc: bool = True
@@ -398,6 +404,7 @@ class ScanOptions:
     delay_levels_ms: tuple[int, ...] = field(default=(
         1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000, 420000, 480000,
         540000, 600000, 1200000, 1800000, 3600000, 7200000))
+    dledger: bool = False
 
     @property
     def crc_computed(self) -> bool:
@@ -447,3 +454,30 @@ def relocate_record(record: bytes | bytearray | memoryview, queue_offset: int, p
         out[tail:] = _crc32_property(crc32(memoryview(out)[:tail]))
     return out
 
+
+
+# -- DLedger commitlog (F§16): an entry header around each record, 32-byte index units -----------
+# entry: magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodySize; the record at 48
+DLEDGER_HEADER = struct.Struct(">iiqqqiiii")
+DLEDGER_MAGIC = 1                   # MAGIC_1 = CURRENT_MAGIC
+DLEDGER_BLANK_MAGIC = -1            # MmapFileList.BLANK_MAGIC_CODE
+DLEDGER_HEADER_SIZE = 44            # DLedgerEntry.HEADER_SIZE (a size must exceed it)
+DLEDGER_BODY_OFFSET = 48            # DLedgerEntry.BODY_OFFSET = DLEDGER_HEADER.size
+DLEDGER_MIN_BLANK = 8               # MmapFileList.MIN_BLANK_LEN
+# index unit: magic, pos, size, index, term
+DLEDGER_INDEX_UNIT = struct.Struct(">iqiqq")
+
+
+def encode_dledger_entry(record: bytes | bytearray, index: int, term: int, pos: int) -> bytes:
+    """A DLedger entry holding ``record`` at phy offset ``pos``, byte for byte as
+    ``DLedgerMmapFileStore#appendAsLeader`` stores it with ``DLedgerCommitLog``'s hook: the record's
+    PHYSICALOFFSET set to ``pos + 48`` (F§16.2; chainCrc and bodyCrc are never set)."""
+    body = relocate_record(record, struct.unpack_from(">q", record, QUEUEOFFSET_POS)[0],
+                           pos + DLEDGER_BODY_OFFSET)
+    size = DLEDGER_BODY_OFFSET + len(body)
+    return DLEDGER_HEADER.pack(DLEDGER_MAGIC, size, index, term, pos, 0, 0, 0, len(body)) + bytes(body)
+
+
+def encode_dledger_index_unit(pos: int, size: int, index: int, term: int) -> bytes:
+    """The index unit of an entry (F§16.3, ``DLedgerEntryCoder#encodeIndex``)."""
+    return DLEDGER_INDEX_UNIT.pack(DLEDGER_MAGIC, pos, size, index, term)

@@ -11,6 +11,7 @@ path): every file is then read through ``storefs`` and the paths handed out are
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +24,11 @@ from . import inventory
 from .brokerconf import BrokerConfig, broker_config_of
 from .commitlog import SegmentScan, SegmentSummary, summaries_table, summarize_segment
 from .exceptions import (FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
-                         UnreadableFileError)
+                         UnreadableFileError, UnsupportedStoreError)
 from .fsutil import list_dir
 from .inventory import Inventory
 from .mappedfile import MappedFile, list_mapped_files
-from .recordformat import MAGIC_V2, PROPERTIESLENGTH, SIZE_AND_MAGIC, ScanOptions
+from .recordformat import DLEDGER_BODY_OFFSET, MAGIC_V2, PROPERTIESLENGTH, SIZE_AND_MAGIC, ScanOptions
 from .storefs import PathRef, StoreLocation, location
 
 @dataclass
@@ -53,6 +54,9 @@ class Store:
     """Entries of the commitlog directories that are not in ``commitlog_files``: what the broker
     skips or cannot map (sub-directories, names that are not numbers, a zero-length last file)."""
     notes: list[str] = field(default_factory=list)
+    dledger: Path | StoreLocation | None = None
+    """A DLedger store's ``dledger-<selfId>`` directory (``open_store(read_dledger=True)``): the
+    commitlog files are then its data files, each record inside an entry (F§16)."""
 
     # -- paths --------------------------------------------------------------------------------
     @property
@@ -97,7 +101,8 @@ class Store:
     def scan_options(self, broker_5x: bool | None = None, compute_crc: bool = True) -> ScanOptions:
         if broker_5x is None:
             broker_5x = self.looks_5x()
-        return ScanOptions.for_broker(self.config, broker_5x, compute_crc=compute_crc)
+        opts = ScanOptions.for_broker(self.config, broker_5x, compute_crc=compute_crc)
+        return dataclasses.replace(opts, dledger=True) if self.dledger is not None else opts
 
     def scan_commitlog(self, columns: Sequence[str] | None = None, opts: ScanOptions | None = None,
                        include_lost: bool = False, batch_size: int | None = None
@@ -163,16 +168,17 @@ class Store:
 
     def _first_record_tail(self) -> tuple[int, int | None] | None:
         """(magic, last byte of the properties) of the first record of the first segment."""
+        at = DLEDGER_BODY_OFFSET if self.dledger is not None else 0
         for f in self.commitlog_files:
             try:
                 with location(f.path).open_reader() as r:
-                    head = r.read_at(0, SIZE_AND_MAGIC.size)
+                    head = r.read_at(at, SIZE_AND_MAGIC.size)
                     if len(head) < SIZE_AND_MAGIC.size:
                         continue
                     size, magic = SIZE_AND_MAGIC.unpack(head)
                     if size <= SIZE_AND_MAGIC.size or size > f.size:
                         return None
-                    tail = r.read_at(size - PROPERTIESLENGTH.size - 1, PROPERTIESLENGTH.size + 1)
+                    tail = r.read_at(at + size - PROPERTIESLENGTH.size - 1, PROPERTIESLENGTH.size + 1)
             except (OSError, StoreReaderError):
                 return None
             if len(tail) < PROPERTIESLENGTH.size + 1:
@@ -191,8 +197,33 @@ def _commitlog_dirs(root: Path | StoreLocation, config: BrokerConfig) -> list[Pa
     return [root / "commitlog"]
 
 
+def _dledger_data_dirs(root: Path | StoreLocation, config: BrokerConfig, inv: Inventory
+                       ) -> tuple[Path | StoreLocation, list[Path | StoreLocation]]:
+    """A DLedger store's ``dledger-<selfId>`` directory and its data directories (F§16.1), or the
+    reason it cannot be read, raised by name."""
+    found = inv.dledger_dirs
+    name = f"dledger-{config.dLegerSelfId}"
+    if name not in found:
+        raise UnsupportedStoreError(
+            f"a DLedger store whose directories ({', '.join(found)}) are not dledger-<dLegerSelfId> "
+            f"= {name}: which member's log the broker reads is not known (pass its broker.conf)",
+            f"{root}/{found[0]}")
+    dl = root / name
+    classic = [e for e in list_dir(root / "commitlog", "commitlog") if not e.is_dir()] \
+        if (root / "commitlog").is_dir() else []
+    if classic:       # F§16.5: offsets below dividedCommitlogOffset are the classic files'
+        raise UnsupportedStoreError(
+            "a DLedger store converted from classic mode (commitlog/ still holds files below the "
+            "first DLedger entry): this project reads only stores whose whole log is DLedger's",
+            str(classic[0].location))
+    if config.storePathDLedgerCommitLog:
+        return dl, [root / p.strip() for p in config.storePathDLedgerCommitLog.split(",") if p.strip()]
+    return dl, [dl / "data"]
+
+
 def open_store(path: PathRef, broker_config: BrokerConfig | PathRef | None = None,
-               strict: bool = False, *, filesystem: pafs.FileSystem | None = None) -> Store:
+               strict: bool = False, *, filesystem: pafs.FileSystem | None = None,
+               read_dledger: bool = False) -> Store:
     """Discover the store at ``path`` without writing anything.
 
     Parameters
@@ -206,6 +237,10 @@ def open_store(path: PathRef, broker_config: BrokerConfig | PathRef | None = Non
         for ``<root>/broker.conf`` if present, else the broker's defaults.
     strict
         Raise the first load problem instead of collecting it in ``Store.load_problems``.
+    read_dledger
+        The caller reads a DLedger store (``enableDLegerCommitLog``) through the DLedger framing:
+        its data files are the commitlog files (``Store.dledger``). Otherwise such a store is
+        refused by name (the recovery of its classic commitlog would mispredict it).
     filesystem
         The ``pyarrow.fs`` filesystem ``path`` is on. A remote store is read with ranged reads, one
         commitlog segment at a time; a plain ``LocalFileSystem`` is read like any local path.
@@ -214,14 +249,14 @@ def open_store(path: PathRef, broker_config: BrokerConfig | PathRef | None = Non
     # absolute: the paths handed to Spark tasks must not depend on a worker's working directory
     root: Path | StoreLocation = Path(os.path.abspath(loc.path)) if loc.filesystem is None else loc
     try:
-        return _discover(root, broker_config, strict)
+        return _discover(root, broker_config, strict, read_dledger)
     except OSError as exc:      # a remote filesystem that fails to answer; local stat errors
         raise UnreadableFileError(f"cannot read the store: {exc.strerror}",
                                   exc.filename or str(root)) from None
 
 
 def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef | None,
-              strict: bool) -> Store:
+              strict: bool, read_dledger: bool = False) -> Store:
     if not root.exists():
         if isinstance(root, Path):
             from .apply import journal_path
@@ -241,13 +276,17 @@ def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef 
     if not inv.kinds() & inventory.STORE_MARKERS and not any(d.is_dir() for d in dirs):
         raise NotAStoreError("not a RocketMQ store root: none of commitlog/, consumequeue/, index/, "
                              "checkpoint, config/ is there", str(root))
-    inv.refuse(root)
+    inv.refuse(root, read_dledger)
+    dledger = None
+    if read_dledger and inventory.DLEDGER in inv.modes and inv.dledger_dirs:
+        dledger, dirs = _dledger_data_dirs(root, config, inv)
+    what = "DLedger data" if dledger is not None else "commitlog"
     problems: list[StoreReaderError] = []
     problems_49: list[StoreReaderError] = []
     notes: list[str] = []
     files: list[MappedFile] = []
     for d in dirs:
-        files += list_mapped_files(d, config.mappedFileSizeCommitLog, "commitlog",
+        files += list_mapped_files(d, config.mappedFileSizeCommitLog, what,
                                    "mappedFileSizeCommitLog", problems, notes, problems_49=problems_49)
     files.sort(key=lambda f: f.name)
     for a, b in zip(files, files[1:]):
@@ -256,14 +295,16 @@ def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef 
     sized = [f for f in files if f.size]
     if sized and all(f.size != config.mappedFileSizeCommitLog for f in sized):
         raise FileSizeError(
-            f"every commitlog file is {sized[0].size} bytes but mappedFileSizeCommitLog is "
+            f"every {what} file is {sized[0].size} bytes but mappedFileSizeCommitLog is "
             f"{config.mappedFileSizeCommitLog} ({config.source or 'broker default'}): "
             f"{config.settings_hint}", str(sized[0].path))
     mapped = {f.name for f in files}
-    left_out = [str(e.location) for d in dirs for e in list_dir(d, "commitlog") if e.name not in mapped]
+    left_out = [str(e.location) for d in dirs if d.is_dir() for e in list_dir(d, what)
+                if e.name not in mapped]
     store = Store(root=root, config=config, inventory=inv, commitlog_dirs=dirs, commitlog_files=files,
                   abort_exists=(root / "abort").is_file(), lock_exists=(root / "lock").is_file(),
-                  load_problems=problems, load_problems_49=problems_49, left_out=left_out, notes=notes)
+                  load_problems=problems, load_problems_49=problems_49, left_out=left_out, notes=notes,
+                  dledger=dledger)
     if strict and problems:
         raise problems[0]
     return store

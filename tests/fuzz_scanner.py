@@ -108,11 +108,18 @@ def _input(rng: random.Random, real: list[bytes]) -> bytes:
         data = bytearray(rng.choice(real))
         if rng.random() < 0.5:                        # keep it small: the interesting part is the head
             data = data[:rng.randint(0, 4096)]
-    else:
+    elif kind < 0.75:
         data = bytearray()
         for _ in range(rng.randint(0, 8)):
             data += _record(rng, len(data))
         data += rng.choice([b"", bytes(16), struct.pack(">ii", 8, rf.BLANK_MAGIC), os.urandom(12)])
+    else:                                             # DLedger entries around records (F§16.2)
+        data = bytearray()
+        for i in range(rng.randint(0, 8)):
+            rec = _record(rng, len(data) + rf.DLEDGER_BODY_OFFSET)
+            data += rf.DLEDGER_HEADER.pack(rf.DLEDGER_MAGIC, rf.DLEDGER_BODY_OFFSET + len(rec), i, 1,
+                                           len(data), 0, 0, 0, len(rec)) + rec
+        data += rng.choice([b"", bytes(16), struct.pack(">ii", rf.DLEDGER_BLANK_MAGIC, 8), os.urandom(12)])
     if rng.random() < 0.9:
         data = _mutate(rng, data)
     return bytes(data)
@@ -121,7 +128,7 @@ def _input(rng: random.Random, real: list[bytes]) -> bytes:
 def _opts(rng: random.Random) -> tuple[rf.ScanOptions, tuple]:
     o = rf.ScanOptions(check_crc=rng.random() < 0.6, compute_crc=rng.random() < 0.6,
                        force_verify_prop_crc=rng.random() < 0.2, check_dup_info=rng.random() < 0.2,
-                       broker_5x=rng.random() < 0.6,
+                       broker_5x=rng.random() < 0.6, dledger=rng.random() < 0.4,
                        delay_levels_ms=tuple(rng.choice([rng.randint(-2**40, 2**40), _i64(rng),
                                                          rng.choice(I64_EDGES)])
                                              for _ in range(rng.choice([0, 2, 18]))))

@@ -1,34 +1,250 @@
-"""A DLedger store written by the real 5.3.3 broker store (``compat/src/v5/oracle/DLedgerWrite``
-via ``tests/oracle.py``: ``enableDLegerCommitLog``, a single-member DLedger group, kill -9): no
-``commitlog/`` at all, ``dledger-n0/{data,index,currterm}``. Every job names it in one line and
-exits 2, with or without its broker.conf; never the missing-commitlog advice. About 10 s.
+"""DLedger stores against the real broker (``compat/src/common/oracle/DLedgerRun``, run by
+``tests/oracle.py`` on the 4.9.7 and 5.3.3 release jars, DLedger 0.3.1.2): a one-member group's
+store written through the real put path and halted (kill -9), then damaged at seeded points (a torn
+body, index units lost or wrong, every index file lost, a bad header, a term going back, a torn
+tail under a checkpoint that is ahead), and restarted. ``store_reader.dledger`` must predict
+DLedger's recovery exactly (begin/end index, end term, write positions, the committed index and
+position the checkpoint gives back, data files kept, or the JVM's exit) and what the restarted
+broker serves (every queue's entries); the scanners' DLedger framing must read every message the
+broker acknowledged.
 """
 from __future__ import annotations
 
-import socket
+import random
+import shutil
+import struct
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from tests.test_inventory import refused_by_every_job
+from store_reader import dledger, open_store
+from store_reader import recordformat as rf
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.oracle]
+
+VERSIONS = ("4.9.7", "5.3.3")
+FILE_SIZE = 65536
+CONF = """enableDLegerCommitLog=true
+dLegerGroup=oracleDL
+dLegerPeers=n0-127.0.0.1:40911
+dLegerSelfId=n0
+mappedFileSizeCommitLog=65536
+mappedFileSizeConsumeQueue=2000
+maxHashSlotNum=500
+maxIndexNum=2000
+flushDiskType=ASYNC_FLUSH
+"""
 
 
-def test_real_dledger_store_is_refused_by_name_by_every_job(spark, tmp_path, capsys):
+def _entries(root: Path) -> list[tuple[int, int, int, int]]:
+    """(pos, size, index, term) of every entry in the data files, by header."""
+    out = []
+    for f in sorted((root / "dledger-n0" / "data").iterdir()):
+        buf, start, p = f.read_bytes(), int(f.name), 0
+        while p + 48 <= len(buf):
+            magic, size, index, term = struct.unpack_from(">iiqq", buf, p)
+            if magic != 1 or size <= 0:
+                break
+            out.append((start + p, size, index, term))
+            p += size
+    return out
+
+
+def _patch(root: Path, rel: str, offset: int, data: bytes) -> None:
+    with open(root / rel, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)
+
+
+def _data_patch(root: Path, pos: int, data: bytes) -> None:
+    _patch(root, f"dledger-n0/data/{pos - pos % FILE_SIZE:020d}", pos % FILE_SIZE, data)
+
+
+def _unit_patch(root: Path, index: int, data: bytes) -> None:
+    _patch(root, "dledger-n0/index/00000000000000000000", index * 32, data)
+
+
+# seeded damage: each takes the store and its entries, changes files, returns a label
+def torn_last_entries(root, e, rng):
+    """the last entries never reached the disk: zeros from inside the header of one of the last 3"""
+    pos = e[-rng.randrange(1, 4)][0]
+    _data_patch(root, pos + rng.randrange(0, 8), bytes(e[-1][0] + e[-1][1] - pos))
+
+
+def torn_body(root, e, rng):
+    """the last entry's body torn: DLedger checks no CRC and keeps it"""
+    pos, size = e[-1][:2]
+    _data_patch(root, pos + size - rng.randrange(1, 30), b"\0" * 3)
+
+
+def index_units_lost(root, e, rng):
+    """the last index units never reached the disk: the walk rewrites them"""
+    k = len(e) - rng.randrange(1, 20)
+    _unit_patch(root, k, bytes(32 * (len(e) - k)))
+
+
+def index_unit_wrong(root, e, rng):
+    """one index unit in the middle disagrees (its term): units rewritten from there"""
+    k = rng.randrange(5, len(e) - 5)
+    _unit_patch(root, k, rf.encode_dledger_index_unit(e[k][0], e[k][1], e[k][2], e[k][3] + 7))
+
+
+def header_damaged(root, e, rng):
+    """an entry's pos field damaged in the middle: the log ends there, later files deleted"""
+    k = rng.randrange(len(e) // 3, len(e) - 3)
+    _data_patch(root, e[k][0] + 24, struct.pack(">q", e[k][0] + 1))
+
+
+def term_goes_back(root, e, rng):
+    """an entry of a higher term before entries of a lower one (data and unit agree)"""
+    k = rng.randrange(10, len(e) - 10)
+    _data_patch(root, e[k][0] + 16, struct.pack(">q", 5))
+    _unit_patch(root, k, rf.encode_dledger_index_unit(e[k][0], e[k][1], e[k][2], 5))
+
+
+def index_files_lost(root, e, rng):
+    """every index file lost: the walk finds no start file and rewrites every unit"""
+    for f in (root / "dledger-n0" / "index").iterdir():
+        f.unlink()
+
+
+def checkpoint_ahead(root, e, rng):
+    """the last entries torn, and the DLedger checkpoint says more was committed than the log keeps"""
+    torn_last_entries(root, e, rng)
+    (root / "dledger-n0" / "checkpoint").write_text(f"committedIndex={len(e) + 5}\nendIndex={len(e) + 5}\n")
+
+
+DAMAGE = [None, torn_body, index_units_lost, index_unit_wrong, index_files_lost, header_damaged,
+          term_goes_back, checkpoint_ahead]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """One halted DLedger store per version (150 puts, 3 data files) and the puts it acked."""
     from tests import oracle
+    out = {}
+    base = tmp_path_factory.mktemp("dledger-written")
+    (base / "broker.conf").write_text(CONF)
+    for v in VERSIONS:
+        root = base / v
+        w = oracle.run(v, "oracle.DLedgerRun", "write", root, base / "broker.conf", 150, 5, "halt")
+        out[v] = (root, w)
+    return base, out
 
-    with socket.socket() as s:                 # DLedger's RPC port (not stored on disk)
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    conf = tmp_path / "broker.conf"
-    conf.write_text("mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=600\nmaxHashSlotNum=100\n"
-                    "maxIndexNum=400\nenableDLegerCommitLog=true\ndLegerGroup=g0\n"
-                    f"dLegerPeers=n0-127.0.0.1:{port}\ndLegerSelfId=n0\n")
-    store = tmp_path / "store"
-    written = oracle.run("5.3.3", "oracle.DLedgerWrite", store, conf, 50, 3)
-    assert len(written["written"]) == 50 and not (store / "commitlog").exists()
-    assert sorted(p.name for p in (store / "dledger-n0").iterdir()) == ["currterm", "data", "index"]
-    refused_by_every_job(store, conf, tmp_path, capsys, "a DLedger store", "dledger-n0")
-    plain = tmp_path / "plain.conf"            # the broker's defaults: the directory alone says it
-    plain.write_text("mappedFileSizeCommitLog=65536\n")
-    refused_by_every_job(store, plain, tmp_path, capsys, "a DLedger store", "dledger-n0")
+
+def _copy(src: Path, dest: Path) -> Path:
+    subprocess.run(["cp", "-a", "--sparse=always", str(src), str(dest)], check=True)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def restarted(written, tmp_path_factory):
+    """Per version and damage: the damaged store opened read-only, the prediction, and what the
+    real broker did restarting a copy of it (one JVM per version restarts them in turn; a store
+    whose predicted recovery exits the JVM is restarted alone)."""
+    from tests import oracle
+    base, stores = written
+    out = {}
+    for v in VERSIONS:
+        work = tmp_path_factory.mktemp(f"dledger-{v}")
+        batch = []
+        for damage in DAMAGE:
+            name = damage.__name__ if damage else "halted"
+            root = _copy(stores[v][0], work / name)
+            if damage is not None:
+                damage(root, _entries(root), random.Random(f"{v}/{name}"))
+            store = open_store(root, base / "broker.conf", read_dledger=True)
+            rec = dledger.recover(store)
+            copy = _copy(root, work / f"{name}.restarted")
+            out[(v, name)] = [store, rec, copy, None]
+            if rec.refused is None:
+                batch.append(name)
+            else:                # DLedgerMmapFileStore#recover calls System.exit(-1)
+                try:
+                    oracle.run(v, "oracle.DLedgerRun", "restart", base / "broker.conf", copy)
+                except oracle.OracleError as e:
+                    out[(v, name)][3] = {"error": str(e)}
+        got = oracle.run(v, "oracle.DLedgerRun", "restart", base / "broker.conf",
+                         *(out[(v, n)][2] for n in batch), timeout=600)["runs"]
+        for name, run in zip(batch, got):
+            out[(v, name)][3] = run
+    return base, out
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_framing_reads_every_acked_message(written, version):
+    base, stores = written
+    root, w = stores[version]
+    store = open_store(root, base / "broker.conf", read_dledger=True)
+    got = {r["phy_offset"]: r for r in dledger.restart_keeps(store, dledger.recover(store)).messages.to_pylist()}
+    acked = [p for p in w["written"] if p["status"] == "PUT_OK"]
+    assert len(acked) == 150
+    for p in acked:
+        r = got[p["phy"]]
+        assert (r["topic"], r["queue_id"], r["queue_offset"], r["total_size"]) == \
+            (p["topic"], p["queueId"], p["queueOffset"], p["size"])
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=lambda d: d.__name__ if d else "halted")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_restart_predicted_exactly(restarted, version, damage):
+    _, out = restarted
+    store, rec, _, got = out[(version, damage.__name__ if damage else "halted")]
+    if rec.refused is not None:          # the JVM exited: status 255 = System.exit(-1)
+        assert "exited 255" in got["error"]
+        return
+    kept = dledger.restart_keeps(store, rec)
+    assert not kept.unreadable
+    broker = dledger.broker_restart(store, rec, "4.9" if version.startswith("4") else "5.3")
+    assert got["loadResult"] and got["committedAndDispatched"]
+    load, after = got["afterLoad"], got["afterCommit"]
+    assert (load["ledgerBeginIndex"], load["ledgerEndIndex"], load["ledgerEndTerm"]) == \
+        (rec.ledger_begin_index, rec.ledger_end_index, rec.ledger_end_term)
+    assert (load["dataWritePosition"], load["indexWritePosition"]) == \
+        (rec.process_offset, rec.index_write_position)
+    assert load["dataFiles"] == len(store.commitlog_files) - len(rec.data_files_deleted)
+    assert (load["committedIndex"], load["committedPos"]) == (rec.committed_index, rec.committed_pos)
+    # the new leader commits every surviving entry; the broker's max phy offset is its end
+    assert (after["committedIndex"], after["committedPos"], after["maxPhyOffset"]) == \
+        (rec.ledger_end_index, rec.last_entry_end, rec.last_entry_end)
+    served = {(t, int(q)): [(x["q"], x["phy"], x["size"]) for x in d.get("entries", [])]
+              for t, byq in got["queues"].items() for q, d in byq.items()}
+    assert {k: v for k, v in served.items() if v} == broker.served()
+    if not broker.dispatched_past_end:   # else 5.3.3 serves messages past the log's end too
+        assert broker.served() == kept.queues()
+
+
+@pytest.mark.parametrize("conf_kind", ["broker.conf", "defaults"])
+def test_real_store_read_by_the_reading_jobs_and_refused_by_the_others(written, spark, tmp_path, capsys,
+                                                                        conf_kind):
+    """The real 5.3.3 store (no ``commitlog/``): recover, audit and dump --verify name it in one
+    line and exit 2, never with the missing-commitlog advice; the dry run, the what-if, dump and
+    salvage read it (exit 0); with its broker.conf or one without the DLedger keys (the directory
+    alone says DLedger)."""
+    base, stores = written
+    root = stores["5.3.3"][0]
+    assert not (root / "commitlog").exists()
+    conf = base / "broker.conf"
+    if conf_kind == "defaults":
+        conf = tmp_path / "plain.conf"
+        conf.write_text(f"mappedFileSizeCommitLog={FILE_SIZE}\nmappedFileSizeConsumeQueue=2000\n")   # no DLedger key
+    from jobs import audit as audit_job, dump, recover as recover_job, salvage as salvage_job
+    for job, run in {
+        "recover": lambda: recover_job.main(["--store", str(root), "--out", str(tmp_path / "out"),
+                                             "--broker-config", str(conf)]),
+        "audit": lambda: audit_job.main(["--store", str(root), "--broker-config", str(conf)]),
+        "dump --verify": lambda: dump.main([str(root), "--verify", "--broker-config", str(conf)]),
+    }.items():
+        assert run() == 2, job
+        err = [x for x in capsys.readouterr().err.splitlines() if "error: " in x]
+        assert len(err) == 1 and "a DLedger store" in err[0] and "dledger-n0" in err[0], (job, err)
+        assert "commitlog-gone" not in err[0], job
+    for job, run in {
+        "dry run": lambda: recover_job.main(["--store", str(root), "--dry-run", "--broker-config", str(conf)]),
+        "dump": lambda: dump.main([str(root), "--broker-config", str(conf)]),
+        "salvage": lambda: salvage_job.main(["--store", str(root), "--out", str(tmp_path / "s.jsonl"),
+                                             "--broker-config", str(conf)]),
+    }.items():
+        assert run() == 0, (job, capsys.readouterr().err[-500:])
+        assert "ledger" in capsys.readouterr().out or job == "salvage", job

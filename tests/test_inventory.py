@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import shutil
+from typing import Callable
 
 import pytest
 
@@ -174,10 +175,12 @@ def _errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith(("error: ", "dump: error: "))]
 
 
-def refused_by_every_job(root, conf, tmp_path, capsys, words: str, entry: str) -> None:
+def refused_by_every_job(root, conf, tmp_path, capsys, words: str, entry: str,
+                         reads: dict[str, Callable[[str], bool]] | None = None) -> None:
     """One ``error:`` line naming ``words`` and ``entry`` and exit 2 from recover, its dry run and
     what-if, audit, dump, dump --verify and salvage; never the missing-commitlog advice; the store
-    untouched, nothing written."""
+    untouched, nothing written. ``reads``: jobs that read such a store instead, each with the
+    check its one error line must pass (a DLedger store: test_dledger.py)."""
     before = support.tree_digest(root)
     runs = {
         "recover": lambda: recover_job.main(["--store", str(root), "--out", str(tmp_path / "out"),
@@ -195,6 +198,9 @@ def refused_by_every_job(root, conf, tmp_path, capsys, words: str, entry: str) -
         rc = run()
         errors = _errors(capsys.readouterr().err)
         assert rc == 2 and len(errors) == 1, (job, errors)
+        if job in (reads or {}):
+            assert reads[job](errors[0]), (job, errors)
+            continue
         assert words in errors[0] and entry in errors[0], (job, errors)
         assert "commitlog-gone" not in errors[0] and "missing" not in errors[0], (job, errors)
     assert not (tmp_path / "out").exists() and not (tmp_path / "s.jsonl").exists()
@@ -203,11 +209,17 @@ def refused_by_every_job(root, conf, tmp_path, capsys, words: str, entry: str) -
 
 def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys):
     """Never the missing-commitlog advice (``--commitlog-gone`` would drop every message): one
-    line naming DLedger and exit 2 from every job (the real broker's DLedger store:
-    tests/test_dledger_oracle.py)."""
+    line naming DLedger and exit 2 from recover, audit and dump --verify. The jobs that read a
+    DLedger store (dry runs, dump, salvage) predict DLedger's load here: this fake one's index file
+    is not mappedFileSizeForEntryIndex long (dump without broker.conf: nor its data file
+    mappedFileSizeCommitLog), so DLedgerMmapFileStore#load exits; they name that file. The real
+    broker's DLedger store: tests/test_dledger_oracle.py."""
     root = _copy(tmp_path)
     _dledger(root)
-    refused_by_every_job(root, support.broker_conf(V5, "clean"), tmp_path, capsys, "a DLedger store", "dledger-n0")
+    names_dledger_file = lambda line: "dledger-n0/" in line and "broker" in line    # noqa: E731
+    refused_by_every_job(root, support.broker_conf(V5, "clean"), tmp_path, capsys, "a DLedger store",
+                         "dledger-n0", reads=dict.fromkeys(("dry run", "what-if", "dump", "salvage"),
+                                                           names_dledger_file))
 
 
 def test_modes_in_the_report_the_manifest_and_the_runs_table(spark, tmp_path, capsys):

@@ -124,15 +124,23 @@ _Static_assert(CAL_FIXED + HOST_V4_LEN + HOST_V4_LEN + SZ_I8 == 91, "§3.1 total
 
 static const char SCHEDULE_TOPIC[] = "SCHEDULE_TOPIC_XXXX";
 
+/* F§16.2 DLedger entry: magic 1, size, index, term, pos, channel, chainCrc, bodyCrc, bodySize, then
+ * the record at BODY_OFFSET 48; magic -1 is DLedger's blank (F§16.2). */
+#define DL_MAGIC_1 1
+#define DL_BLANK_MAGIC (-1)
+#define DL_HEADER_SIZE 44
+#define DL_BODY_OFFSET 48
+
 /* Outcomes and check codes: recordformat.OUTCOMES / CHECKS (a test compares them). */
 enum { VALID = 0, END_OF_FILE = 1, INVALID = 2, LENGTH_MISMATCH = 3 };
 enum {
     CK_NONE = 0, CK_OUT_OF_BOUNDS, CK_TOTAL_SIZE, CK_BAD_MAGIC, CK_BODY_CRC, CK_TOPIC_LENGTH,
-    CK_DELAY_PROPERTY, CK_DUP_INFO, CK_RECORD_CRC, CK_LENGTH_MISMATCH, CK_INNER_BATCH, CK_COUNT
+    CK_DELAY_PROPERTY, CK_DUP_INFO, CK_RECORD_CRC, CK_LENGTH_MISMATCH, CK_INNER_BATCH,
+    CK_DLEDGER_ENTRY, CK_DLEDGER_BODY_SIZE, CK_COUNT
 };
 static const char *const CHECK_NAMES[CK_COUNT] = {
     "", "out_of_bounds", "total_size", "bad_magic", "body_crc", "topic_length", "delay_property",
-    "dup_info", "record_crc", "length_mismatch", "inner_batch",
+    "dup_info", "record_crc", "length_mismatch", "inner_batch", "dledger_entry", "dledger_body_size",
 };
 static const char *const OUTCOME_NAMES[4] = {"valid", "end_of_file", "invalid", "length_mismatch"};
 
@@ -665,6 +673,7 @@ static int fixed_width(enum col_kind k) {
 
 typedef struct {
     bool check_crc, compute_crc, force_verify_prop_crc, check_dup_info, broker_5x;
+    bool dledger; /* F§16: each record inside a DLedger entry */
     int64_t *delay_ms; /* level 1..n_delay */
     int64_t n_delay;
 } opts_t;
@@ -1164,6 +1173,36 @@ static int check_record(scan_t *sc, int64_t pos, rec_t *r, int *check, int64_t *
 
 /* Make room for `rows` rows in every fixed-width buffer, bitmap and offsets array (their .len
  * stays 0: rows are written by index). */
+/* The DLedger entry at pos, as DLedgerMmapFileStore#recover checks each entry it walks (R§16.1
+ * step 3; index continuity and term order span entries: the caller checks them). VALID with the
+ * entry's size, END_OF_FILE on DLedger's blank, else INVALID. */
+static int check_entry(const scan_t *sc, int64_t pos, int32_t *size, int *check, int64_t *declared,
+                       bool *has_declared) {
+    *has_declared = false;
+    *check = CK_NONE;
+    const uint8_t *h = span_at(&sc->span, pos, 8);
+    if (!h) {
+        *check = CK_OUT_OF_BOUNDS;
+        return INVALID;
+    }
+    int32_t magic = be_i32(h);
+    *size = be_i32(h + 4);
+    *declared = *size;
+    *has_declared = true;
+    if (magic == DL_BLANK_MAGIC) return END_OF_FILE;
+    if (!(h = span_at(&sc->span, pos, DL_BODY_OFFSET))) {
+        *check = CK_OUT_OF_BOUNDS;
+        return INVALID;
+    }
+    int64_t at = (int64_t)((uint64_t)sc->file_start + (uint64_t)pos); /* wraps like a Java long */
+    if (*size == 0 || be_i64(h + 24) != at ||
+        (int64_t)be_i32(h + 44) + DL_BODY_OFFSET != *size || magic != DL_MAGIC_1 || *size <= DL_HEADER_SIZE) {
+        *check = CK_DLEDGER_ENTRY;
+        return INVALID;
+    }
+    return VALID;
+}
+
 static bool grow_rows(scan_t *sc, int64_t rows, int64_t done) {
     for (int c = 0; c < C_COUNT; c++) {
         col_t *col = &sc->cols[c];
@@ -1553,16 +1592,16 @@ static bool scan_alloc_scratch(scan_t *sc) {
  * with delay_levels the little-endian int64 delays of levels 1..n (commitlog._native_opts). */
 static int parse_opts(PyObject *obj, opts_t *o) {
     memset(o, 0, sizeof(*o));
-    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 6) {
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 7) {
         PyErr_SetString(PyExc_ValueError,
-                        "opts must be a 6-tuple (check_crc, compute_crc, force_verify_prop_crc, "
-                        "check_dup_info, broker_5x, delay_levels)");
+                        "opts must be a 7-tuple (check_crc, compute_crc, force_verify_prop_crc, "
+                        "check_dup_info, broker_5x, delay_levels, dledger)");
         return -1;
     }
-    bool *flags[5] = {&o->check_crc, &o->compute_crc, &o->force_verify_prop_crc, &o->check_dup_info,
-                      &o->broker_5x};
-    for (int i = 0; i < 5; i++) {
-        int t = PyObject_IsTrue(PyTuple_GET_ITEM(obj, i));
+    bool *flags[6] = {&o->check_crc, &o->compute_crc, &o->force_verify_prop_crc, &o->check_dup_info,
+                      &o->broker_5x, &o->dledger};
+    for (int i = 0; i < 6; i++) {
+        int t = PyObject_IsTrue(PyTuple_GET_ITEM(obj, i < 5 ? i : 6));
         if (t < 0) return -1;
         *flags[i] = t != 0;
     }
@@ -1718,11 +1757,39 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     bool has_declared = false, stopped = false;
     released = PyEval_SaveThread(); /* buf_grow takes the GIL back when it must */
     rec_t r;
+    const bool dl = sc->opts.dledger;
     while (n < max_rows) {
-        outcome = check_record(sc, p, &r, &check, &declared, &has_declared, true);
-        if (outcome != VALID) {
-            stopped = true;
-            break;
+        int64_t at = p; /* the record's position: past the entry header in a DLedger store */
+        int32_t entry_size = 0;
+        if (dl) {
+            outcome = check_entry(sc, p, &entry_size, &check, &declared, &has_declared);
+            if (outcome != VALID) {
+                stopped = true;
+                break;
+            }
+            /* the record is read within its entry, and must fill it: the broker's reput steps
+             * by TOTALSIZE + 48, DLedger by the entry size (R§16.4) */
+            at = p + DL_BODY_OFFSET;
+            int64_t saved = sc->span.end;
+            if (p + entry_size < saved) sc->span.end = p + entry_size;
+            outcome = check_record(sc, at, &r, &check, &declared, &has_declared, true);
+            sc->span.end = saved;
+            if (outcome == VALID && r.total_size != entry_size - DL_BODY_OFFSET) {
+                outcome = INVALID;
+                check = CK_DLEDGER_BODY_SIZE;
+            }
+            if (outcome != VALID) {
+                declared = entry_size;
+                has_declared = true;
+                stopped = true;
+                break;
+            }
+        } else {
+            outcome = check_record(sc, p, &r, &check, &declared, &has_declared, true);
+            if (outcome != VALID) {
+                stopped = true;
+                break;
+            }
         }
         /* Arrow string offsets are int32: each record adds at most 3 * TOTALSIZE + 256 bytes to any
          * variable-width column, so only check columns once that sum could reach 2 GiB. */
@@ -1736,17 +1803,18 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
                 break;
             }
         }
-        if (!emit(sc, n, p, &r)) {
+        if (!emit(sc, n, at, &r)) {
             sc->nomem = true;
             break;
         }
-        prefetch_ahead(&sc->span, p + r.total_size, &pf_next);
+        int64_t step = dl ? entry_size : r.total_size;
+        prefetch_ahead(&sc->span, p + step, &pf_next);
         if (n == 0) {
             first_ts = r.store_ts;
             /* size every buffer once for the rows that fit if records look like the first one:
              * one allocation instead of a chain of reallocations (pages are touched only when
              * written, so an estimate too large costs address space, not memory) */
-            int64_t expect = (end - p) / r.total_size + 1;
+            int64_t expect = (end - p) / step + 1;
             if (expect > max_rows) expect = max_rows;
             if (expect > PRESIZE_MAX_ROWS) expect = PRESIZE_MAX_ROWS; /* beyond: doubling */
             if (expect > sc->rows_cap && !grow_rows(sc, expect, 1)) {
@@ -1756,12 +1824,12 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
         }
         last_ts = r.store_ts;
         if (r.store_ts > max_ts) max_ts = r.store_ts;
-        last_pos = p;
+        last_pos = at;
         crc_failures += r.body_crc_ok == 0 || r.record_crc_ok == 0;
         if ((r.sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_ROLLBACK_TYPE)
             index_puts += (r.prop[P_UNIQ_KEY].p != NULL) + key_count(r.prop[P_KEYS]);
         n++;
-        p += r.total_size;
+        p += step;
     }
     PyEval_RestoreThread(released);
     released = NULL;
@@ -1908,6 +1976,21 @@ static PyObject *py_resync(PyObject *self, PyObject *args) {
         int check;
         int64_t declared;
         bool has_declared;
+        if (sc->opts.dledger) { /* the anchor is the entry holding the record (F§16.2) */
+            int32_t entry_size;
+            if (q < DL_BODY_OFFSET || q - DL_BODY_OFFSET < start ||
+                check_entry(sc, q - DL_BODY_OFFSET, &entry_size, &check, &declared, &has_declared) != VALID)
+                continue;
+            int64_t saved = sc->span.end;
+            if (q - DL_BODY_OFFSET + entry_size < saved) sc->span.end = q - DL_BODY_OFFSET + entry_size;
+            int ok = check_record(sc, q, &r, &check, &declared, &has_declared, false);
+            sc->span.end = saved;
+            if (ok == VALID && r.total_size == entry_size - DL_BODY_OFFSET) {
+                found = q - DL_BODY_OFFSET;
+                break;
+            }
+            continue;
+        }
         if (check_record(sc, q, &r, &check, &declared, &has_declared, false) == VALID) {
             found = q;
             break;

@@ -23,7 +23,7 @@ import org.apache.rocketmq.store.queue.ConsumeQueueInterface;
 import org.apache.rocketmq.store.queue.CqUnit;
 
 /**
- * What the store-mode drivers (ControllerRun, DLedgerWrite, DoubleWriteRun) share, on the 5.x
+ * What the store-mode drivers (ControllerRun, DoubleWriteRun) share, on the 5.x
  * API of every supported 5.x release (what differs between them is reached by reflection):
  * seeded puts, the dispatch waited for, every queue the broker serves, its queue offset table.
  */

@@ -1,0 +1,182 @@
+"""DLedger stores on the fast tier (built byte for byte by ``dledgerstore``; the real broker's
+are in ``test_dledger_oracle.py``): DLedger's recovery (R§16.1) on designed damage, what the
+broker's restart serves (R§16.2-§16.4), and the jobs that read DLedger stores (dump, recover
+--dry-run, the data source) or refuse them by name (recover, audit, salvage).
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from dledgerstore import FILE_SIZE, write_store
+from store_reader import dledger, open_store
+from store_reader import recordformat as rf
+from store_reader.exceptions import UnsupportedStoreError
+
+N = 100
+
+
+def _open(root):
+    return open_store(root, root / "broker.conf", read_dledger=True)
+
+
+def _patch(root, pos: int, data: bytes) -> None:
+    with open(root / "dledger-n0" / "data" / f"{pos - pos % FILE_SIZE:020d}", "r+b") as fh:
+        fh.seek(pos % FILE_SIZE)
+        fh.write(data)
+
+
+def test_a_halted_store_keeps_every_entry(tmp_path):
+    entries = write_store(tmp_path, N)
+    rec = dledger.recover(_open(tmp_path))
+    last_pos, last_size, _ = entries[-1]
+    assert (rec.ledger_begin_index, rec.ledger_end_index, rec.ledger_end_term) == (0, N - 1, 1)
+    assert rec.process_offset == rec.last_entry_end == last_pos + last_size
+    assert (rec.walk_end, rec.index_rewritten_from, rec.data_files_deleted) == ("zero_size", None, [])
+    assert (rec.committed_index, rec.committed_pos) == (N - 1, last_pos + last_size)
+    assert rec.index_write_position == 32 * N
+
+
+def _in_file(entries, k_from_last: int, which: int):
+    """An entry of the ``k_from_last``-th file from the end (1 = the last), past its first."""
+    last = entries[-1][0] // FILE_SIZE
+    mine = [e for e in entries if e[0] // FILE_SIZE == last - k_from_last + 1]
+    return mine[which]
+
+
+def test_only_the_last_three_files_are_walked(tmp_path):
+    entries = write_store(tmp_path, N)
+    assert entries[-1][0] // FILE_SIZE >= 3
+    pos = entries[2][0]                                               # in the first file
+    _patch(tmp_path, pos + 24, struct.pack(">q", pos + 1))
+    rec = dledger.recover(_open(tmp_path))
+    assert rec.start_file != f"{0:020d}" and rec.ledger_end_index == N - 1
+
+
+def test_a_bad_header_ends_the_log_and_later_files_are_deleted(tmp_path):
+    entries = write_store(tmp_path, N)
+    pos, _, k = _in_file(entries, 2, 3)
+    _patch(tmp_path, pos + 24, struct.pack(">q", pos + 1))          # the pos field
+    rec = dledger.recover(_open(tmp_path))
+    assert (rec.ledger_end_index, rec.walk_end, rec.walk_end_check) == (k - 1, "entry", "pos")
+    assert rec.process_offset == pos
+    assert rec.data_files_deleted == [f"{entries[-1][0] // FILE_SIZE * FILE_SIZE:020d}"]
+    assert rec.committed_index == k - 1                               # the checkpoint's, clamped
+
+
+def test_a_term_going_back_ends_the_log_and_index_units_are_rewritten(tmp_path):
+    entries = write_store(tmp_path, N)
+    pos, _, k = _in_file(entries, 2, 2)
+    _patch(tmp_path, pos + 16, struct.pack(">q", 9))                  # a later term in the data only
+    rec = dledger.recover(_open(tmp_path))
+    assert rec.index_rewritten_from == k                              # its unit says term 1
+    assert (rec.ledger_end_index, rec.ledger_end_term, rec.walk_end_check) == (k, 9, "term")
+
+
+def test_the_checkpoint_gives_the_committed_index(tmp_path):
+    entries = write_store(tmp_path, N, committed=12)
+    rec = dledger.recover(_open(tmp_path))
+    assert (rec.committed_index, rec.committed_pos) == (12, entries[12][0] + entries[12][1])
+    (tmp_path / "dledger-n0" / "checkpoint").write_text("committedIndex=x1\n")
+    with pytest.raises(UnsupportedStoreError, match="not a long"):
+        dledger.recover(_open(tmp_path))
+
+
+def test_a_walk_ending_a_file_short_is_the_broker_exiting(tmp_path):
+    entries = write_store(tmp_path, N)
+    pos = _in_file(entries, 3, 2)[0]                                  # in the walk's start file
+    _patch(tmp_path, pos + 24, struct.pack(">q", 0))
+    rec = dledger.recover(_open(tmp_path))
+    assert rec.refused is not None and "System.exit" in rec.refused
+
+
+@pytest.mark.parametrize("version", ["4.9", "5.3"])
+def test_the_restart_serves_every_surviving_message(tmp_path, version):
+    entries = write_store(tmp_path, N)
+    store = _open(tmp_path)
+    rec = dledger.recover(store)
+    b = dledger.broker_restart(store, rec, version)
+    served = b.served()
+    assert served == dledger.restart_keeps(store, rec).queues()
+    assert sum(len(v) for v in served.values()) == N
+    assert sorted(p for v in served.values() for _, p, _ in v) == [p + 48 for p, _, _ in entries]
+    # no consume queue on disk: 4.9.7 dispatches them all in the reput from the first data file,
+    # 5.3.3's abnormal path in its recovery walk (the reput then has nothing left)
+    assert b.max_phy_offset_of_consume_queue == -1
+    assert b.reput_from == (0 if version == "4.9" else rec.last_entry_end)
+
+
+def test_a_restart_under_the_5_4_rules_is_refused_by_name(tmp_path):
+    write_store(tmp_path, 10)
+    store = _open(tmp_path)
+    for version in ("5.4", "5.5", "5.x"):
+        with pytest.raises(UnsupportedStoreError, match="DLedger store under the broker 5.[45] rules"):
+            dledger.broker_restart(store, dledger.recover(store), version)
+
+
+def test_the_store_is_refused_by_name_unless_read_as_dledger(tmp_path):
+    write_store(tmp_path, 10)
+    with pytest.raises(UnsupportedStoreError, match="DLedger"):
+        open_store(tmp_path, tmp_path / "broker.conf")
+    (tmp_path / "commitlog").mkdir()
+    (tmp_path / "commitlog" / f"{0:020d}").write_bytes(bytes(FILE_SIZE))
+    with pytest.raises(UnsupportedStoreError, match="converted from classic mode"):
+        _open(tmp_path)
+
+
+def test_dump_and_dry_run_report_the_prediction(tmp_path, capsys):
+    from jobs import dump, recover
+    write_store(tmp_path, N)
+    assert dump.main([str(tmp_path), "--json"]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    got = {r["type"]: r for r in rows}
+    assert got["commitlog"]["dledger"] and got["dledger_recovery"]["ledger_end_index"] == N - 1
+    assert sum(r["records"] for r in rows if r["type"] == "segment") == N
+    assert recover.main(["--store", str(tmp_path), "--dry-run", "--broker-version", "4.9,5.3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    sides = [r for r in out if r["type"] == "dledger_broker"]
+    assert [s["version"] for s in sides] == ["4.9", "5.3"]
+    assert all(sum(q["max"] - q["min"] for q in s["queues"].values()) == N for s in sides)
+    # the audit (dump --verify) is the classic one: refused by name
+    assert dump.main([str(tmp_path), "--verify"]) == 2
+    assert "a DLedger store" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_salvage_exports_the_messages_past_dledgers_end(spark, tmp_path):
+    from jobs import salvage
+    root = tmp_path / "store"
+    entries = write_store(root, N)
+    pos, _, k = _in_file(entries, 2, 3)
+    _patch(root, pos + 24, struct.pack(">q", pos + 1))                # the log ends at entry k
+    report = salvage.salvage(spark, str(root), str(tmp_path / "lost.jsonl"), str(root / "broker.conf"))
+    rows = [json.loads(x) for x in (tmp_path / "lost.jsonl").read_text().splitlines()]
+    assert report.truncation_point == pos
+    # the damaged entry's own message is not exported: only records in entries that check are
+    # read (its header is what is damaged)
+    assert [r["phy_offset"] for r in rows] == [p + 48 for p, _, _ in entries[k + 1:]]
+    assert {r["keys"] for r in rows} == {f"K{i}" for i in range(k + 1, N)}
+
+
+@pytest.mark.spark
+def test_the_data_source_reads_the_messages(spark, tmp_path):
+    import store_reader
+    entries = write_store(tmp_path, N)
+    store_reader.register(spark)
+    df = spark.read.format("rocketmq").option("path", str(tmp_path)).load()
+    rows = df.select("phy_offset", "stored_phy_offset").orderBy("phy_offset").collect()
+    assert [r.phy_offset for r in rows] == [p + 48 for p, _, _ in entries]
+    assert all(r.phy_offset == r.stored_phy_offset for r in rows)
+    assert rf.DLEDGER_BODY_OFFSET == 48
+
+
+def test_lost_index_files_are_rebuilt_from_the_walk_start(tmp_path):
+    entries = write_store(tmp_path, N)
+    (tmp_path / "dledger-n0" / "index" / f"{0:020d}").unlink()
+    rec = dledger.recover(_open(tmp_path))
+    # no unit anywhere: the pre-check finds no start file, the walk starts at the first and
+    # rewrites every unit (rebuildWithPos)
+    assert (rec.start_file, rec.index_rewritten_from, rec.ledger_end_index) == (f"{0:020d}", 0, N - 1)
+    assert rec.committed_pos == entries[-1][0] + entries[-1][1]
