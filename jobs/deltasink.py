@@ -126,6 +126,8 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
     predicate = f"run_id = {_quote(run_id)}"
     if spark is not None and has_delta(spark):
         from delta.tables import DeltaTable as SparkDeltaTable
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
 
         path = _spark_path(spark, table_uri)
         schema = _spark_schema(rows.schema)
@@ -135,12 +137,12 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
                 # column nullable (Spark's file sources do), where delta-rs keeps NOT NULL
                 SparkDeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
             # one chunk per column: pyspark 4.2 makes no rows of a table whose first record
-            # batches are empty (the lost messages' table: [0, 0, 20])
-            # one data file per table and run, as delta-rs writes it: the rows are on the driver
+            # batches are empty (the lost messages' table: [0, 0, 20]); one data file per table
+            # and run, as delta-rs writes it (the rows are on the driver anyway)
             (spark.createDataFrame(rows.combine_chunks(), schema=schema).coalesce(1).write.format("delta")
              .mode("overwrite").option("replaceWhere", predicate).option("mergeSchema", "true")
              .save(path))
-        except Exception as exc:    # Py4JJavaError or Spark's own: the JVM's reason, one line
+        except (Py4JJavaError, PySparkException) as exc:    # the JVM's reason, on one line
             raise OutputError(f"cannot write the Delta table: {delta_reason(exc)}", table_uri) from None
         return
     from deltalake import DeltaTable, WriterProperties, write_deltalake
