@@ -460,7 +460,7 @@ def damage(store: Path, kind: str, rnd: random.Random, written: list[dict], flus
 
 
 # A difference seen and not yet explained, printed on every run and never counted as equal: under
-# the 5.4 and 5.5 rules, a crashed store (abnormal path) whose queue lost its last consume queue file
+# the 5.4 and 5.5 rules, a crashed store (abnormal path) whose queue lost a consume queue file
 # gets that file's entries back in the project's prediction, not in the real broker's recovery
 # (5.4.0 TopicB/0 entries 90.., 5.5.1 TopicB/1 entries 60.., matrix seed 20261127). Until it is
 # explained the rule belongs in store_reader (a refusal by name or the broker's rule), not here.
