@@ -174,8 +174,12 @@ def delta_reason(exc: BaseException) -> str:
     file:line``) or the terminal colours."""
     text = str(exc)
     java = getattr(exc, "java_exception", None)
-    if java is not None:
-        text = f"{java.getClass().getName()}: {java.getMessage()}"
+    if java is not None:    # the cause chain: a wrapper's own message often names nothing
+        causes = []
+        while java is not None and len(causes) < 8:
+            causes.append(f"{java.getClass().getName()}: {java.getMessage()}")
+            java = java.getCause()
+        text = " caused by ".join(causes)
     lines = [line for line in text.splitlines()
              if not re.match(r"\s*(\d+: |at \S+:\d+|Stack backtrace:|Backtrace:)", line)]
     return " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", " ".join(lines)).split())[:500]
@@ -246,8 +250,13 @@ def read_table(table_uri: str, storage_options: dict[str, str] | None = None, sp
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError, TableNotFoundError
 
+    unreadable: tuple[type[BaseException], ...] = (OSError, DeltaError)   # a damaged log, ...
     try:
         if spark is not None and has_delta(spark):
+            from py4j.protocol import Py4JJavaError
+            from pyspark.errors import PySparkException
+
+            unreadable += (Py4JJavaError, PySparkException)     # Spark's Delta: the JVM's reason
             path = _spark_path(spark, table_uri)
             jvm = spark.sparkContext._jvm
             if not jvm.io.delta.tables.DeltaTable.isDeltaTable(spark._jsparkSession, path):
@@ -264,11 +273,7 @@ def read_table(table_uri: str, storage_options: dict[str, str] | None = None, sp
         return table.to_pyarrow_table(filesystem=filesystem)
     except TableNotFoundError:
         raise
-    except Exception as exc:     # a damaged log (a commit missing or cut short), ...
-        # delta-rs' errors, and Spark's (py4j's, or pyspark's own captured JVM exceptions)
-        if not isinstance(exc, (OSError, DeltaError)) and \
-                not type(exc).__module__.startswith(("py4j", "pyspark")):
-            raise
+    except unreadable as exc:
         raise StoreReaderError(f"the audit table cannot be read: {delta_reason(exc)}; repair it or "
                                "move it away", table_uri) from None
 

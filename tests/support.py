@@ -6,15 +6,19 @@ nothing is ever written under ``../shared``. Every helper here is plain Python s
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import shutil
 import signal
+import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("ROCKETMQ_SHARED", ROOT.parent / "shared"))
@@ -100,3 +104,17 @@ def kill_at_pause(proc, point: str) -> None:
         raise AssertionError(f"the process ended (rc {proc.wait()}) before reaching {point}")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(mnt: Path, size: str):
+    """A tmpfs of ``size`` mounted at ``mnt`` for the block (another filesystem, or a full one);
+    the test is skipped where mounting needs root and the run is not root (CI runs as root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)

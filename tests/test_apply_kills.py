@@ -98,15 +98,8 @@ def repaired_reference(tmp_path_factory, spark):
 @pytest.fixture
 def tmpfs(tmp_path):
     """A tmpfs mounted for the test: the backup on another filesystem."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mnt)], check=True)
-    try:
+    with support.mounted_tmpfs(tmp_path / "tmpfs", "256m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
 def _setup(base, case, reference) -> tuple:

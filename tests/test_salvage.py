@@ -27,6 +27,7 @@ from jobs import salvage as salvage_job
 from store_reader import recordformat as rf
 from store_reader import salvage as sv
 from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, encode_message, write_store
+import support
 from support import ROOT, broker_conf, case_id, expected, input_store
 
 TORN_MIDDLE = [(v, s) for v in ("rocketmq-4.9.7", "rocketmq-5.3.3")
@@ -450,15 +451,8 @@ def test_salvaged_messages_audit_table_and_cli(spark, tmp_path):
 @pytest.fixture
 def small_tmpfs(tmp_path):
     """A 4 KiB tmpfs mounted for the test: too small for the salvage file."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
-    mnt = tmp_path / "full"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(mnt)], check=True)
-    try:
+    with support.mounted_tmpfs(tmp_path / "full", "4k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
 @pytest.mark.slow
