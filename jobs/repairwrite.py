@@ -199,8 +199,10 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         return tmp
     except BaseException as exc:
         # a failed or cancelled job returns before its running tasks end: they may still write
-        await_tasks(spark, group)
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            await_tasks(spark, group)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
             raise StoreReaderError("disk full while writing the repaired store; nothing was left "
                                    "behind", tmp) from None

@@ -219,13 +219,20 @@ def await_tasks(spark, group: str, timeout: float = 120.0) -> None:
     """Wait until no task of ``group``'s jobs runs any more. A cancelled or failed job returns to
     its caller at once while its running tasks end a little later (a killed Python worker after
     ``spark.python.task.killTimeout``): their output may only be removed after that."""
-    tracker = spark.sparkContext.statusTracker()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        stages = [sid for job in tracker.getJobIdsForGroup(group)
-                  for sid in (getattr(tracker.getJobInfo(job), "stageIds", None) or [])]
-        if all(getattr(tracker.getStageInfo(sid), "numActiveTasks", 0) == 0 for sid in stages):
-            return
+        if stopping.jvm_gone():
+            return      # a signal to the process group ended it: its workers end with their daemon
+        try:
+            tracker = spark.sparkContext.statusTracker()
+            stages = [sid for job in tracker.getJobIdsForGroup(group)
+                      for sid in (getattr(tracker.getJobInfo(job), "stageIds", None) or [])]
+            if all(getattr(tracker.getStageInfo(sid), "numActiveTasks", 0) == 0 for sid in stages):
+                return
+        except Exception:
+            if stopping.jvm_gone() or stopping.received():
+                return  # the JVM went while it was asked
+            raise
         time.sleep(0.05)
     logging.getLogger("jobs.sparkutil").warning("tasks of %s still running after %.0fs", group, timeout)
 

@@ -50,7 +50,10 @@ _active = threading.Event()
 HOLD_SECONDS = 10.0
 
 
-def _jvm_gone() -> bool:
+def jvm_gone() -> bool:
+    """The driver JVM has exited (a signal to the process group reaches it too)."""
+    if "pyspark" not in sys.modules:
+        return False
     from pyspark import SparkContext
 
     proc = getattr(SparkContext._gateway, "proc", None)
@@ -62,7 +65,7 @@ def _after_hold(complain) -> None:
     def later() -> None:
         deadline = time.monotonic() + HOLD_SECONDS
         while time.monotonic() < deadline:
-            if _received or _jvm_gone():
+            if _received or jvm_gone():
                 return
             time.sleep(0.05)
         complain()
