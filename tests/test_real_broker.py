@@ -378,6 +378,17 @@ MATRIX_SEED = int(os.environ.get("ORACLE_MATRIX_SEED", "20261127"))
 # (flush, end, puts): how each written store ends; every one then gets each damage below
 WRITES = [("ASYNC_FLUSH", "halt", 300), ("SYNC_FLUSH", "inflight", 250), ("ASYNC_FLUSH", "boundary", 200)]
 DAMAGES = ["none", "no-abort", "torn-tail", "flip", "zero-span", "missing-file", "cq-damage"]
+# once per release, on the written store whose longest queue has the most CQ files: a CQ file deleted
+# between two others of its queue (R§2: served by no file, never refilled; the random damages
+# above rarely pick one)
+GAP_DAMAGE = "cq-gap"
+
+
+def most_cq_files(stores: list[Path]) -> int:
+    """The index of the store with the most CQ files in one queue directory."""
+    def longest(store: Path) -> int:
+        return max((len(list(d.iterdir())) for d in (store / "consumequeue").glob("*/*") if d.is_dir()), default=0)
+    return max(range(len(stores)), key=lambda i: longest(stores[i]))
 
 
 def damage(store: Path, kind: str, rnd: random.Random, written: list[dict], flushed: int) -> str:
@@ -443,6 +454,13 @@ def damage(store: Path, kind: str, rnd: random.Random, written: list[dict], flus
             return "checkpoint deleted"
         what = "cq-file"
     cqs = sorted(p for p in (store / "consumequeue").rglob("*") if p.is_file())
+    if kind == GAP_DAMAGE:
+        middle = [f for d in sorted({f.parent for f in cqs}) for f in sorted(d.iterdir())[1:-1]]
+        if not middle:
+            return "no queue with three consume queue files"
+        f = rnd.choice(middle)
+        f.unlink()
+        return f"consume queue file {f.relative_to(store)} deleted, between two files of its queue"
     if not cqs:
         return "no consume queue file to damage"
     f = rnd.choice(cqs)
@@ -464,7 +482,8 @@ def damage(store: Path, kind: str, rnd: random.Random, written: list[dict], flus
 def matrix_cases(release: str) -> list[tuple[str, int, int]]:
     """(damage, write index, seed) for a release, seeded by MATRIX_SEED and the release."""
     rnd = random.Random(f"{MATRIX_SEED}-{release}")
-    return [(d, wi, rnd.randrange(1 << 30)) for wi in range(len(WRITES)) for d in DAMAGES]
+    return ([(d, wi, rnd.randrange(1 << 30)) for wi in range(len(WRITES)) for d in DAMAGES]
+            + [(GAP_DAMAGE, -1, rnd.randrange(1 << 30))])     # -1: the write most_cq_files picks
 
 
 @pytest.fixture(scope="module")
@@ -482,6 +501,8 @@ def matrix_runs(bench, tmp_path_factory):
         written = [w.result() for w in writes]
         cases = []
         for kind, wi, seed in matrix_cases(release):
+            if wi < 0:
+                wi = most_cq_files([work / f"written-{i}" for i in range(len(WRITES))])
             flush, end, puts = WRITES[wi]
             name = f"{release}-{flush.split('_')[0].lower()}-{end}-{kind}-{seed}"
             store = work / name
