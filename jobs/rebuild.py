@@ -128,7 +128,7 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
         have = rebuilt.get(key)
         if hi > (lo if have is None else have[1]):
             parts.append(repair.extend_queue(*key, os.path.join(out_root, "consumequeue", key[0], str(key[1])),
-                                             cfg.cq_file_size, have, (lo, hi)))
+                                             cfg.cq_file_size, have, (lo, hi), cfg.mappedFileSizeCommitLog))
     fillers = sorted((p.topic, p.queue_id, *run) for p in parts for run in p.fillers)
     return QueueRebuild(repair.queue_table(parts), buckets, len(parts), sorted(irregular), fillers)
 

@@ -22,6 +22,7 @@ from . import recordformat as rf
 from .brokerconf import parse_properties
 from .exceptions import UnsupportedStoreError
 from .mappedfile import MappedFile, list_mapped_files
+from .recovery import NO_FILE_ENTRY
 from .storefs import SegmentBuffer, location
 
 # DLedgerConfig#mappedFileSizeForEntryIndex: never set by DLedgerCommitLog (F§16.1)
@@ -357,13 +358,15 @@ class BrokerRestart:
     """(topic, queue id) -> ``recovery.ConsumeQueueState`` after the reput."""
 
     def served(self) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
-        """(topic, queue id) -> [(queue offset, phy offset, size)] from min to max offset."""
+        """(topic, queue id) -> [(queue offset, phy offset, size)] from min to max offset (an
+        offset in a missing CQ file serves nothing: left out)."""
         out = {}
         for key, q in self.queues.items():
             e = q.entries()
             if len(e):
                 out[key] = [(q.min_offset + i, int(p), int(s))
-                            for i, (p, s) in enumerate(zip(e["phy_offset"], e["size"]))]
+                            for i, (p, s) in enumerate(zip(e["phy_offset"], e["size"]))
+                            if (p, s, 0) != NO_FILE_ENTRY]
         return out
 
 

@@ -162,6 +162,12 @@ class EntryRun:
         return read_queue_slots(self.path)[self.lo:self.hi] if self.slots is None else self.slots
 
 
+# A queue offset inside a CQ file missing between two files of its queue (deleted, or never
+# rebuilt): ``MappedFileQueue#findMappedFileByOffset`` finds no file, so the broker serves nothing
+# there and no put refills it (puts only append to the last file) (R§2).
+NO_FILE_ENTRY = (-1, 0, 0)
+
+
 @dataclass
 class ConsumeQueueState:
     """One queue through the broker's recovery (``ConsumeQueue``); offsets in bytes unless named."""
@@ -193,27 +199,32 @@ class ConsumeQueueState:
         return self.min_logic_offset // CQ_STORE_UNIT_SIZE
 
     def entries(self) -> np.ndarray:
-        """Entries from min to max offset (what ``getIndexBuffer`` serves), queue offset order."""
-        out = [f.slots[: f.wrote // CQ_STORE_UNIT_SIZE] for f in self.files]
-        allv = np.concatenate(out) if out else np.zeros(0, CQ_ENTRY_DTYPE)
-        first = self.files[0].start // CQ_STORE_UNIT_SIZE if self.files else 0
-        return allv[max(0, self.min_offset - first):]
+        """One entry per queue offset from min to max offset (what ``getIndexBuffer`` serves), each
+        at its file's own offset: an offset no file holds (a file missing between two others, R§2)
+        is ``NO_FILE_ENTRY``."""
+        if not self.files:
+            return np.zeros(0, CQ_ENTRY_DTYPE)
+        first = self.files[0].start // CQ_STORE_UNIT_SIZE
+        out = np.empty(max(0, self.max_offset - first), CQ_ENTRY_DTYPE)
+        out[:] = NO_FILE_ENTRY
+        for f in self.files:
+            at, n = f.start // CQ_STORE_UNIT_SIZE - first, f.wrote // CQ_STORE_UNIT_SIZE
+            out[at:at + n] = f.slots[:n]
+        return out[max(0, self.min_offset - first):]
 
     def entry_runs(self) -> list[EntryRun]:
         """``entries()`` without reading what is still on disk: per file, the slots the recovery
-        left as loaded by reference, the ones it wrote as values."""
-        skip = max(0, self.min_offset - self.files[0].start // CQ_STORE_UNIT_SIZE) if self.files else 0
-        runs, pos = [], 0
+        left as loaded by reference, the ones it wrote as values (offsets no file holds: no run)."""
+        runs = []
         for f in self.files:
             n = f.wrote // CQ_STORE_UNIT_SIZE
-            first = self.min_offset - skip + pos       # queue offset of the file's slot 0
-            lo = min(max(skip - pos, 0), n)
+            first = f.start // CQ_STORE_UNIT_SIZE       # queue offset of the file's slot 0
+            lo = min(max(self.min_offset - first, 0), n)
             clean = lo if f.path is None else max(lo, min(n, f.dirty_from))
             if clean > lo:
                 runs.append(EntryRun(first + lo, f.path, lo, clean))
             if n > clean:
                 runs.append(EntryRun(first + clean, None, clean, n, f.slots[clean:n].copy()))
-            pos += n
         return runs
 
     # R§2 ConsumeQueue#recover

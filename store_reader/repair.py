@@ -219,7 +219,8 @@ def part_bucket(topic: str, queue_id: int, file_no: int, buckets: int) -> int:
 
 
 # A queue offset whose record is gone: the size of the broker's own filler unit (``fillPreBlank``).
-# CQ recovery counts it valid, a pull never reads it (no commitlog range that long) and moves on.
+# CQ recovery counts it valid, a pull never reads it (no commitlog range that long from a file's
+# start, where its phy offset is: ``filler_phy_of``) and moves on.
 FILLER_SIZE = PRE_BLANK_SIZE
 
 
@@ -249,6 +250,16 @@ class RepairedQueue:
         return sum(hi - lo for lo, hi, _ in self.fillers)
 
 
+def filler_phy_of(phy, commitlog_file_size: int):
+    """A filler's phy offset: the start of the commitlog file holding ``phy``. A pull reads an
+    entry with ``MappedFile#selectMappedBuffer(phy % fileSize, size)``, whose bounds test
+    ``pos + size <= readPosition`` is an int sum: with the filler's size 2^31-1 and a position
+    above 0 it overflows, passes, and the read throws IllegalArgumentException (newLimit >
+    capacity) out of ``DefaultMessageStore#getMessage`` (every release; seen on the real 5.4.0); at
+    position 0 the test fails and the pull skips the filler as intended."""
+    return phy - phy % commitlog_file_size
+
+
 def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.ndarray,
                   tags_code: np.ndarray, queue_offset: np.ndarray, cq_file_size: int,
                   commitlog_file_size: int) -> RepairedQueue:
@@ -264,12 +275,13 @@ def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.nd
     position ("[BUG]logic queue order maybe wrong", E#23), which renumbers every later entry.
     Here the offsets between are fillers: size ``FILLER_SIZE``, tags 0, and as phy offset the
     queue's last entry before them in an earlier commitlog file than the entry after them (0 if
-    there is none). A pull that meets a filler gets nothing and skips every later entry of the
-    filler's commitlog file (``DefaultMessageStore#getMessage``, ``rollNextFile``), so the phy
-    must not share a file with the entries that follow; where it can, it is also the previous
-    entry's phy, so phy offsets do not decrease along the queue, as 5.x's
-    ``ConsumeQueue#correctMinOffset`` binary search assumes (R§7.2). Entries on disk are not
-    consulted: a queue offset holds what the commitlog says or a filler."""
+    there is none), rounded down to the start of its commitlog file (``filler_phy``). A pull
+    that meets a filler gets nothing and skips every later entry of the filler's commitlog file
+    (``DefaultMessageStore#getMessage``, ``rollNextFile``), so the phy must not share a file with
+    the entries that follow; where it can, it shares the previous entry's file, so whether a phy
+    offset is below the commitlog's min (a file start) does not change back and forth along the
+    queue, as 5.x's ``ConsumeQueue#correctMinOffset`` binary search assumes (R§7.2). Entries on
+    disk are not consulted: a queue offset holds what the commitlog says or a filler."""
     stored_phy = np.asarray(stored_phy, dtype=np.int64)
     size = np.asarray(size, dtype=np.int64)
     tags_code = np.asarray(tags_code, dtype=np.int64)
@@ -303,7 +315,7 @@ def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.nd
         file_of_after = after - after % commitlog_file_size
         # the last entry before the first one reaching the following entry's commitlog file
         before = np.minimum(np.searchsorted(reached, file_of_after, "left"), gaps + 1) - 1
-        filler_phy = np.where(before >= 0, phys[np.maximum(before, 0)], 0)
+        filler_phy = filler_phy_of(np.where(before >= 0, phys[np.maximum(before, 0)], 0), commitlog_file_size)
         for g, phy in zip(gaps.tolist(), filler_phy.tolist()):
             lo, hi = int(offsets[g]) + 1, int(offsets[g + 1])
             slots[lo - base:hi - base] = (phy, FILLER_SIZE, 0)
@@ -378,15 +390,16 @@ def rebuild_queue_part(topic: str, queue_id: int, file_no: int, entries: pa.Tabl
 
 
 def extend_queue(topic: str, queue_id: int, queue_dir: str, cq_file_size: int, rebuilt: tuple[int, int] | None,
-                 kept: tuple[int, int]) -> QueuePart:
+                 kept: tuple[int, int], commitlog_file_size: int) -> QueuePart:
     """Filler units from the rebuilt queue's max (``rebuilt``: its min and max offset, None when
     no record of the queue is left) to the max offset of the queue the broker keeps (``kept``:
     its min and max), written into the CQ files under ``queue_dir``. The broker served those
     offsets, consumers may have committed past them, and the next put continues from the max:
     the records behind them are gone (their entries point at zeroed bytes or a missing
-    commitlog file), their queue offsets are not. The fillers' phy offset is the queue's last
-    entry's (nothing follows them that a pull could skip, and phy offsets do not decrease), 0
-    for a queue of fillers alone, whose first CQ file gets the pre-blank head below its min."""
+    commitlog file), their queue offsets are not. The fillers' phy offset is the start of the
+    commitlog file of the queue's last entry (``filler_phy_of``; nothing follows them that a
+    pull could skip), 0 for a queue of fillers alone, whose first CQ file gets the pre-blank
+    head below its min."""
     os.makedirs(queue_dir, exist_ok=True)
     per_file = cq_file_size // CQ_STORE_UNIT_SIZE
     min_offset, first = (kept[0], kept[0]) if rebuilt is None else rebuilt
@@ -396,7 +409,8 @@ def extend_queue(topic: str, queue_id: int, queue_dir: str, cq_file_size: int, r
         last = first - 1
         with open(os.path.join(queue_dir, cq_file_name((last - last % per_file) * CQ_STORE_UNIT_SIZE)), "rb") as fh:
             fh.seek(last % per_file * CQ_STORE_UNIT_SIZE)
-            phy = int(np.frombuffer(fh.read(CQ_STORE_UNIT_SIZE), CQ_ENTRY_DTYPE)[0]["phy_offset"])
+            phy = filler_phy_of(int(np.frombuffer(fh.read(CQ_STORE_UNIT_SIZE), CQ_ENTRY_DTYPE)[0]["phy_offset"]),
+                                commitlog_file_size)
     if rebuilt is None:
         base = min_offset - min_offset % per_file
         head = np.zeros(min_offset - base, CQ_ENTRY_DTYPE)

@@ -628,12 +628,14 @@ def _queue_ranges(store: Store, side: str, min_phy: int | None, data_end: int,
         if not q.files:
             continue
         phy = np.concatenate([f.slots[: f.wrote // CQ_STORE_UNIT_SIZE] for f in q.files])["phy_offset"]
+        # each file's slots at its own queue offsets (a missing file in between holds none)
+        offset = np.concatenate([f.start // CQ_STORE_UNIT_SIZE + np.arange(f.wrote // CQ_STORE_UNIT_SIZE)
+                                 for f in q.files])
         held = phy < data_end
         for a, b in scanned:
             held &= (phy < a) | (phy >= b)
         kept = np.flatnonzero(held)
-        first = q.files[0].start // CQ_STORE_UNIT_SIZE
-        hi = first + (int(kept[-1]) + 1 if kept.size else 0)
+        hi = int(offset[kept[-1]]) + 1 if kept.size else q.files[0].start // CQ_STORE_UNIT_SIZE
         if min_phy is not None:
             q.correct_min_offset(min_phy, V53 if broker_5x else V49)
         out[key] = (min(q.min_offset, hi), hi)

@@ -37,18 +37,19 @@ def _slots(q) -> list[tuple[int, int, int]]:
 
 def test_a_gap_is_filled_never_shifted():
     q = _place([0, 1, 2, 5, 6], [0, 100, 200, 1500, 1600])
-    assert _slots(q) == [(0, 10, 100), (100, 10, 101), (200, 10, 102), (200, FILLER, 0),
-                         (200, FILLER, 0), (1500, 10, 103), (1600, 10, 104)]
-    assert q.fillers == [(3, 5, 200)] and q.filler_count == 2
+    assert _slots(q) == [(0, 10, 100), (100, 10, 101), (200, 10, 102), (0, FILLER, 0),
+                         (0, FILLER, 0), (1500, 10, 103), (1600, 10, 104)]
+    assert q.fillers == [(3, 5, 0)] and q.filler_count == 2
     assert (q.min_offset, q.max_offset) == (0, 7)
 
 
 def test_a_filler_never_shares_a_commitlog_file_with_the_entries_after_it():
     """A pull meeting a filler skips every later entry of the filler's commitlog file
-    (rollNextFile): with the neighbours in one file, the filler takes the queue's last entry of an
-    earlier file, or 0 when there is none."""
-    q = _place([0, 1, 2, 4, 5], [300, 1100, 1200, 1400, 1500])
-    assert q.fillers == [(3, 4, 300)]
+    (rollNextFile): with the neighbours in one file, the filler takes the start of the file of the
+    queue's last entry in an earlier file, or 0 when there is none. Never a position inside a
+    file: ``selectMappedBuffer(pos, 2^31-1)`` overflows its int bounds test there and throws."""
+    q = _place([0, 1, 2, 4, 5], [1300, 2100, 2200, 2400, 2500])
+    assert q.fillers == [(3, 4, 1000)]
     q = _place([0, 1, 3], [1100, 1200, 1400])
     assert q.fillers == [(2, 3, 0)]
     q = _place([7, 8, 10], [2100, 2200, 2400])       # starts at 7: pre-blank head, then a filler
@@ -61,11 +62,12 @@ def test_tail_fillers_cross_cq_files(tmp_path):
     (4 slots of 20 bytes a file: 00..080, 00..160)."""
     q = _place([0, 1, 2, 3, 4, 5], [0, 100, 200, 300, 400, 500])
     repair.write_repaired_queue(q, str(tmp_path))
-    part = repair.extend_queue("T", 0, str(tmp_path), 4 * 20, (0, 6), (0, 11))
+    part = repair.extend_queue("T", 0, str(tmp_path), 4 * 20, (0, 6), (0, 11), 256)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{n:020d}" for n in (0, 80, 160)]
     slots = np.concatenate([np.fromfile(p, CQ_ENTRY_DTYPE) for p in sorted(tmp_path.iterdir())])
-    assert [tuple(int(x) for x in e) for e in slots[6:11]] == [(500, FILLER, 0)] * 5
-    assert int(slots[5]["phy_offset"]) == 500 and part.fillers == [(6, 11, 500)]
+    # the start of the last entry's commitlog file (256 bytes a file here)
+    assert [tuple(int(x) for x in e) for e in slots[6:11]] == [(256, FILLER, 0)] * 5
+    assert int(slots[5]["phy_offset"]) == 500 and part.fillers == [(6, 11, 256)]
 
 
 def test_repeats_and_duplicate_claims_keep_the_first_put():
@@ -171,10 +173,13 @@ def test_every_entry_sits_at_its_records_queue_offset(case, repaired):
                 assert int(e["tags_code"]) == 0 and o not in held.get(key, {}), (key, o)
                 earlier = [p for off, p in real if off < o]
                 nxt = next((p for off, p in real if off > o), None)
-                if nxt is None:       # past the last record left: the last entry's phy
-                    assert phy == (earlier[-1] if earlier else 0), (key, o, phy)
+                # at a commitlog file's start (a pull reads nothing there, repair.filler_phy_of)
+                assert phy % SEGMENT == 0, (key, o, phy)
+                if nxt is None:       # past the last record left: the last entry's file
+                    assert phy == (earlier[-1] // SEGMENT * SEGMENT if earlier else 0), (key, o, phy)
                 else:                 # a pull skipping the filler's file skips no entry after it
-                    assert phy == 0 or (phy in earlier and phy // SEGMENT < nxt // SEGMENT), (key, o, phy, nxt)
+                    assert phy == 0 or (phy in {p // SEGMENT * SEGMENT for p in earlier}
+                                        and phy // SEGMENT < nxt // SEGMENT), (key, o, phy, nxt)
                 fillers.setdefault(key, set()).add(o)
             else:
                 assert records.get(phy, (None,))[:3] == (key[0], key[1], o) and records[phy][3] == size, (key, o)

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 import support
-from store_reader import open_store
-from store_reader.recovery import predict
+from store_reader import open_store, recovery
+from store_reader.consumequeue import CQ_ENTRY_DTYPE
+from store_reader.recovery import NO_FILE_ENTRY, predict
+from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
 pytestmark = pytest.mark.reader
 
@@ -42,6 +44,18 @@ def test_commitlog_truncation_point(case):
         [(f["name"], f["wrotePosition"]) for f in exp["commitLog"]["files"]]
 
 
+def assert_runs_are_the_entries(q):
+    """``entry_runs()`` (what the audit ships: unwritten slots by reference to the CQ file) cover
+    ``entries()`` in order, without overlap, and leave out only ``NO_FILE_ENTRY`` offsets."""
+    e, covered, end = q.entries(), np.zeros(len(q.entries()), bool), q.min_offset
+    for r in q.entry_runs():
+        assert r.first >= end
+        i, end = r.first - q.min_offset, r.first + r.hi - r.lo
+        assert (r.read() == e[i:i + r.hi - r.lo]).all()
+        covered[i:i + r.hi - r.lo] = True
+    assert (e[~covered] == np.array([NO_FILE_ENTRY], CQ_ENTRY_DTYPE)).all()
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if support.expected(*c)["afterLoad"]["loadResult"]],
                          ids=support.case_id)
 def test_consume_queues_after_recovery(case):
@@ -52,10 +66,7 @@ def test_consume_queues_after_recovery(case):
     for (topic, qid), q in pred.consume_queues.items():
         e = q.entries()
         # the same entries as the audit ships them: unwritten slots by reference to the CQ file
-        runs = q.entry_runs()
-        assert [r.first for r in runs] == list(q.min_offset + np.cumsum([0] + [r.hi - r.lo for r in runs])[:-1])
-        joined = np.concatenate([r.read() for r in runs]) if runs else e[:0]
-        assert len(joined) == len(e) and (joined == e).all()
+        assert_runs_are_the_entries(q)
         got.setdefault(topic, {})[str(qid)] = {
             "minOffset": q.min_offset, "maxOffset": q.max_offset,
             "entries": [[q.min_offset + i, int(x["phy_offset"]), int(x["size"]), int(x["tags_code"])]
@@ -206,3 +217,33 @@ def test_a_replayed_index_file_the_scratch_filesystem_cannot_hold_is_one_clear_e
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"OutputError: {tmp_path}/index-"), done.stdout
     assert ": cannot write the replayed index file: File too large" in done.stdout
+
+
+@pytest.mark.parametrize("abort", [True, False], ids=["abnormal", "normal"])
+def test_a_consume_queue_file_missing_between_two_others_serves_nothing(tmp_path, abort):
+    """R§2: the broker walks a queue's present files, takes its max offset from the last and never
+    refills a file missing in between (puts append to the last file; the recovery's re-dispatch
+    of those records is a repeat by phy): its offsets are served by no file (a pull gets
+    OFFSET_FOUND_NULL and the next file's first offset), every other entry stays at its own
+    offset. The same in every release (the real brokers: tests/test_real_broker.py's matrix)."""
+    info = write_store(tmp_path / "s", SyntheticStoreSpec(
+        total_bytes=3 * (64 << 10), segment_size=64 << 10, cq_file_size=600, message_size=512,
+        topics=(("TopicA", 1),), broker="5.x", seed=7), CrashSpec(abort=abort, cq_behind=3))
+    root = info.root
+    whole = {}
+    for v in recovery.VERSIONS:       # (read before the file goes: a prediction reads CQ files lazily)
+        q = predict(open_store(root, root / "broker.conf"), v).consume_queues[("TopicA", 0)]
+        whole[v] = (q.min_offset, q.max_offset, q.entries())
+    (root / "consumequeue" / "TopicA" / "0" / "00000000000000001200").unlink()    # offsets 60..89
+    for v in recovery.VERSIONS:
+        pred = predict(open_store(root, root / "broker.conf"), v)
+        q, (lo, hi, we) = pred.consume_queues[("TopicA", 0)], whole[v]
+        assert (q.min_offset, q.max_offset) == (lo, hi) and hi > 120, v
+        e = q.entries()
+        gap = slice(60 - q.min_offset, 90 - q.min_offset)
+        assert (e[gap] == np.array([NO_FILE_ENTRY], CQ_ENTRY_DTYPE)).all(), v
+        assert (e[:gap.start] == we[:gap.start]).all() and (e[gap.stop:] == we[gap.stop:]).all(), v
+        assert_runs_are_the_entries(q)
+        assert not any(r.first < 90 and r.first + r.hi - r.lo > 60 for r in q.entry_runs()), v
+        got = recovery.check_offset(pred, open_store(root, root / "broker.conf").config, "TopicA", "g", 0, 65)
+        assert (got.status, got.next_begin_offset) == ("OFFSET_FOUND_NULL", 90), v
