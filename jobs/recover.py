@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                      args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.scan_dir,
                      args.link, args.salvage)
     if page:
-        report.html_report = htmlreport.write(page, htmlreport.recover_page(report))
+        report.html_report = htmlreport.write(page, htmlreport.recover_page(report, args.broker_config))
     if args.json:
         print(json.dumps(prediction_summary(report.prediction, report), indent=2))
     else:

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -116,8 +117,10 @@ def test_every_readme_command_runs_as_shown(tmp_path):
         seen.add(cmd)
         line = _as_run(cmd, before, paths)
         before = cmd if not cmd.endswith(" ...") else before
+        started = time.monotonic()
         done = subprocess.run(["bash", "-c", line], cwd=clone, env=env, capture_output=True, text=True,
                               timeout=600, stdin=subprocess.DEVNULL)
+        print(f"{time.monotonic() - started:6.1f}s rc {done.returncode} {line}")
         ok = (0, 1) if " jobs.audit" in line or "jobs/audit.py" in line else (0,)
         assert done.returncode in ok, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
         assert "Traceback" not in done.stderr and "SPARK_HOME" not in done.stderr, f"{line}\n{done.stderr}"
