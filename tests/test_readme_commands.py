@@ -4,7 +4,8 @@ A new user's shell: the checkout's top-level entries linked into a fresh directo
 writes there, ``demo-output/``, ``out.ipynb``, stays out of the checkout), no activated venv, no
 ``SPARK_HOME`` or ``PYSPARK_*`` in the environment. The README's placeholders become a small real
 store (the 4.9.7 ``crash-tail`` fixture), optional ``[...]`` arguments are left out but for
-``--dry-run`` (kept where a command takes it: the quickest run), and ``X ...`` ("the same") repeats
+``--dry-run`` (kept where a command takes it: the quickest run) and ``--broker-config FILE`` (the
+fixture's sizes are not the broker's defaults), and ``X ...`` ("the same") repeats
 the previous command's arguments. A command this machine cannot run as shown (a YARN cluster, an
 S3 endpoint, the suite itself) is listed below with the test that runs its form; any other command
 the README gains is run, or this test fails.
@@ -79,10 +80,8 @@ def _as_run(cmd: str, before: str | None, paths: dict[str, str]) -> str:
         head = cmd[:-4]
         args = before.split(" --", 1)[1]
         cmd = f"{head} --{args}"
-    keep_dry = "[--dry-run]" in cmd
-    cmd = re.sub(r"\s*\[[^]]*\]", "", cmd)
-    if keep_dry:
-        cmd += " --dry-run"
+    kept = [opt for opt in ("--broker-config FILE", "--dry-run") if f"[{opt}]" in cmd]
+    cmd = " ".join([re.sub(r"\s*\[[^]]*\]", "", cmd), *kept])
     for placeholder, value in paths.items():
         cmd = re.sub(rf"(?<![\w/.-]){re.escape(placeholder)}(?![\w/.-])", value, cmd)
     return cmd
@@ -102,7 +101,7 @@ def test_every_readme_command_runs_as_shown(tmp_path):
     conf = str(support.broker_conf(*CASE))
     paths = {"/data/store-repaired": str(tmp_path / "data" / "repaired"), "/data/store": str(store),
              "/data/master/store": str(store), "/data/slave1/store": str(slave),
-             "/opt/rocketmq/conf/broker.conf": conf, "broker.conf": conf, "FILE|STORE": str(store),
+             "/opt/rocketmq/conf/broker.conf": conf, "broker.conf": conf, "FILE|STORE": str(store), "FILE": conf,
              "/data/audit": str(tmp_path / "data" / "audit"),
              "/data/investigation": str(tmp_path / "data" / "investigation"),
              "lost.jsonl": str(tmp_path / "data" / "lost.jsonl"), "DEST": str(tmp_path / "data" / "synthetic")}
