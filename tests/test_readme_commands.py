@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import support
+from jobs import sparkjars
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ("rocketmq-4.9.7", "crash-tail")
@@ -38,7 +39,8 @@ NOT_RUN_HERE = {
     "cp spark-conf/cluster.conf.example": "a cluster's settings: tests/test_spark_submit.py",
     "spark-submit --master yarn": "a YARN cluster: tests/test_spark_submit.py (local-cluster)",
     "JAVA_HOME=": "tests/test_spark_submit.py runs it",
-    "spark-submit --packages": "a cluster with Maven Central: tests/test_sparkjars.py",
+    "spark-submit --packages": "a cluster: its coordinates are jobs.sparkjars' (test_readme_commands_are_found), "
+                               "which tests/test_sparkjars.py resolves from Maven Central",
 }
 
 
@@ -68,6 +70,9 @@ def test_readme_commands_are_found():
     assert "bash scripts/run.sh" in cmds
     assert any(c.startswith("bash scripts/submit.sh jobs/recover.py --store /data/store") for c in cmds)
     assert any(c.startswith(".venv/bin/papermill notebooks/lost_offsets.ipynb") for c in cmds)
+    # the jars a cluster gets are the ones the embedded session loads
+    (packages,) = [c.split()[2] for c in cmds if c.startswith("spark-submit --packages ")]
+    assert packages == ",".join(sparkjars.coordinates())
     # from a clone nothing but the .venv's own tools and the scripts run: no bare python or spark-submit
     for c in cmds:
         if not any(c.startswith(p) for p in NOT_RUN_HERE):
