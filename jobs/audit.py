@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print_audit(runs[0], args.audit_path)
     if args.report:
-        page = htmlreport.write(args.report, htmlreport.audit_page(runs[0], args.store))
+        page = htmlreport.write(args.report, htmlreport.audit_page(runs[0], args.store, args.broker_config))
         print(f"  report             {page}", file=sys.stderr if args.json else sys.stdout)
     for r in runs:
         for problem in r.prediction.load_problems:

@@ -6,7 +6,8 @@ already knows and prints (nothing here applies a broker rule): what the broker w
 sentence, a timeline of the commitlog (its files, the start file, the cut, corrupt records and the
 lost records behind them), the queues after the broker's recovery and what the audit found in them,
 the consumer offsets (``store_reader.audit.offsets``: the same counts every job prints), the flush
-window, the findings with each kind's meaning (``store_reader.audit.kinds``), and links to the
+window, a 5.x store's pending timer messages by deliver time and what the restart does to them
+(``store_reader.audit.timer``: the timer_schedule notebook's fates), the findings with each kind's meaning (``store_reader.audit.kinds``), and links to the
 Delta audit tables.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pyarrow as pa
 from store_reader import publish, recovery
 from store_reader.audit import offsets
 from store_reader.audit.kinds import KINDS
+from store_reader.audit.timer import FATE_COLOURS, FATES, TimerPrediction, predict_timer, timer_queue_range
 from store_reader.commitlog import SegmentSummary
 from store_reader.exceptions import StoreReaderError
 
@@ -45,6 +47,8 @@ class PageInput:
     repaired_store: str | None = None
     dry_run: bool = False
     moved_in_repaired: dict[str, int] | None = None
+    timer: TimerPrediction | None = None
+    timer_repaired: dict | None = None    # what the repair wrote (timerrecovery.RepairedTimerStore)
 
 
 def check_target(path: str, store_root: str) -> None:
@@ -239,6 +243,70 @@ def flush_section(page: PageInput) -> str:
     return "".join(out) or "<p>Nothing at risk.</p>"
 
 
+# deliver-time buckets of the timer figure: the smallest that keeps it to TIMER_BARS bars
+_BUCKETS_S = (1, 10, 60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)
+TIMER_BARS = 60
+
+
+def timer_section(page: PageInput) -> str:
+    """The timer store's pending messages per deliver time, stacked by what the broker's restart
+    does to them, and what the repaired store's timer store keeps."""
+    tp, out = page.timer, []
+    if tp is not None:
+        pending = tp.pending()
+        fates = tp.fates()[pending]
+        counts = {f: int((fates == f).sum()) for f in FATES}
+        rec = tp.recover
+        out.append(f'<p id="timer-pending">{int(pending.sum()):,} timer message(s) pending of '
+                   f"{len(tp.scan.units):,} timer log units (deliver time from "
+                   f"{_e(_time(dt.datetime.fromtimestamp(rec.curr_read_time_ms / 1000, dt.timezone.utc)))}, "
+                   f"where the broker's dequeue starts): "
+                   + ", ".join(f"{n:,} {_e(f)}" for f, n in counts.items() if n) + ".</p>")
+        out.append(f"<p>The broker's restart resumes the timer queue at offset {rec.curr_queue_offset}: "
+                   f"{rec.enqueued_again:,} entries enqueued again, {rec.never_enqueued:,} enqueued for the "
+                   f"first time, {rec.skipped:,} skipped.</p>")
+        out.append(_timer_svg(tp.scan.delayed_time_ms()[pending], fates))
+    if page.timer_repaired is not None:
+        t = page.timer_repaired
+        dropped = ", ".join(f"{n} {k}" for k, n in sorted(t["dropped"].items())) or "none dropped"
+        out.append(f"<p>The repaired store keeps {t['units_kept']:,} of {t['units_in']:,} timer log units "
+                   f"({_e(dropped)}); its timercheck resumes the timer queue at {t['queue_offset']}.</p>")
+    return "".join(out)
+
+
+def _timer_svg(deliver_ms, fates) -> str:
+    if not len(deliver_ms):
+        return "<p>Nothing pending.</p>"
+    lo, hi = int(deliver_ms.min()) // 1000, int(deliver_ms.max()) // 1000
+    step = next((b for b in _BUCKETS_S if (hi // b - lo // b) < TIMER_BARS), _BUCKETS_S[-1])
+    first = lo // step
+    bucket = deliver_ms // 1000 // step - first
+    n = int(bucket.max()) + 1
+    stacks = {f: [int(((bucket == i) & (fates == f)).sum()) for i in range(n)] for f in FATES}
+    top = max(sum(stacks[f][i] for f in FATES) for i in range(n))
+    w, h, left = 1000, 180, 40
+    bw = (w - left) / n
+    parts = [f'<svg id="timer" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h + 30}" width="{w}" '
+             f'height="{h + 30}"><text x="0" y="12" class="axis">{top}</text>'
+             f'<text x="0" y="{h}" class="axis">0</text>']
+    for i in range(n):
+        y = float(h)
+        for f in FATES:
+            c = stacks[f][i]
+            if c:
+                bh = c / top * (h - 10)
+                y -= bh
+                parts.append(f'<rect x="{left + i * bw:.1f}" y="{y:.1f}" width="{max(bw - 1, 1):.1f}" '
+                             f'height="{bh:.1f}" fill="{FATE_COLOURS[f]}"><title>{c} {_e(f)}</title></rect>')
+    when = [dt.datetime.fromtimestamp((first + i) * step, dt.timezone.utc).strftime("%m-%d %H:%M:%S")
+            for i in (0, n - 1)]
+    parts.append(f'<text x="{left}" y="{h + 20}" class="axis">{when[0]}</text>'
+                 f'<text x="{w}" y="{h + 20}" text-anchor="end" class="axis">{when[1]} UTC (bars of {step} s)</text>')
+    legend = "".join(f'<span class="sw" style="background:{FATE_COLOURS[f]}"></span>{_e(f)}'
+                     for f in FATES if (fates == f).any())
+    return "".join(parts) + f"</svg><div>{legend}</div>"
+
+
 def findings_section(page: PageInput) -> str:
     counts: dict[tuple[str, str], int] = {}
     for name, col in (("queue_findings", "count"), ("index_findings", "count")):
@@ -308,6 +376,7 @@ def render(page: PageInput) -> str:
         ("Queues", queues_section(page)),
         ("Consumer offsets", offsets_section(page)),
         ("Flush window", flush_section(page)),
+        *([("Timer messages", timer_section(page))] if page.timer or page.timer_repaired else []),
         ("Findings", findings_section(page)),
         ("Delta audit tables", tables_section(page)),
     ]
@@ -316,21 +385,36 @@ def render(page: PageInput) -> str:
             f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>{''.join(head)}{body}</body></html>\n")
 
 
-def recover_page(report) -> PageInput:
+def _timer(store: str, broker_config: str | None, pred: recovery.Prediction) -> TimerPrediction | None:
+    """A local 5.x store's timer store through the broker's restart (None without one; a
+    timerwheel the broker refuses is a finding already)."""
+    from store_reader import open_store
+
+    try:
+        return predict_timer(open_store(store, broker_config), pred.max_phy_offset, timer_queue_range(pred))
+    except StoreReaderError:
+        return None
+
+
+def recover_page(report, broker_config: str | None) -> PageInput:
     """A recovery's page (``jobs.recoverreport.RunReport``)."""
     f = report.findings
     moved = None
     if report.written and not report.keep_consumer_offsets:
         moved = offsets.repaired_per_file(report.offsets_moved, report.offset_facts)
+    store = report.applied_backup or report.store      # after --apply the input is the backup
     return PageInput("recover", report.run_id, report.store, report.prediction, report.summaries,
                      dict(f.tables) if f is not None else {},
                      f.flush.text if f is not None and f.flush is not None else None,
                      list(report.audit_tables), report.out if report.written else None,
-                     dry_run=not report.written, moved_in_repaired=moved)
+                     dry_run=not report.written, moved_in_repaired=moved,
+                     timer=_timer(store, broker_config, report.prediction),
+                     timer_repaired=report.timer_store if report.written else None)
 
 
-def audit_page(run, store: str) -> PageInput:
+def audit_page(run, store: str, broker_config: str | None) -> PageInput:
     """An audit's page (``jobs.audit.AuditRun``)."""
     f = run.findings
     return PageInput("audit", run.run_id, store, run.prediction, run.summaries, dict(f.tables),
-                     f.flush.text if f.flush is not None else None, list(run.written))
+                     f.flush.text if f.flush is not None else None, list(run.written),
+                     timer=_timer(store, broker_config, run.prediction))

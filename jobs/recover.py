@@ -166,7 +166,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "2 could not recover (bad input, disk full, an output another run holds), with one "
                         "error: line on stderr",
                         "python -m jobs.recover --store /data/store --broker-config broker.conf --dry-run")
-    ap.add_argument("--store", help="store root (storePathRootDir); required (but with --demo)")
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--store", help="store root (storePathRootDir); required, or --demo")
+    which.add_argument("--demo", metavar="DIR",
+                       help="make a sample store with a simulated crash in DIR and recover it")
     ap.add_argument("--out", help="directory for the repaired store (must not exist)")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
     ap.add_argument("--broker-version", type=whatif.version_arg,
@@ -202,11 +205,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="write the run as one self-contained HTML page (no network, figures inline) to "
                          "FILE.html, e.g. beside the repaired store (--demo: DIR/report.html)")
     ap.add_argument("--json", action="store_true", help="print the prediction as JSON")
-    ap.add_argument("--demo", metavar="DIR",
-                    help="make a sample store with a simulated crash in DIR and recover it")
     args = ap.parse_args(argv)
-    if not args.demo and not args.store:
-        ap.error("--store is required (or --demo DIR)")
     if args.apply and not args.backup:
         ap.error("--apply needs --backup DIR: the input store is only replaced once it is kept")
     if args.apply and args.dry_run:
@@ -288,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                      args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.scan_dir,
                      args.link, args.salvage)
     if page:
-        report.html_report = htmlreport.write(page, htmlreport.recover_page(report))
+        report.html_report = htmlreport.write(page, htmlreport.recover_page(report, args.broker_config))
     if args.json:
         print(json.dumps(prediction_summary(report.prediction, report), indent=2))
     else:

@@ -6,6 +6,7 @@ inside Spark tasks are turned back into the package's own by ``jobs.taskerrors``
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import importlib
 import logging
@@ -158,6 +159,13 @@ def _local_dir() -> str:
 
     def remove() -> None:
         if os.getpid() == owner:
+            # a session still running (a notebook's kernel at its shutdown): its JVM removes its
+            # block manager's directories as it stops; removed under it instead, it prints
+            # "Failed to delete: .../blockmgr-..." with a stack trace
+            context = getattr(sys.modules.get("pyspark"), "SparkContext", None)
+            if context is not None and context._active_spark_context is not None:
+                with contextlib.suppress(Exception):
+                    context._active_spark_context.stop()
             shutil.rmtree(path, ignore_errors=True)
             os.close(fd)
     atexit.register(remove)

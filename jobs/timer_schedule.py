@@ -13,20 +13,12 @@ import pandas as pd
 from jobs.auditrun import AuditRun
 from jobs.storequery import read_store, to_pandas
 from store_reader import recovery
-from store_reader.audit.timer import TimerPrediction, predict_timer, timer_queue_range
+from store_reader.audit.timer import FATE_COLOURS, FATES, TimerPrediction, predict_timer, timer_queue_range
 from store_reader.store import Store
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from pyspark.sql import SparkSession
-
-# what the restart does to a unit, in the chart's order
-FATES = ("delivered", "delivered twice", "lost: past the cut", "lost: not its record", "duplicate unit",
-         "never reached")
-_COLOURS = {"delivered": "#4c78a8", "delivered twice": "#f58518", "lost: past the cut": "#e45756",
-            "lost: not its record": "#b279a2", "duplicate unit": "#ff9da6", "never reached": "#9d755d"}
-_DROPPED = {"timer.unit_beyond_truncation": "lost: past the cut",
-            "timer.unit_wrong_record": "lost: not its record", "timer.duplicate_unit": "duplicate unit"}
 
 
 def prediction(store: Store, run: AuditRun, pred: recovery.Prediction) -> TimerPrediction:
@@ -43,15 +35,9 @@ def units(spark: SparkSession, store: Store, tp: TimerPrediction) -> pd.DataFram
                               ["pos", "file", "magic", "delayed_time_ms", "offset_py", "size_py"]))
     df = df.sort_values("pos", ignore_index=True)
     assert np.array_equal(df["pos"].to_numpy(), tp.scan.pos), "the store changed while read"
-    enqueued_again = np.zeros(len(df), bool)
-    qo = tp.verdicts.queue_offset
-    enqueued_again[(qo >= tp.recover.curr_queue_offset) & tp.verdicts.live] = True
-    fate = np.array([_DROPPED.get(d, "delivered") for d in tp.verdicts.dropped], dtype=object)
-    fate[enqueued_again] = "delivered twice"
-    fate[tp.unreached] = "never reached"
     df["deliver_time"] = pd.to_datetime(df["delayed_time_ms"], unit="ms", utc=True)
-    df["pending"] = df["delayed_time_ms"] >= tp.recover.curr_read_time_ms
-    df["fate"] = pd.Categorical(fate, categories=FATES)
+    df["pending"] = tp.pending()
+    df["fate"] = pd.Categorical(tp.fates(), categories=FATES)
     return df
 
 
@@ -80,7 +66,7 @@ def plot_schedule(counts: pd.DataFrame, title: str) -> Figure:
     for fate in FATES:
         vals = counts[fate].to_numpy()
         if vals.any():
-            ax.bar(np.arange(len(counts)), vals, bottom=bottom, label=fate, color=_COLOURS[fate])
+            ax.bar(np.arange(len(counts)), vals, bottom=bottom, label=fate, color=FATE_COLOURS[fate])
             bottom += vals
     step = max(1, len(labels) // 12)
     ax.set_xticks(np.arange(len(labels))[::step], labels[::step], rotation=30, ha="right")

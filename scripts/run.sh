@@ -4,7 +4,7 @@
 # Extra arguments go to jobs.recover (e.g. --store DIR --out DIR --broker-config FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh
+bash scripts/bootstrap.sh >&2       # its lines on stderr: stdout is the report
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 if [ $# -eq 0 ]; then
     set -- --demo demo-output

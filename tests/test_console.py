@@ -148,7 +148,11 @@ def test_help_gives_exit_codes_and_an_example(job):
     text = done.stdout
     assert "``" not in text                                     # no reST markup left
     assert re.search(r"^exit codes: 0 ", text, re.M) and re.search(r"^example:\n  python -m jobs\.", text, re.M)
+    usage = " ".join(text.split("\n\n")[0].split())
     if job in ("jobs.recover", "jobs.audit", "jobs.salvage"):
-        store = re.search(r"^  --store STORE +(.*)$", text, re.M)
-        assert store is not None and ("required" in store.group(1) or "--store STORE" in text.split("\n\n")[0]
-                                      and "[--store" not in text.split("\n\n")[0]), text
+        # required in the usage line: not in brackets (recover: or --demo, one of the two)
+        assert "--store STORE" in usage and "[--store" not in usage, usage
+    # the example names every required option (those outside brackets in the usage line)
+    required = re.findall(r"(--[a-z-]+) [A-Z_]+", re.sub(r"\[[^]]*\]|\([^)]*\)", "", usage))
+    example = text.rsplit("example:\n", 1)[1]
+    assert all(opt in example for opt in required), (required, example)

@@ -2,10 +2,12 @@
 repaired store) and ``jobs.audit --report FILE`` write one self-contained file, and a real browser
 renders it: headless Chromium (Debian's ``chromium``, which
 scripts/test.sh installs) loads the page from disk with the network off, its DOM after load holds
-the figures and numbers, and a screenshot of it shows the timeline's colours.
+the figures and numbers, and a screenshot of it shows the timeline's colours (and, on a 5.x store
+with timer messages, the pending timer messages' figure).
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -17,6 +19,7 @@ from jobs import audit as audit_job
 from jobs import recover as recover_job
 from jobs.deltasink import read_table
 from store_reader.audit import offsets
+from store_reader.audit.timer import FATE_COLOURS
 
 CASE = ("rocketmq-5.3.3", "torn-middle-crc")     # a CRC break mid-store: a cut, lost records, moved offsets
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -83,6 +86,52 @@ def test_recovery_report_page_in_a_browser(spark, tmp_path, capsys):
     assert audit_job.main(["--store", str(store), "--broker-config", conf, "--report", str(audit_page)]) == 1
     assert f"  report             {audit_page}" in capsys.readouterr().out.splitlines()
     assert offsets.sentence(facts[0]) in audit_page.read_text()
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.oracle
+def test_timer_messages_on_the_page(spark, tmp_path, capsys):
+    """A 5.3.3 store the real broker wrote (tests/oracle: 200 timer messages, kill -9) whose
+    commitlog is cut behind 50 of them: the page draws the 200 pending timer messages by deliver
+    time, the 50 past the cut apart (the count the repair's own MANIFEST.json drops), and the
+    repaired store's timer store."""
+    from tests import oracle
+    from tests.test_timer_oracle import BROKER_CONF, _damage
+
+    store, conf = tmp_path / "store", tmp_path / "broker.conf"
+    conf.write_text(BROKER_CONF)
+    w = oracle.run("5.3.3", "TimerOracle", "write", store, conf, 200, 100, 11, "halt")
+    _damage("commitlog-cut", store, w["written"])
+    out, page = tmp_path / "repaired", tmp_path / "report.html"
+    assert recover_job.main(["--store", str(store), "--broker-config", str(conf), "--out", str(out),
+                             "--report", str(page)]) == 0
+    capsys.readouterr()
+    timer = json.loads((out / "MANIFEST.json").read_text())["timerStore"]
+    assert timer["dropped"] == {"timer.unit_beyond_truncation": 50} and timer["units_kept"] == 150
+
+    done = _browser("--dump-dom", page.as_uri())
+    assert done.returncode == 0, done.stderr
+    dom = done.stdout
+    pending = re.search(r'<p id="timer-pending">(.*?)</p>', dom).group(1)
+    assert pending.startswith("200 timer message(s) pending of 200 timer log units"), pending
+    assert "50 lost: past the cut" in pending and "delivered twice" in pending
+    assert "The repaired store keeps 150 of 200 timer log units (50 timer.unit_beyond_truncation)" in dom
+    figure = re.search(r'<svg id="timer".*?</svg>', dom, re.S).group(0)
+    bars = [(int(n), f) for n, f in re.findall(r"<title>(\d+) ([^<]+)</title>", figure)]
+    assert sum(n for n, _ in bars) == 200
+    assert sum(n for n, f in bars if f == "lost: past the cut") == 50
+
+    shot = tmp_path / "report.png"
+    done = _browser("--window-size=1200,5000", f"--screenshot={shot}", page.as_uri())
+    assert done.returncode == 0 and shot.is_file(), done.stderr
+    colours = _colours(shot)
+    assert {_rgb(FATE_COLOURS["lost: past the cut"]), _rgb(FATE_COLOURS["delivered"])} <= colours, \
+        "the timer figure did not render"
 
 
 def test_report_target_is_checked_before_any_work(tmp_path, capsys):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -96,6 +97,9 @@ def execute(name: str, case: Audited, kernel: str, out_dir: Path) -> tuple[nbfor
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert errors == []
     assert all(c.execution_count is not None for c in code)       # ran top to bottom, every cell
+    # what the kernel printed: the notebook's own lines, no Spark log line or progress bar
+    printed = "".join(o.get("text", "") for c in code for o in c.outputs if o.output_type == "stream")
+    assert not re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|ERROR|INFO) |\[Stage \d", printed, re.M), printed
     with open(out_dir / "summary.json", encoding="utf-8") as fh:
         return nb, json.load(fh)[name]
 

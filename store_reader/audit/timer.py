@@ -31,6 +31,16 @@ _DROPPED_TEXT = {
 }
 
 
+# what the broker's restart does to a unit (the notebook's chart, the report page's figure)
+FATES = ("delivered", "delivered twice", "lost: past the cut", "lost: not its record", "duplicate unit",
+         "never reached")
+# the colour each is drawn in, in the notebook's chart and on the report page
+FATE_COLOURS = {"delivered": "#4c78a8", "delivered twice": "#f58518", "lost: past the cut": "#e45756",
+                "lost: not its record": "#b279a2", "duplicate unit": "#ff9da6", "never reached": "#9d755d"}
+_DROPPED_FATE = {tr.BEYOND_CUT: "lost: past the cut", tr.NOT_TIMER_RECORD: "lost: not its record",
+                 tr.DUPLICATE: "duplicate unit"}
+
+
 @dataclass
 class TimerPrediction:
     """The timer store through the broker's restart: the log as its recovery walks it, each
@@ -42,6 +52,20 @@ class TimerPrediction:
     check: ts.TimerCheck
     recover: tr.TimerRecover
     unreached: np.ndarray
+
+    def pending(self) -> np.ndarray:
+        """Per unit: its deliver time is at or after the slot the dequeue starts from."""
+        return self.scan.delayed_time_ms() >= self.recover.curr_read_time_ms
+
+    def fates(self) -> np.ndarray:
+        """Per unit, one of ``FATES``: dropped by the broker's recovery, delivered twice (its timer
+        queue entry is at or after where the enqueue service resumes), never reached by a slot
+        chain, or delivered."""
+        fate = np.array([_DROPPED_FATE.get(d, "delivered") for d in self.verdicts.dropped], dtype=object)
+        fate[(self.verdicts.queue_offset >= self.recover.curr_queue_offset) & self.verdicts.live] = \
+            "delivered twice"
+        fate[self.unreached] = "never reached"
+        return fate
 
 
 def timer_queue_range(pred: Prediction) -> tuple[int, int]:
