@@ -274,8 +274,7 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
     if ROCKSDB_CQ in modes:
         where = inv.rocksdb_cq_dir or "consumequeue"
         if rocksdb_store:
-            why = ("consume queues kept in RocksDB (storeType=defaultRocksDB): the broker serves "
-                   f"them from {where}/, which this project does not read")
+            why = None      # read (rocksdbcq) and predicted (R§15.1); its repair is refused by name
         elif config.rocksdbCQDoubleWriteEnable:
             why = ("consume queues served from RocksDB (rocksdbCQDoubleWriteEnable with "
                    f"combineCQPreferCQType={config.combineCQPreferCQType}, combineAssignOffsetCQType="
@@ -286,7 +285,8 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
             why = (f"{where}/ holds a RocksDB consume queue but broker.conf sets neither "
                    "storeType=defaultRocksDB nor rocksdbCQDoubleWriteEnable=true: which consume "
                    "queue the broker serves is not known (pass the broker's broker.conf)")
-        refuse((where, why))
+        if why is not None:
+            refuse((where, why))
     if ROCKSDB_CQ_DOUBLE_WRITE in modes and ROCKSDB_MESSAGE in modes:
         # rocksdbstore/ is made by every 5.4+ store: its CombineConsumeQueueStore dispatches again
         # from the lowest dispatch point of its queues (getDispatchFromPhyOffset), the RocksDB one's
@@ -304,8 +304,11 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
     if COMPACTION in modes:
         refuse(("compaction", "compacted topics (compaction/compactionLog, cleanup.policy=COMPACTION): "
                 "this project does not recover the compaction log"))
-    if offsets_in_rocksdb:
-        where = "config/rdb" if config.configManagerVersion.lower() == "v2" else "config/consumerOffsets"
+    # RocksDBConsumerOffsetManager#load: an absent config/consumerOffsets starts empty and merges
+    # consumerOffset.json (newer dataVersion), which is read as without RocksDB
+    offsets_db = "config/rdb" if config.configManagerVersion.lower() == "v2" else "config/consumerOffsets"
+    if offsets_in_rocksdb and (offsets_db in rocksdb_config or offsets_db == "config/rdb"):
+        where = offsets_db
         refuse((where, "consumer offsets kept in RocksDB (storeType=defaultRocksDB or "
                 "configManagerVersion=v2): this project reads consumer offsets only from "
                 "config/consumerOffset.json"))
