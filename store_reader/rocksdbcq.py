@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 import struct
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +32,7 @@ CHECKPOINT_TOPIC = "CHECKPOINT_TOPIC"      # TopicValidator.RMQ_SYS_ROCKSDB_OFFS
 _CTRL_1 = 1
 _UNIT = struct.Struct(">qiqq")             # phy, size, tags code, store timestamp
 _OFFSET = struct.Struct(">qq")             # phy, queue offset
+_WRITTEN_BY_READER = ("rocksdict-config.json", "LOCK")     # never linked: the reader's own files
 
 
 @dataclass
@@ -54,17 +57,34 @@ class RocksDBConsumeQueue:
     """The ``CHECKPOINT_TOPIC`` value (0 when absent: ``RocksDBConsumeQueueOffsetTable#getMaxPhyOffset``)."""
 
 
+@contextmanager
 def _open(path: str, what: str):
+    """The database at ``path`` opened read-only through a directory of symbolic links to its
+    files: rocksdict writes ``rocksdict-config.json`` beside any database it opens, read-only
+    included, and that directory takes it instead of the store."""
     try:
         from rocksdict import AccessType, Options, Rdict
     except ImportError as exc:        # a pinned dependency (pyproject.toml)
         raise StoreReaderError(f"{what}: the rocksdict package is not installed", path) from exc
-    try:
-        cfs = Rdict.list_cf(path, Options(raw_mode=True))
-        return Rdict(path, options=Options(raw_mode=True), access_type=AccessType.read_only(),
-                     column_families={c: Options(raw_mode=True) for c in cfs}), cfs
-    except Exception as exc:           # rocksdict raises its own exception types
-        raise StoreReaderError(f"{what}: RocksDB cannot open the database read-only ({exc})", path) from exc
+    with tempfile.TemporaryDirectory(prefix="rocketmq-rocksdb-") as view:
+        try:
+            names = os.listdir(path)
+        except OSError as exc:
+            raise StoreReaderError(f"{what}: cannot list the database ({exc.strerror})", path) from exc
+        for name in names:
+            if name not in _WRITTEN_BY_READER:
+                os.symlink(os.path.join(os.path.abspath(path), name), os.path.join(view, name))
+        try:
+            cfs = Rdict.list_cf(view, Options(raw_mode=True))
+            db = Rdict(view, options=Options(raw_mode=True), access_type=AccessType.read_only(),
+                       column_families={c: Options(raw_mode=True) for c in cfs})
+        except Exception as exc:           # rocksdict raises its own exception types
+            raise StoreReaderError(f"{what}: RocksDB cannot open the database read-only "
+                                   f"({str(exc).replace(view, path)})", path) from exc
+        try:
+            yield db, cfs
+        finally:
+            db.close()
 
 
 def _topic(key: bytes, path: str, cf: str) -> tuple[str, int]:
@@ -82,10 +102,9 @@ def _topic(key: bytes, path: str, cf: str) -> tuple[str, int]:
 def read_consume_queue(path: str | os.PathLike[str]) -> RocksDBConsumeQueue:
     """Every unit and offset key of the RocksDB consume queue at ``path`` (F§11)."""
     path = os.fspath(path)
-    db, cfs = _open(path, "RocksDB consume queue")
     queues: dict[tuple[str, int], RocksDBQueue] = {}
     max_phy = 0
-    try:
+    with _open(path, "RocksDB consume queue") as (db, cfs):
         if "default" in cfs:
             for key, value in db.get_column_family("default").items():
                 topic, at = _topic(key, path, "default")
@@ -112,8 +131,6 @@ def read_consume_queue(path: str | os.PathLike[str]) -> RocksDBConsumeQueue:
                     q.max = _OFFSET.unpack(value)
                 else:
                     q.min = _OFFSET.unpack(value)
-    finally:
-        db.close()
     return RocksDBConsumeQueue(path, queues, max_phy)
 
 
@@ -122,9 +139,8 @@ def read_consumer_offsets(path: str | os.PathLike[str]) -> dict[str, dict[int, i
     from .config import parse_fastjson
 
     path = os.fspath(path)
-    db, cfs = _open(path, "RocksDB consumer offsets")
     out: dict[str, dict[int, int]] = {}
-    try:
+    with _open(path, "RocksDB consumer offsets") as (db, cfs):
         for key, value in db.get_column_family("default").items():
             name = key.decode("utf-8", "replace")
             try:
@@ -134,8 +150,6 @@ def read_consumer_offsets(path: str | os.PathLike[str]) -> dict[str, dict[int, i
             except (ValueError, AttributeError, StoreReaderError) as exc:
                 raise StoreReaderError(f"RocksDB consumer offsets: the value of key '{name}' is not "
                                        f"an offset table ({exc})", path) from exc
-    finally:
-        db.close()
     return out
 
 
