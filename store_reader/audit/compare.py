@@ -48,6 +48,8 @@ def _queue_file_rows(key: tuple[str, int], plan: AuditPlan) -> list[pa.Table]:
         e = head(path)
         keep = np.flatnonzero((e.phy_offset != 0) | (e.size != 0) | (e.tags_code != 0))
         out.append(entry_rows(start // 20 + keep, CQEntries(*(c[keep] for c in e)), DISK))
+    if key in plan.disk_units:          # a RocksDB consume queue: its units as stored
+        out.append(entry_rows(*plan.disk_units[key], DISK))
     for r in plan.broker_on_disk.get(key, ()):
         e = head(r.path)
         zeros = max(0, r.hi - max(r.lo, len(e.size)))    # slots past the head are all zero
@@ -73,7 +75,8 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
     for _, (_, key, table) in items:
         queues[key].append(table)
     # a queue's CQ files are read when it is compared: a task holds one queue's files at a time
-    on_disk = [k for k in (*plan.disk_queues, *plan.broker_on_disk) if plan.queue_key(*k) == bucket]
+    on_disk = [k for k in (*plan.disk_queues, *plan.disk_units, *plan.broker_on_disk)
+               if plan.queue_key(*k) == bucket]
     for key in on_disk:
         queues.setdefault(key, [])
     rows, ranges = [], []
@@ -84,8 +87,8 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
         t = pa.concat_tables(parts)
         if not t.num_rows:
             continue
-        rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key), key in plan.disk_queues,
-                              plan.scope)
+        rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key),
+                              key in plan.disk_queues or key in plan.disk_units, plan.scope)
         ranges.append((key, _range(t, DISK), _range(t, REBUILT, plan.scope[0] if plan.scope else None)))
     yield "queue_findings", pa.Table.from_pylist(rows, schema=QUEUE_FINDING_ROWS)
     yield "ranges", ranges

@@ -1,0 +1,130 @@
+"""Consume queues kept only in RocksDB (``storeType=defaultRocksDB``) against the real 5.3.3, 5.4.0
+and 5.5.1 brokers (``compat/src/v5/oracle/RocksDBRun`` via ``tests/oracle.py``: the broker's
+``RocksDBMessageStore``): the RocksDB queue is read read-only (``store_reader.rocksdbcq``), the
+restart predicted from it (R§15.1) and compared with what the restarted broker serves; the input
+store is left byte for byte as it was; the dry run's audit reads the RocksDB units as the queues'
+disk view; ``--out`` is refused by name. About 2 minutes (the Spark session and the audit tables
+included).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from jobs import recover as recover_job
+from store_reader import inventory, open_store, recovery, rocksdbcq
+from tests.test_controller_oracle import predicted_queues, served_queues
+
+pytestmark = pytest.mark.slow
+
+CONF = """mappedFileSizeCommitLog=65536
+mappedFileSizeConsumeQueue=600
+maxHashSlotNum=100
+maxIndexNum=400
+storeType=defaultRocksDB
+"""
+RULES = {"5.3.3": recovery.V53, "5.4.0": recovery.V54, "5.5.1": recovery.V55}
+
+
+def digests(root: Path) -> dict[str, str]:
+    """Every file of the tree and its hash (names included: a file added shows)."""
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def compare(pred: recovery.Prediction, got: dict) -> None:
+    """The broker's restart, as RocksDBRun printed it, against the prediction."""
+    assert got["loadResult"] and pred.load_result
+    assert got["recoveryPath"] == pred.recovery_path
+    assert got["maxPhyOffset"] == pred.max_phy_offset
+    predicted = {k: v for k, v in predicted_queues(pred).items() if v}
+    assert served_queues(got) == predicted
+    mins = {(t, int(q)): e["minOffset"] for t, qs in got["queues"].items() for q, e in qs.items()}
+    assert mins == {k: pred.consume_queues[k].min_offset for k in predicted}
+
+
+@pytest.mark.parametrize("version", list(RULES))
+def test_rocksdb_queue_after_a_kill_is_predicted(tmp_path, version):
+    """80 puts, the RocksDB queue flushed, 40 more, kill -9: RocksDB (no WAL) holds what it
+    flushed; the broker starts from the file its stored max phy offset points into and
+    dispatches again from there."""
+    from tests import oracle
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text(CONF)
+    store = tmp_path / "store"
+    w = oracle.run(version, "oracle.RocksDBRun", "write", store, conf, 80, 5, "halt", 40)
+    assert (store / "consumequeue" / "CURRENT").is_file() and (store / "abort").is_file()
+    before = digests(store)
+    db = rocksdbcq.read_consume_queue(store / "consumequeue")
+    assert 0 < db.max_phy_offset < w["maxPhyOffset"]
+    units = sum(len(q.units) for q in db.queues.values())
+    assert 0 < units < len(w["written"])
+    opened = open_store(store, conf)
+    assert opened.inventory.cq_served_by == "rocksdb" and opened.inventory.has(inventory.ROCKSDB_CQ)
+    pred = recovery.predict(opened, RULES[version])
+    assert pred.max_phy_offset_of_consume_queue == db.max_phy_offset
+    assert digests(store) == before              # read-only: not even rocksdict's own file
+    copy = tmp_path / "restarted"
+    shutil.copytree(store, copy)
+    got = oracle.run(version, "oracle.RocksDBRun", "restart", copy, conf)
+    compare(pred, got)
+    assert sum(map(len, served_queues(got).values())) == len(w["written"])
+
+
+def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, version="5.3.3"):
+    """A clean shutdown (every unit in RocksDB), then the commitlog's tail lost: the broker's
+    truncateDirty moves each queue's max offset back below the cut (the units stay in RocksDB,
+    no longer served). --dry-run works on it; --out is refused naming the RocksDB queue."""
+    from tests import oracle
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text(CONF)
+    store = tmp_path / "store"
+    w = oracle.run(version, "oracle.RocksDBRun", "write", store, conf, 80, 5, "shutdown")
+    last = max(p.name for p in (store / "commitlog").iterdir())
+    start = int(last)
+    cut = min(r["phy"] for r in w["written"] if r["phy"] > start + 15000)
+    with open(store / "commitlog" / last, "r+b") as f:
+        f.seek(cut - start)
+        f.write(b"\0" * (65536 - (cut - start)))
+    before = digests(store)
+    pred = recovery.predict(open_store(store, conf), RULES[version])
+    assert pred.max_phy_offset == cut and pred.max_phy_offset_of_consume_queue == w["maxPhyOffset"]
+    assert pred.cq_truncated
+    copy = tmp_path / "restarted"
+    shutil.copytree(store, copy)
+    got = oracle.run(version, "oracle.RocksDBRun", "restart", copy, conf)
+    compare(pred, got)
+    kept = sum(1 for r in w["written"] if r["phy"] < cut)
+    assert sum(map(len, served_queues(got).values())) == kept < len(w["written"])
+    out = tmp_path / "out"
+    assert recover_job.main(["--store", str(store), "--out", str(out), "--broker-config", str(conf)]) == 2
+    assert not out.exists()
+    # the dry run's audit reads the RocksDB units as the queue's disk view: those past the cut
+    report = recover_job.recover(spark, str(store), None, str(conf), version, dry_run=True,
+                                 audit_path=str(tmp_path / "audit"))
+    queue_rows = report.findings.tables["queue_findings"].to_pylist()
+    kinds = {r["kind"] for r in queue_rows}
+    assert "queue_missing" not in kinds and "redispatched" not in kinds
+    beyond = sum(r["count"] for r in queue_rows if r["kind"] == "removed_beyond_truncation")
+    assert beyond == len(w["written"]) - kept
+    assert digests(store) == before
+
+
+def test_rocksdb_consumer_offsets_are_read(tmp_path):
+    """config/consumerOffsets as RocksDBConsumerOffsetManager#persist writes it (key topic@group,
+    value {"offsetTable":{queueId:offset}}): written here through rocksdict in the broker's raw
+    format, read back read-only."""
+    from rocksdict import Options, Rdict
+
+    path = tmp_path / "consumerOffsets"
+    db = Rdict(str(path), options=Options(raw_mode=True))
+    db[b"TopicA@g1"] = b'{"offsetTable":{0:5,1:6}}'
+    db[b"TopicB@g2"] = b'{"offsetTable":{"0":12}}'
+    db.close()
+    assert rocksdbcq.read_consumer_offsets(path) == {"TopicA@g1": {0: 5, 1: 6}, "TopicB@g2": {0: 12}}
