@@ -54,6 +54,7 @@ class BrokerConfig:
     combineAssignOffsetCQType: str = "default"
     combineCQMaxExtraSearchCommitLogFiles: int = 3
     configManagerVersion: str = "v1"
+    useSingleRocksDBForAllConfigs: bool = False  # [5.4] v1 RocksDB configs in one config/metadata
     enableDLegerCommitLog: bool = False
     dLegerSelfId: str = "n0"                  # its entries in dledger-<dLegerSelfId>/ (F§16.1)
     storePathDLedgerCommitLog: str | None = None

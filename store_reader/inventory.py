@@ -117,6 +117,9 @@ class Inventory:
     """Where a RocksDB consume queue database lies (``consumequeue`` or ``consumequeue_rocksdb``)."""
     cq_served_by: str = "file"
     """Which consume queue the broker serves: ``file`` or ``rocksdb`` (``storeType``)."""
+    offsets_in: str = "json"
+    """Where the broker reads committed consumer offsets: ``json`` (``consumerOffset.json``) or
+    ``rocksdb`` (``config/consumerOffsets``, ``RocksDBConsumerOffsetManager``)."""
     refusals: list[tuple[str, str]] = field(default_factory=list)
     """(entry, why this project cannot recover it exactly), the first one is raised by ``refuse``."""
 
@@ -304,14 +307,26 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
     if COMPACTION in modes:
         refuse(("compaction", "compacted topics (compaction/compactionLog, cleanup.policy=COMPACTION): "
                 "this project does not recover the compaction log"))
-    # RocksDBConsumerOffsetManager#load: an absent config/consumerOffsets starts empty and merges
-    # consumerOffset.json (newer dataVersion), which is read as without RocksDB
-    offsets_db = "config/rdb" if config.configManagerVersion.lower() == "v2" else "config/consumerOffsets"
-    if offsets_in_rocksdb and (offsets_db in rocksdb_config or offsets_db == "config/rdb"):
-        where = offsets_db
-        refuse((where, "consumer offsets kept in RocksDB (storeType=defaultRocksDB or "
-                "configManagerVersion=v2): this project reads consumer offsets only from "
-                "config/consumerOffset.json"))
+    # v1 RocksDBConsumerOffsetManager (storeType=defaultRocksDB): config/consumerOffsets, read
+    # (rocksdbcq.read_consumer_offsets); its load merges consumerOffset.json only when the file's
+    # dataVersion counter is above the database's (#merge), which is not compared here
+    json_offsets = [f"config/{n}" for n, is_dir in listing("config")
+                    if not is_dir and n in ("consumerOffset.json", "consumerOffset.json.bak")]
+    if offsets_in_rocksdb and config.configManagerVersion.lower() == "v2":
+        refuse(("config/rdb", "consumer offsets kept in RocksDB by configManagerVersion=v2 "
+                "(ConfigStorage, config/rdb): this project reads them only as storeType=defaultRocksDB "
+                "keeps them (config/consumerOffsets)"))
+    elif offsets_in_rocksdb and config.useSingleRocksDBForAllConfigs:
+        refuse(("config/metadata", "consumer offsets kept in the one RocksDB of every config "
+                "(useSingleRocksDBForAllConfigs=true, config/metadata): this project reads them only "
+                "from config/consumerOffsets"))
+    elif offsets_in_rocksdb and json_offsets:
+        refuse((json_offsets[0], "consumerOffset.json beside consumer offsets kept in RocksDB "
+                "(storeType=defaultRocksDB): the broker takes the file instead of config/consumerOffsets "
+                "only when the file's dataVersion counter is above the database's "
+                "(RocksDBConsumerOffsetManager#merge), which this project does not compare"))
+    elif offsets_in_rocksdb:
+        inv.offsets_in = "rocksdb"
     if CONTROLLER in modes and not config.enableControllerMode and config.source is None:
         refuse((next((e.path for e in inv.entries if e.kind == "controller.epoch"), EPOCH_FILE),
                 "controller-mode files (epochFileCheckpoint) and no broker.conf: whether the broker "

@@ -79,8 +79,9 @@ def _open(path: str, what: str):
             db = Rdict(view, options=Options(raw_mode=True), access_type=AccessType.read_only(),
                        column_families={c: Options(raw_mode=True) for c in cfs})
         except Exception as exc:           # rocksdict raises its own exception types
-            raise StoreReaderError(f"{what}: RocksDB cannot open the database read-only "
-                                   f"({str(exc).replace(view, path)})", path) from exc
+            why = " ".join(str(exc).replace(view, path).split())     # one line
+            raise StoreReaderError(f"{what}: RocksDB cannot open the database read-only ({why})",
+                                   path) from exc
         try:
             yield db, cfs
         finally:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from jobs import recover as recover_job
-from store_reader import inventory, open_store, recovery, rocksdbcq
+from store_reader import config, inventory, open_store, recovery, rocksdbcq
+from store_reader.exceptions import UnsupportedStoreError
 from tests.test_controller_oracle import predicted_queues, served_queues
 
 pytestmark = pytest.mark.slow
@@ -79,7 +80,9 @@ def test_rocksdb_queue_after_a_kill_is_predicted(tmp_path, version):
 def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, version="5.3.3"):
     """A clean shutdown (every unit in RocksDB), then the commitlog's tail lost: the broker's
     truncateDirty moves each queue's max offset back below the cut (the units stay in RocksDB,
-    no longer served). --dry-run works on it; --out is refused naming the RocksDB queue."""
+    no longer served). The dry run's audit reads the committed offsets from RocksDB
+    (config/consumerOffsets, written by the release's ConfigRocksDBStorage); --out is refused
+    naming the RocksDB queue."""
     from tests import oracle
 
     conf = tmp_path / "broker.conf"
@@ -92,6 +95,15 @@ def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, version="5.3.3"
     with open(store / "commitlog" / last, "r+b") as f:
         f.seek(cut - start)
         f.write(b"\0" * (65536 - (cut - start)))
+    # committed offsets as RocksDBConsumerOffsetManager keeps them: each queue's end before the cut
+    ends = {}
+    for r in w["written"]:
+        ends[(r["topic"], r["queueId"])] = max(ends.get((r["topic"], r["queueId"]), 0), r["queueOffset"] + 1)
+    by_topic: dict[str, list[str]] = {}
+    for (t, q), n in sorted(ends.items()):
+        by_topic.setdefault(t, []).append(f"{q}:{n}")
+    oracle.run(version, "oracle.RocksDBOffsetsRun", store / "config" / "consumerOffsets",
+               *(f"{t}@g1={','.join(qs)}" for t, qs in by_topic.items()))
     before = digests(store)
     pred = recovery.predict(open_store(store, conf), RULES[version])
     assert pred.max_phy_offset == cut and pred.max_phy_offset_of_consume_queue == w["maxPhyOffset"]
@@ -113,18 +125,28 @@ def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, version="5.3.3"
     assert "queue_missing" not in kinds and "redispatched" not in kinds
     beyond = sum(r["count"] for r in queue_rows if r["kind"] == "removed_beyond_truncation")
     assert beyond == len(w["written"]) - kept
+    # the committed offsets come from RocksDB; the queue ends after the restart are the real broker's
+    offsets = report.findings.tables["consumer_offset_findings"].to_pylist()
+    assert {(r["topic"], r["queue_id"]): r["committed_offset"] for r in offsets} == ends
+    assert {r["source"] for r in offsets} == {config.ROCKSDB_CONSUMER_OFFSETS}
+    served = {(t, int(q)): e["maxOffset"] for t, qs in got["queues"].items() for q, e in qs.items()}
+    assert {(r["topic"], r["queue_id"]): r["max_after"] for r in offsets} == served
+    assert sum(1 for r in offsets if r["committed_offset"] > r["max_after"]) == \
+        sum(1 for k in ends if ends[k] > served[k]) > 0
     assert digests(store) == before
+    # a consumerOffset.json beside them: which one the broker takes depends on data versions
+    (store / "config" / "consumerOffset.json").write_text('{"offsetTable":{}}')
+    with pytest.raises(UnsupportedStoreError, match="consumerOffset.json beside"):
+        open_store(store, conf)
 
 
 def test_rocksdb_consumer_offsets_are_read(tmp_path):
-    """config/consumerOffsets as RocksDBConsumerOffsetManager#persist writes it (key topic@group,
-    value {"offsetTable":{queueId:offset}}): written here through rocksdict in the broker's raw
-    format, read back read-only."""
-    from rocksdict import Options, Rdict
+    """config/consumerOffsets written by each release's ConfigRocksDBStorage, read back read-only."""
+    from tests import oracle
 
-    path = tmp_path / "consumerOffsets"
-    db = Rdict(str(path), options=Options(raw_mode=True))
-    db[b"TopicA@g1"] = b'{"offsetTable":{0:5,1:6}}'
-    db[b"TopicB@g2"] = b'{"offsetTable":{"0":12}}'
-    db.close()
-    assert rocksdbcq.read_consumer_offsets(path) == {"TopicA@g1": {0: 5, 1: 6}, "TopicB@g2": {0: 12}}
+    for version in RULES:
+        path = tmp_path / version / "consumerOffsets"
+        oracle.run(version, "oracle.RocksDBOffsetsRun", path, "TopicA@g1=0:5,1:6", "%RETRY%g2@g2=0:12")
+        names = sorted(p.name for p in path.iterdir())
+        assert rocksdbcq.read_consumer_offsets(path) == {"TopicA@g1": {0: 5, 1: 6}, "%RETRY%g2@g2": {0: 12}}
+        assert sorted(p.name for p in path.iterdir()) == names

@@ -16,7 +16,8 @@ from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.plan import AuditPlan
 from store_reader.audit.queues import BROKER, DISK, PRE_BLANK, REBUILT, compare_queue
 from store_reader.audit.records import entry_rows, timestamps
-from store_reader.config import CONSUMER_OFFSET_GENERATIONS, read_consumer_offsets
+from store_reader.config import (CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS, read_consumer_offsets,
+                                 read_rocksdb_consumer_offsets)
 from store_reader.consumequeue import CQEntries, decode_entries, read_queue_head
 from store_reader.ranges import ascending, consecutive_runs
 from store_reader.store import Store
@@ -243,9 +244,24 @@ def flush_window(partials: list[pa.Table], windows: tuple[tuple[str, int], ...])
     return out.sort_by([("window", "ascending"), ("topic", "ascending"), ("queue_id", "ascending")])
 
 
+def _committed_offsets(store: Store) -> Iterator[tuple[str, pa.Table]]:
+    """Where the committed offsets are kept, and the offsets: ``config/consumerOffsets`` where the
+    broker reads them from RocksDB (``Inventory.offsets_in``; none without the database: its
+    manager starts empty), else ``consumerOffset.json`` and its ``.bak``."""
+    if store.inventory.offsets_in == "rocksdb":
+        path = store.config_dir / "consumerOffsets"
+        if path.is_dir():
+            yield ROCKSDB_CONSUMER_OFFSETS, read_rocksdb_consumer_offsets(path)
+        return
+    for source in CONSUMER_OFFSET_GENERATIONS:
+        path = store.config_dir / source
+        if path.is_file():
+            yield source, read_consumer_offsets(path).value
+
+
 def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_ranges: dict, rebuilt_ranges: dict,
                              lost: pa.Table) -> pa.Table:
-    """Every committed offset of ``consumerOffset.json`` and its ``.bak``: the queue before and after
+    """Every committed offset (``consumerOffset.json`` and its ``.bak``, or RocksDB's): the queue before and after
     recovery, the broker's pull status and corrected offset, and what the group loses or gets again."""
     lost_by_queue: dict[tuple[str, int], np.ndarray] = {}
     if lost.num_rows:
@@ -254,11 +270,7 @@ def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_range
                            lost["queue_id"].to_numpy()[keep], lost["queue_offset"].to_numpy()[keep]):
             lost_by_queue.setdefault((t, int(q)), []).append(int(o))
     rows = []
-    for source in CONSUMER_OFFSET_GENERATIONS:
-        path = store.config_dir / source
-        if not path.is_file():
-            continue
-        offsets = read_consumer_offsets(path).value
+    for source, offsets in _committed_offsets(store):
         for c in recovery.consumer_offset_checks(pred, store.config, offsets):
             key = (c.topic, c.queue_id)
             before = disk_ranges.get(key, (0, 0))
