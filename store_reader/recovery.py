@@ -1024,6 +1024,10 @@ def predict(store: Store, broker_version: str | None = None,
                                     "tool does not model (R§12)", store.config.source)
     opts = store.scan_options(broker_5x=broker_5x)
     rocksdb = store.inventory.cq_served_by == "rocksdb"
+    if rocksdb and not broker_5x:
+        raise UnsupportedStoreError(f"consume queues kept in RocksDB (storeType=defaultRocksDB): a "
+                                    f"{version} broker has no RocksDB consume queue (5.x only)",
+                                    os.path.join(store.root, store.inventory.rocksdb_cq_dir or "consumequeue"))
     if rocksdb:
         (queues, rocksdb_max), cq_problems = load_rocksdb_consume_queues(store), []
     else:

@@ -3,8 +3,8 @@ and 5.5.1 brokers (``compat/src/v5/oracle/RocksDBRun`` via ``tests/oracle.py``: 
 ``RocksDBMessageStore``): the RocksDB queue is read read-only (``store_reader.rocksdbcq``), the
 restart predicted from it (R§15.1) and compared with what the restarted broker serves; the input
 store is left byte for byte as it was; the dry run's audit reads the RocksDB units as the queues'
-disk view; ``--out`` is refused by name. About 2 minutes (the Spark session and the audit tables
-included).
+disk view and the committed offsets from RocksDB; ``--out`` is refused by name. About 2.5 minutes
+(the Spark session and the audit tables included).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from store_reader import config, inventory, open_store, recovery, rocksdbcq
 from store_reader.exceptions import UnsupportedStoreError
 from tests.test_controller_oracle import predicted_queues, served_queues
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.oracle]
 
 CONF = """mappedFileSizeCommitLog=65536
 mappedFileSizeConsumeQueue=600
@@ -138,6 +138,28 @@ def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, version="5.3.3"
     (store / "config" / "consumerOffset.json").write_text('{"offsetTable":{}}')
     with pytest.raises(UnsupportedStoreError, match="consumerOffset.json beside"):
         open_store(store, conf)
+
+
+def test_empty_rocksdb_queue_on_a_clean_restart(tmp_path, version="5.3.3"):
+    """A kill -9 before any flush leaves the RocksDB queue empty; without the abort file the
+    broker takes the normal path and dispatches only records past the stored max phy offset (0):
+    the record at phy 0 is never dispatched again (R§4.4, E#20), as a file-queue repaired store
+    (whose RocksDB queue would be empty) would lose it: why --out is refused."""
+    from tests import oracle
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text(CONF)
+    store = tmp_path / "store"
+    w = oracle.run(version, "oracle.RocksDBRun", "write", store, conf, 80, 5, "halt")
+    (store / "abort").unlink()
+    assert rocksdbcq.read_consume_queue(store / "consumequeue").max_phy_offset == 0
+    pred = recovery.predict(open_store(store, conf), RULES[version])
+    copy = tmp_path / "restarted"
+    shutil.copytree(store, copy)
+    got = oracle.run(version, "oracle.RocksDBRun", "restart", copy, conf)
+    compare(pred, got)
+    served = [e for q in served_queues(got).values() for e in q]
+    assert len(served) == len(w["written"]) - 1 and 0 not in {phy for phy, _, _ in served}
 
 
 def test_rocksdb_consumer_offsets_are_read(tmp_path):
