@@ -49,6 +49,7 @@ class BrokerConfig:
     brokerRole: str = "ASYNC_MASTER"
     storeType: str = "default"
     rocksdbCQDoubleWriteEnable: bool = False
+    useSeparateStorePathForRocksdbCQ: bool = False    # [5.5] the RocksDB CQ in consumequeue_rocksdb/
     combineCQLoadingCQTypes: str = "default;defaultRocksDB"      # 5.4+ CombineConsumeQueueStore
     combineCQPreferCQType: str = "default"
     combineAssignOffsetCQType: str = "default"

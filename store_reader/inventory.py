@@ -276,7 +276,17 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
                 "audit or repair it"))
     if ROCKSDB_CQ in modes:
         where = inv.rocksdb_cq_dir or "consumequeue"
-        if rocksdb_store:
+        # [5.5] RocksDBConsumeQueueStore opens consumequeue_rocksdb/ with
+        # useSeparateStorePathForRocksdbCQ, else consumequeue/ (and refuses to start on a database
+        # in the other one; 5.3/5.4 ignore it)
+        served = "consumequeue_rocksdb" if config.useSeparateStorePathForRocksdbCQ else "consumequeue"
+        if rocksdb_store and any(d != served for d in rocksdb_in):
+            why = (f"a RocksDB consume queue in {where}/ but the broker.conf's "
+                   f"useSeparateStorePathForRocksdbCQ={str(config.useSeparateStorePathForRocksdbCQ).lower()} "
+                   f"opens {served}/: a 5.5 broker refuses to start on it, an older one ignores it")
+            where = next(d for d in rocksdb_in if d != served)
+        elif rocksdb_store:
+            inv.rocksdb_cq_dir = served
             why = None      # read (rocksdbcq) and predicted (R§15.1); its repair is refused by name
         elif config.rocksdbCQDoubleWriteEnable:
             why = ("consume queues served from RocksDB (rocksdbCQDoubleWriteEnable with "

@@ -488,11 +488,11 @@ def load_rocksdb_consume_queues(store: Store) -> tuple[dict[tuple[str, int], Con
     store would hold: per queue the units up to its ``max`` offset key (what
     ``getMaxOffsetInQueue`` serves), laid out in file-sized runs that are never written to disk;
     and the stored max phy offset (``CHECKPOINT_TOPIC``)."""
-    from .rocksdbcq import read_consume_queue, unit_array
+    from .rocksdbcq import served_consume_queue, unit_array
 
     size = store.config.cq_file_size
-    db = read_consume_queue(os.path.join(store.root, store.inventory.rocksdb_cq_dir or "consumequeue"))
     queues: dict[tuple[str, int], ConsumeQueueState] = {}
+    db = served_consume_queue(store)
     for (topic, qid), rq in db.queues.items():
         if rq.max is None:          # units without a max key: getMaxOffsetInQueue serves none of them
             continue

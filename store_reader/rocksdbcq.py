@@ -135,6 +135,15 @@ def read_consume_queue(path: str | os.PathLike[str]) -> RocksDBConsumeQueue:
     return RocksDBConsumeQueue(path, queues, max_phy)
 
 
+def served_consume_queue(store) -> RocksDBConsumeQueue:
+    """The RocksDB consume queue a ``storeType=defaultRocksDB`` broker opens on ``store``
+    (``Inventory.rocksdb_cq_dir``); none there yet: an empty one (the broker creates it)."""
+    path = os.path.join(store.root, store.inventory.rocksdb_cq_dir or "consumequeue")
+    if not os.path.isfile(os.path.join(path, "CURRENT")):
+        return RocksDBConsumeQueue(path, {}, 0)
+    return read_consume_queue(path)
+
+
 def read_consumer_offsets(path: str | os.PathLike[str]) -> dict[str, dict[int, int]]:
     """``topic@group`` -> {queueId: offset} of ``config/consumerOffsets`` (``decodeOffset``)."""
     from .config import parse_fastjson

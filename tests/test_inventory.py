@@ -130,6 +130,9 @@ REFUSED = {
     "rocksdb-offsets-beside-json": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)),
                                     {"storeType": "defaultRocksDB"}, "consumerOffset.json beside",
                                     "config/consumerOffset.json"),
+    "rocksdb-cq-other-path": (lambda r: _touch(r, *(f"consumequeue_rocksdb/{n}" for n in ROCKSDB)),
+                              {"storeType": "defaultRocksDB"}, "useSeparateStorePathForRocksdbCQ=false",
+                              "consumequeue_rocksdb"),
     "rocksdb-offsets-single-db": (lambda r: (_touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)),
                                              (r / "config" / "consumerOffset.json").unlink()),
                                   {"storeType": "defaultRocksDB", "useSingleRocksDBForAllConfigs": "true"},
@@ -166,7 +169,8 @@ def test_refused_by_name(tmp_path, name):
 
 
 def test_rocksdb_consume_queue_is_read_and_an_unreadable_one_named(tmp_path):
-    """storeType=defaultRocksDB: the RocksDB consume queue (here in consumequeue_rocksdb/) is what
+    """storeType=defaultRocksDB: the RocksDB consume queue (here in consumequeue_rocksdb/, 5.5
+    useSeparateStorePathForRocksdbCQ) is what
     the recovery reads (R§15.1), the committed offsets RocksDB's; a database RocksDB cannot open
     is one error naming its directory."""
     from store_reader import recovery
@@ -176,7 +180,7 @@ def test_rocksdb_consume_queue_is_read_and_an_unreadable_one_named(tmp_path):
     _touch(root, *(f"consumequeue_rocksdb/{n}" for n in ROCKSDB))
     for gen in ("consumerOffset.json", "consumerOffset.json.bak"):
         (root / "config" / gen).unlink(missing_ok=True)
-    store = open_store(root, _conf(tmp_path, storeType="defaultRocksDB"))
+    store = open_store(root, _conf(tmp_path, storeType="defaultRocksDB", useSeparateStorePathForRocksdbCQ="true"))
     inv = store.inventory
     assert (inv.cq_served_by, inv.rocksdb_cq_dir, inv.offsets_in, inv.refusals) == \
         ("rocksdb", "consumequeue_rocksdb", "rocksdb", [])

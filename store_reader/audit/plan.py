@@ -26,7 +26,6 @@ per record. Every finding is range-encoded: one row per run of consecutive queue
 from __future__ import annotations
 
 import heapq
-import os
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Sequence
@@ -39,7 +38,7 @@ from store_reader.brokerconf import BrokerConfig
 from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentSummary
 from store_reader.consumequeue import CQEntries, list_queue_files, list_queues
-from store_reader.rocksdbcq import read_consume_queue
+from store_reader.rocksdbcq import served_consume_queue
 from store_reader.indexfile import IndexHeader, list_index_files, read_header
 from store_reader.repair import part_bucket
 from store_reader.store import Store
@@ -214,7 +213,7 @@ def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summar
 
 def rocksdb_units(store: Store) -> dict[tuple[str, int], tuple[np.ndarray, CQEntries]]:
     """Every unit of the store's RocksDB consume queue (``rocksdbcq``), per queue in offset order."""
-    db = read_consume_queue(os.path.join(store.root, store.inventory.rocksdb_cq_dir or "consumequeue"))
+    db = served_consume_queue(store)
     out = {}
     for key, q in db.queues.items():
         if q.units:
