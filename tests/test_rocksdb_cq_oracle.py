@@ -3,8 +3,8 @@ and 5.5.1 brokers (``compat/src/v5/oracle/RocksDBRun`` via ``tests/oracle.py``: 
 ``RocksDBMessageStore``): the RocksDB queue is read read-only (``store_reader.rocksdbcq``), the
 restart predicted from it (R§15.1) and compared with what the restarted broker serves; the input
 store is left byte for byte as it was; the dry run's audit reads the RocksDB units as the queues'
-disk view and the committed offsets from RocksDB; ``--out`` is refused by name. About 2.5 minutes
-(the Spark session and the audit tables included).
+disk view and the committed offsets from RocksDB; ``--out`` is refused by name. About 2 minutes
+(the Spark session included).
 """
 from __future__ import annotations
 
@@ -118,8 +118,7 @@ def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, version="5.3.3"
     assert recover_job.main(["--store", str(store), "--out", str(out), "--broker-config", str(conf)]) == 2
     assert not out.exists()
     # the dry run's audit reads the RocksDB units as the queue's disk view: those past the cut
-    report = recover_job.recover(spark, str(store), None, str(conf), version, dry_run=True,
-                                 audit_path=str(tmp_path / "audit"))
+    report = recover_job.recover(spark, str(store), None, str(conf), version, dry_run=True)
     queue_rows = report.findings.tables["queue_findings"].to_pylist()
     kinds = {r["kind"] for r in queue_rows}
     assert "queue_missing" not in kinds and "redispatched" not in kinds
