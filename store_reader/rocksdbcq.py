@@ -12,9 +12,10 @@ consumer offsets kept in RocksDB (``RocksDBConsumerOffsetManager``), read read-o
 - consumer offsets (``config/consumerOffsets``, ``RocksDBConfigManager#loadData``): key
   ``topic@group``, value the JSON ``{"offsetTable":{queueId:offset}}``.
 
-The database is opened read-only (``AccessType.read_only``): nothing is written into the store, not
-even RocksDB's own ``LOG``. RocksDB's own default comparator is the bytewise one the broker uses
-(``raw_mode``; rocksdict's default options bring a comparator of their own, which RocksDB refuses).
+The database is opened read-only (``AccessType.read_only``) through a temporary directory of
+symbolic links to its files (``_open``): whatever RocksDB or rocksdict write lands there, never in
+the store. ``raw_mode`` keeps RocksDB's bytewise comparator, the broker's (rocksdict's default
+options bring a comparator of their own, which RocksDB refuses on this database).
 """
 from __future__ import annotations
 
