@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs import dump
 from jobs import recover as recover_job
 from store_reader import config, inventory, open_store, recovery, rocksdbcq
 from store_reader.exceptions import UnsupportedStoreError
@@ -49,7 +50,7 @@ def compare(pred: recovery.Prediction, got: dict) -> None:
 
 
 @pytest.mark.parametrize("version", list(RULES))
-def test_rocksdb_queue_after_a_kill_is_predicted(tmp_path, version):
+def test_rocksdb_queue_after_a_kill_is_predicted(tmp_path, capsys, version):
     """80 puts, the RocksDB queue flushed, 40 more, kill -9: RocksDB (no WAL) holds what it
     flushed; the broker starts from the file its stored max phy offset points into and
     dispatches again from there."""
@@ -69,6 +70,11 @@ def test_rocksdb_queue_after_a_kill_is_predicted(tmp_path, version):
     assert opened.inventory.cq_served_by == "rocksdb" and opened.inventory.has(inventory.ROCKSDB_CQ)
     pred = recovery.predict(opened, RULES[version])
     assert pred.max_phy_offset_of_consume_queue == db.max_phy_offset
+    capsys.readouterr()
+    assert dump.main([str(store), "--json", "--broker-config", str(conf)]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    units = {(x["topic"], x["queue_id"]): x["units"] for x in lines if x["type"] == "rocksdb_consume_queue"}
+    assert units == {k: len(q.units) for k, q in db.queues.items()}
     assert digests(store) == before              # read-only: not even rocksdict's own file
     copy = tmp_path / "restarted"
     shutil.copytree(store, copy)
