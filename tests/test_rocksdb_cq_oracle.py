@@ -85,7 +85,7 @@ def test_rocksdb_queue_after_a_kill_is_predicted(tmp_path, capsys, version):
 
 # the jobs (offsets, audit, --out) run on one release's store: they read it the same for each
 @pytest.mark.parametrize("version, jobs", [("5.3.3", True), ("5.4.0", False), ("5.5.1", False)])
-def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, version, jobs):
+def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, capsys, version, jobs):
     """A clean shutdown (every unit in RocksDB), then the commitlog's tail lost: the broker's
     truncateDirty moves each queue's max offset back below the cut (the units stay in RocksDB,
     no longer served). The dry run's audit reads the committed offsets from RocksDB
@@ -144,6 +144,13 @@ def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, version, jobs):
     assert {(r["topic"], r["queue_id"]): r["max_after"] for r in offsets} == served
     assert sum(1 for r in offsets if r["committed_offset"] > r["max_after"]) == \
         sum(1 for k in ends if ends[k] > served[k]) > 0
+    assert digests(store) == before
+    # dump --verify takes the RocksDB queue's max phy offset for the cut, no file queue is missing
+    capsys.readouterr()
+    dump.main([str(store), "--verify", "--json", "--broker-config", str(conf)])
+    verified = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert not [x for x in verified if "cq." in str(x.get("kind", ""))]
+    assert [x["phy_offset"] for x in verified if x.get("kind") == "index.beyond_max"] == [cut]
     assert digests(store) == before
     # a consumerOffset.json beside them: which one the broker takes depends on data versions
     (store / "config" / "consumerOffset.json").write_text('{"offsetTable":{}}')
