@@ -292,8 +292,8 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
             why = ("consume queues served from RocksDB (rocksdbCQDoubleWriteEnable with "
                    f"combineCQPreferCQType={config.combineCQPreferCQType}, combineAssignOffsetCQType="
                    f"{config.combineAssignOffsetCQType}, combineCQLoadingCQTypes="
-                   f"{config.combineCQLoadingCQTypes}): the broker reads {where}/, which this "
-                   "project does not read")
+                   f"{config.combineCQLoadingCQTypes}): the broker reads {where}/ through "
+                   "CombineConsumeQueueStore, which this project does not model")
         else:
             why = (f"{where}/ holds a RocksDB consume queue but broker.conf sets neither "
                    "storeType=defaultRocksDB nor rocksdbCQDoubleWriteEnable=true: which consume "
@@ -307,7 +307,7 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
         refuse((inv.rocksdb_cq_dir or "consumequeue",
                 "RocksDB double-write on a 5.4+ broker (rocksdbCQDoubleWriteEnable, rocksdbstore/): "
                 "its recovery dispatches again from where the RocksDB consume queue ends, which this "
-                "project does not read"))
+                "project does not model"))
     if BATCH_CQ in modes:
         refuse(("batchconsumequeue", "batch consume queues (batchconsumequeue/, queue.type=BatchCQ "
                 "topics): this project rebuilds only classic consume queues"))

@@ -645,8 +645,8 @@ def _offset_check_cut(summaries: Sequence[SegmentSummary], config: BrokerConfig,
 def check_double_write_start(summaries: Sequence[SegmentSummary], start: int, config: BrokerConfig) -> None:
     """R§4.1 with a RocksDB double-write consume queue (5.4+ ``CombineConsumeQueueStore``): while
     the RocksDB queue does not match a file, the broker looks up to
-    ``combineCQMaxExtraSearchCommitLogFiles`` files further back, which this project cannot tell
-    without reading RocksDB. The cut is the same from any of them when the walk passes through
+    ``combineCQMaxExtraSearchCommitLogFiles`` files further back, which this project does not model
+    (R§15). The cut is the same from any of them when the walk passes through
     each (it ends in its end-of-file marker); otherwise the store is refused naming the file."""
     for s in summaries[max(0, start - config.combineCQMaxExtraSearchCommitLogFiles):start]:
         if s.end_reason != "eof_marker":
@@ -655,7 +655,7 @@ def check_double_write_start(summaries: Sequence[SegmentSummary], start: int, co
                 f"start its recovery up to {config.combineCQMaxExtraSearchCommitLogFiles} files before "
                 f"{summaries[start].segment}, as far back as the RocksDB consume queue says, and this "
                 f"file's records end at byte {s.valid_bytes} ({s.end_reason}): where the commitlog is "
-                "cut depends on the RocksDB consume queue, which this project does not read",
+                "cut depends on the RocksDB consume queue, which this project does not model here",
                 s.path, s.valid_bytes)
 
 
