@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from jobs.deltasink import read_table, store_id_for, table_uri
 from schemas import audit as A
 from store_reader import recovery
-from store_reader.config import CONSUMER_OFFSET_GENERATIONS
+from store_reader.config import CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS
 from store_reader.store import Store
 
 FINDING_TABLES = ("segments", "queue_findings", "index_findings", "consumer_offset_findings",
@@ -99,12 +99,12 @@ def predict(store: Store, run: AuditRun) -> recovery.Prediction:
 
 
 def consumer_offsets(run: AuditRun) -> pd.DataFrame:
-    """The committed offsets the broker loads: ``consumerOffset.json``, or its ``.bak`` when the
-    audit found no offsets in it."""
+    """The committed offsets the broker loads: RocksDB's or ``consumerOffset.json``, or its ``.bak``
+    when the audit found no offsets in it."""
     co = run["consumer_offset_findings"]
     if co.empty:
         return co
-    primary = co[co["source"] == PRIMARY_OFFSETS]
+    primary = co[co["source"].isin([PRIMARY_OFFSETS, ROCKSDB_CONSUMER_OFFSETS])]
     return (primary if len(primary) else co[co["source"] == BACKUP_OFFSETS]).reset_index(drop=True)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from jobs import dledgerreport
 from jobs.dumpfiles import dump_checkpoint
 from jobs.dumpprint import Printer, iso_ms
+from store_reader import rocksdbcq
 from store_reader import timerstore as ts
 from store_reader.audit.view import StoreView
 from store_reader.checkpoint import lock_status
@@ -56,6 +57,15 @@ def dump_overview(p: Printer, view: StoreView) -> None:
         span = f" {names[0]}..{names[-1]}" if len(names) > 1 else "".join(f" {n}" for n in names)
         p.emit(f"  {q.topic}/{q.queue_id}: {len(names)} files{span}",
                {"type": "consume_queue", "topic": q.topic, "queue_id": q.queue_id, "files": names})
+    if store.inventory.cq_served_by == "rocksdb":      # storeType=defaultRocksDB (R§15.1)
+        db = rocksdbcq.served_consume_queue(store)
+        p.emit(f"RocksDB consume queue: {len(db.queues)} queues in {db.path}, max phy offset "
+               f"{db.max_phy_offset}", {"type": "rocksdb_consume_queues", "queues": len(db.queues),
+                                        "maxPhyOffset": db.max_phy_offset})
+        for (topic, qid), q in sorted(db.queues.items()):
+            p.emit(f"  {topic}/{qid}: {len(q.units)} units, max {q.max and q.max[1]}, min {q.min and q.min[1]}",
+                   {"type": "rocksdb_consume_queue", "topic": topic, "queue_id": qid, "units": len(q.units),
+                    "max": q.max and q.max[1], "min": q.min and q.min[1]})
     index = [e for e in list_dir(store.index_dir, "index") if e.is_file()]
     p.emit(f"index: {len(index)} files", {"type": "index", "files": len(index)})
     for e in index:

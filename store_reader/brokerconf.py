@@ -49,11 +49,13 @@ class BrokerConfig:
     brokerRole: str = "ASYNC_MASTER"
     storeType: str = "default"
     rocksdbCQDoubleWriteEnable: bool = False
+    useSeparateStorePathForRocksdbCQ: bool = False    # [5.5] the RocksDB CQ in consumequeue_rocksdb/
     combineCQLoadingCQTypes: str = "default;defaultRocksDB"      # 5.4+ CombineConsumeQueueStore
     combineCQPreferCQType: str = "default"
     combineAssignOffsetCQType: str = "default"
     combineCQMaxExtraSearchCommitLogFiles: int = 3
     configManagerVersion: str = "v1"
+    useSingleRocksDBForAllConfigs: bool = False  # [5.4] v1 RocksDB configs in one config/metadata
     enableDLegerCommitLog: bool = False
     dLegerSelfId: str = "n0"                  # its entries in dledger-<dLegerSelfId>/ (F§16.1)
     storePathDLedgerCommitLog: str | None = None

@@ -42,6 +42,8 @@ __all__ = [
     "rewrite_consumer_offsets",
     "load_config",
     "read_consumer_offsets",
+    "read_rocksdb_consumer_offsets",
+    "ROCKSDB_CONSUMER_OFFSETS",
     "read_lmq_consumer_offsets",
     "read_delay_offsets",
     "read_topics",
@@ -393,6 +395,18 @@ def _config_file(path: PathRef, default_name: str) -> StoreLocation:
 # the plain ones, then the LMQ ones
 CONSUMER_OFFSET_GENERATIONS = ("consumerOffset.json", "consumerOffset.json.bak")
 CONSUMER_OFFSET_FILES = CONSUMER_OFFSET_GENERATIONS + ("lmqConsumerOffset.json", "lmqConsumerOffset.json.bak")
+
+
+# where storeType=defaultRocksDB keeps them: config/consumerOffsets (RocksDBConsumerOffsetManager)
+ROCKSDB_CONSUMER_OFFSETS = "consumerOffsets (RocksDB)"
+
+
+def read_rocksdb_consumer_offsets(path: PathRef) -> pa.Table:
+    """``config/consumerOffsets`` (``rocksdbcq.read_consumer_offsets``) as ``read_consumer_offsets``'
+    table."""
+    from .rocksdbcq import read_consumer_offsets as read_db
+
+    return _offset_rows({"offsetTable": read_db(path)}, str(path), lmq=False)
 
 
 def read_consumer_offsets(path: PathRef) -> ConfigLoad[pa.Table]:

@@ -364,8 +364,8 @@ def list_queues(store_root: PathRef, *, consumequeue_dir: PathRef | None = None)
     ``ConsumeQueueStore#loadConsumeQueues`` (5.x) skip it. Plain files at either level are ignored.
 
     A RocksDB consume queue sharing ``consumequeue/`` (double-write) leaves its files there: plain
-    files, ignored as the broker ignores them; ``inventory`` refuses a store whose RocksDB consume
-    queue is the one served.
+    files, ignored as the broker ignores them; a store whose RocksDB consume queue is the one served
+    is read through ``rocksdbcq`` instead (``Inventory.cq_served_by``).
 
     Raises
     ------

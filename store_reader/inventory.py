@@ -117,6 +117,9 @@ class Inventory:
     """Where a RocksDB consume queue database lies (``consumequeue`` or ``consumequeue_rocksdb``)."""
     cq_served_by: str = "file"
     """Which consume queue the broker serves: ``file`` or ``rocksdb`` (``storeType``)."""
+    offsets_in: str = "json"
+    """Where the broker reads committed consumer offsets: ``json`` (``consumerOffset.json``) or
+    ``rocksdb`` (``config/consumerOffsets``, ``RocksDBConsumerOffsetManager``)."""
     refusals: list[tuple[str, str]] = field(default_factory=list)
     """(entry, why this project cannot recover it exactly), the first one is raised by ``refuse``."""
 
@@ -273,20 +276,30 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
                 "audit or repair it"))
     if ROCKSDB_CQ in modes:
         where = inv.rocksdb_cq_dir or "consumequeue"
-        if rocksdb_store:
-            why = ("consume queues kept in RocksDB (storeType=defaultRocksDB): the broker serves "
-                   f"them from {where}/, which this project does not read")
+        # [5.5] RocksDBConsumeQueueStore opens consumequeue_rocksdb/ with
+        # useSeparateStorePathForRocksdbCQ, else consumequeue/ (and refuses to start on a database
+        # in the other one; 5.3/5.4 ignore it)
+        served = "consumequeue_rocksdb" if config.useSeparateStorePathForRocksdbCQ else "consumequeue"
+        if rocksdb_store and any(d != served for d in rocksdb_in):
+            why = (f"a RocksDB consume queue in {where}/ but the broker.conf's "
+                   f"useSeparateStorePathForRocksdbCQ={str(config.useSeparateStorePathForRocksdbCQ).lower()} "
+                   f"opens {served}/: a 5.5 broker refuses to start on it, an older one ignores it")
+            where = next(d for d in rocksdb_in if d != served)
+        elif rocksdb_store:
+            inv.rocksdb_cq_dir = served
+            why = None      # read (rocksdbcq) and predicted (R§15.1); its repair is refused by name
         elif config.rocksdbCQDoubleWriteEnable:
             why = ("consume queues served from RocksDB (rocksdbCQDoubleWriteEnable with "
                    f"combineCQPreferCQType={config.combineCQPreferCQType}, combineAssignOffsetCQType="
                    f"{config.combineAssignOffsetCQType}, combineCQLoadingCQTypes="
-                   f"{config.combineCQLoadingCQTypes}): the broker reads {where}/, which this "
-                   "project does not read")
+                   f"{config.combineCQLoadingCQTypes}): the broker reads {where}/ through "
+                   "CombineConsumeQueueStore, which this project does not model")
         else:
             why = (f"{where}/ holds a RocksDB consume queue but broker.conf sets neither "
                    "storeType=defaultRocksDB nor rocksdbCQDoubleWriteEnable=true: which consume "
                    "queue the broker serves is not known (pass the broker's broker.conf)")
-        refuse((where, why))
+        if why is not None:
+            refuse((where, why))
     if ROCKSDB_CQ_DOUBLE_WRITE in modes and ROCKSDB_MESSAGE in modes:
         # rocksdbstore/ is made by every 5.4+ store: its CombineConsumeQueueStore dispatches again
         # from the lowest dispatch point of its queues (getDispatchFromPhyOffset), the RocksDB one's
@@ -294,7 +307,7 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
         refuse((inv.rocksdb_cq_dir or "consumequeue",
                 "RocksDB double-write on a 5.4+ broker (rocksdbCQDoubleWriteEnable, rocksdbstore/): "
                 "its recovery dispatches again from where the RocksDB consume queue ends, which this "
-                "project does not read"))
+                "project does not model"))
     if BATCH_CQ in modes:
         refuse(("batchconsumequeue", "batch consume queues (batchconsumequeue/, queue.type=BatchCQ "
                 "topics): this project rebuilds only classic consume queues"))
@@ -304,11 +317,26 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
     if COMPACTION in modes:
         refuse(("compaction", "compacted topics (compaction/compactionLog, cleanup.policy=COMPACTION): "
                 "this project does not recover the compaction log"))
-    if offsets_in_rocksdb:
-        where = "config/rdb" if config.configManagerVersion.lower() == "v2" else "config/consumerOffsets"
-        refuse((where, "consumer offsets kept in RocksDB (storeType=defaultRocksDB or "
-                "configManagerVersion=v2): this project reads consumer offsets only from "
-                "config/consumerOffset.json"))
+    # v1 RocksDBConsumerOffsetManager (storeType=defaultRocksDB): config/consumerOffsets, read
+    # (rocksdbcq.read_consumer_offsets); its load merges consumerOffset.json only when the file's
+    # dataVersion counter is above the database's (#merge), which is not compared here
+    json_offsets = [f"config/{n}" for n, is_dir in listing("config")
+                    if not is_dir and n in ("consumerOffset.json", "consumerOffset.json.bak")]
+    if offsets_in_rocksdb and config.configManagerVersion.lower() == "v2":
+        refuse(("config/rdb", "consumer offsets kept in RocksDB by configManagerVersion=v2 "
+                "(ConfigStorage, config/rdb): this project reads them only as storeType=defaultRocksDB "
+                "keeps them (config/consumerOffsets)"))
+    elif offsets_in_rocksdb and config.useSingleRocksDBForAllConfigs:
+        refuse(("config/metadata", "consumer offsets kept in the one RocksDB of every config "
+                "(useSingleRocksDBForAllConfigs=true, config/metadata): this project reads them only "
+                "from config/consumerOffsets"))
+    elif offsets_in_rocksdb and json_offsets:
+        refuse((json_offsets[0], "consumerOffset.json beside consumer offsets kept in RocksDB "
+                "(storeType=defaultRocksDB): the broker takes the file instead of config/consumerOffsets "
+                "only when the file's dataVersion counter is above the database's "
+                "(RocksDBConsumerOffsetManager#merge), which this project does not compare"))
+    elif offsets_in_rocksdb:
+        inv.offsets_in = "rocksdb"
     if CONTROLLER in modes and not config.enableControllerMode and config.source is None:
         refuse((next((e.path for e in inv.entries if e.kind == "controller.epoch"), EPOCH_FILE),
                 "controller-mode files (epochFileCheckpoint) and no broker.conf: whether the broker "

@@ -494,6 +494,34 @@ def load_consume_queues(store: Store, broker_5x: bool) -> tuple[dict[tuple[str, 
     return queues, problems
 
 
+def load_rocksdb_consume_queues(store: Store) -> tuple[dict[tuple[str, int], ConsumeQueueState], int]:
+    """The RocksDB consume queue (``RocksDBConsumeQueueStore#load``, R§15.1) as the queues a file
+    store would hold: per queue the units up to its ``max`` offset key (what
+    ``getMaxOffsetInQueue`` serves), laid out in file-sized runs that are never written to disk;
+    and the stored max phy offset (``CHECKPOINT_TOPIC``)."""
+    from .rocksdbcq import served_consume_queue, unit_array
+
+    size = store.config.cq_file_size
+    queues: dict[tuple[str, int], ConsumeQueueState] = {}
+    db = served_consume_queue(store)
+    for (topic, qid), rq in db.queues.items():
+        if rq.max is None:          # units without a max key: getMaxOffsetInQueue serves none of them
+            continue
+        q = ConsumeQueueState(topic, qid, size)
+        n = rq.max[1] + 1
+        for lo in range(0, n, q.per_file):
+            hi = min(n, lo + q.per_file)
+            f = _CQFile(lo * CQ_STORE_UNIT_SIZE, q.per_file, (hi - lo) * CQ_STORE_UNIT_SIZE)
+            f.slots[: hi - lo] = unit_array(rq.units, lo, hi)
+            q.files.append(f)
+        last = rq.units.get(rq.max[1])
+        q.max_physic_offset = last[0] + last[1] if last is not None else -1
+        if rq.min is not None:
+            q.min_logic_offset = rq.min[1] * CQ_STORE_UNIT_SIZE
+        queues[(topic, qid)] = q
+    return queues, db.max_phy_offset
+
+
 # -- the commitlog side -------------------------------------------------------------------------------
 
 @dataclass
@@ -552,12 +580,15 @@ class Prediction:
 
 
 def _first_record_matches(s: SegmentSummary, version: str, config: BrokerConfig, abnormal: bool,
-                          ckpt: Checkpoint, cq_max: int) -> bool:
-    """``CommitLog#isMappedFileMatchedRecover`` for one file (R§4.1)."""
+                          ckpt: Checkpoint, cq_max: int, rocksdb: bool = False) -> bool:
+    """``CommitLog#isMappedFileMatchedRecover`` for one file (R§4.1); ``rocksdb``: the consume
+    queue is ``RocksDBConsumeQueueStore`` and ``cq_max`` its max phy offset (R§15.1)."""
     ts = s.first_store_timestamp_raw
     if not since(version, V54):
         # 4.9.7 / 5.3.3 (abnormal path only): the first record's header, read by position
         magics = (rf.MAGIC_V1, rf.MAGIC_V2) if is_5x(version) else (rf.MAGIC_V1,)
+        if rocksdb:     # [5.3.3] isEnableRocksDBStore: the stored PHYSICALOFFSET against the CQ max
+            return s.first_magic in magics and s.first_stored_phy_offset <= cq_max
         bound = ckpt.min_timestamp_index if config.messageIndexEnable and config.messageIndexSafe \
             else ckpt.min_timestamp
         return s.first_magic in magics and bool(ts) and ts <= bound
@@ -567,8 +598,8 @@ def _first_record_matches(s: SegmentSummary, version: str, config: BrokerConfig,
     # IndexService: with messageIndexSafe, no later than the last full index file
     if config.messageIndexEnable and config.messageIndexSafe and ts > ckpt.index_msg_timestamp:
         return False
-    # ConsumeQueueStore#isMappedFileMatchedRecover
-    if not abnormal:
+    # ConsumeQueueStore#isMappedFileMatchedRecover; RocksDBConsumeQueueStore's on both paths
+    if not abnormal or rocksdb:
         return s.first_stored_phy_offset <= cq_max
     if not since(version, V55):
         return ts <= ckpt.min_timestamp
@@ -579,7 +610,7 @@ def _first_record_matches(s: SegmentSummary, version: str, config: BrokerConfig,
 
 
 def start_file(summaries: Sequence[SegmentSummary], version: str, config: BrokerConfig, abnormal: bool,
-               ckpt: Checkpoint, cq_max: int) -> int:
+               ckpt: Checkpoint, cq_max: int, rocksdb: bool = False) -> int:
     """R§4.1: the index of the file the commitlog recovery starts from."""
     if not abnormal and not since(version, V53):          # 4.9.7: the third-last file
         return max(0, len(summaries) - 3)
@@ -596,7 +627,7 @@ def start_file(summaries: Sequence[SegmentSummary], version: str, config: Broker
     for index in range(len(summaries) - 1, lowest - 1, -1):
         if left is not None:
             left -= 1
-        if _first_record_matches(summaries[index], version, config, abnormal, ckpt, cq_max) \
+        if _first_record_matches(summaries[index], version, config, abnormal, ckpt, cq_max, rocksdb) \
                 or (left is not None and left <= 0):
             return index
     return 0
@@ -625,8 +656,8 @@ def _offset_check_cut(summaries: Sequence[SegmentSummary], config: BrokerConfig,
 def check_double_write_start(summaries: Sequence[SegmentSummary], start: int, config: BrokerConfig) -> None:
     """R§4.1 with a RocksDB double-write consume queue (5.4+ ``CombineConsumeQueueStore``): while
     the RocksDB queue does not match a file, the broker looks up to
-    ``combineCQMaxExtraSearchCommitLogFiles`` files further back, which this project cannot tell
-    without reading RocksDB. The cut is the same from any of them when the walk passes through
+    ``combineCQMaxExtraSearchCommitLogFiles`` files further back, which this project does not model
+    (R§15). The cut is the same from any of them when the walk passes through
     each (it ends in its end-of-file marker); otherwise the store is refused naming the file."""
     for s in summaries[max(0, start - config.combineCQMaxExtraSearchCommitLogFiles):start]:
         if s.end_reason != "eof_marker":
@@ -635,18 +666,18 @@ def check_double_write_start(summaries: Sequence[SegmentSummary], start: int, co
                 f"start its recovery up to {config.combineCQMaxExtraSearchCommitLogFiles} files before "
                 f"{summaries[start].segment}, as far back as the RocksDB consume queue says, and this "
                 f"file's records end at byte {s.valid_bytes} ({s.end_reason}): where the commitlog is "
-                "cut depends on the RocksDB consume queue, which this project does not read",
+                "cut depends on the RocksDB consume queue, which this project does not model here",
                 s.path, s.valid_bytes)
 
 
 def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config: BrokerConfig,
-                      abnormal: bool, ckpt: Checkpoint, cq_max: int, opts: rf.ScanOptions | None = None
-                      ) -> tuple[int, int, list[CommitLogFileState], list[str]]:
+                      abnormal: bool, ckpt: Checkpoint, cq_max: int, opts: rf.ScanOptions | None = None,
+                      rocksdb: bool = False) -> tuple[int, int, list[CommitLogFileState], list[str]]:
     """R§4: (start index, recovered end, files after truncation, deleted file names); ``opts``:
     the options the summaries were scanned with (the broker's for ``config`` when None)."""
     if not summaries:
         return 0, 0, [], []
-    start = start_file(summaries, version, config, abnormal, ckpt, cq_max)
+    start = start_file(summaries, version, config, abnormal, ckpt, cq_max, rocksdb)
     end = summaries[start].file_start
     for i in range(start, len(summaries)):           # R§4.2: a blank marker moves on to the next file
         s = summaries[i]
@@ -1003,7 +1034,15 @@ def predict(store: Store, broker_version: str | None = None,
                                     "then starts at the checkpoint's logicsPhysicalOffset, which this "
                                     "tool does not model (R§12)", store.config.source)
     opts = store.scan_options(broker_5x=broker_5x)
-    queues, cq_problems = load_consume_queues(store, broker_5x)
+    rocksdb = store.inventory.cq_served_by == "rocksdb"
+    if rocksdb and not broker_5x:
+        raise UnsupportedStoreError(f"consume queues kept in RocksDB (storeType=defaultRocksDB): a "
+                                    f"{version} broker has no RocksDB consume queue (5.x only)",
+                                    os.path.join(store.root, store.inventory.rocksdb_cq_dir or "consumequeue"))
+    if rocksdb:
+        (queues, rocksdb_max), cq_problems = load_rocksdb_consume_queues(store), []
+    else:
+        queues, cq_problems = load_consume_queues(store, broker_5x)
     problems = store.load_problems_for(broker_5x) + cq_problems
     pred = Prediction(broker_version=version, load_result=not problems,
                       load_problems=[str(p) for p in problems])
@@ -1019,14 +1058,17 @@ def predict(store: Store, broker_version: str | None = None,
         summaries = store.summaries(opts)
     ckpt = read_checkpoint(store.checkpoint_path)
     # 1. consume queues recover on their own, before the commitlog is looked at (R§2)
-    for q in queues.values():
-        q.recover()
-    cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
+    if rocksdb:     # RocksDBConsumeQueueStore#recover: nothing; its max phy offset is stored (R§15.1)
+        cq_max = rocksdb_max
+    else:
+        for q in queues.values():
+            q.recover()
+        cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
     pred.max_phy_offset_of_consume_queue = cq_max
     # 2. start file and scan (R§4.1, R§4.2)
     abnormal = store.abort_exists
     start, end, files, deleted = predict_commitlog(summaries, version, store.config, abnormal, ckpt, cq_max,
-                                                   opts)
+                                                   opts, rocksdb)
     if broker_5x and summaries and store.inventory.has(ROCKSDB_CQ_DOUBLE_WRITE) and \
             store.inventory.rocksdb_cq_dir is not None:     # an empty RocksDB queue is skipped
         check_double_write_start(summaries, start, store.config)
@@ -1067,8 +1109,8 @@ def predict(store: Store, broker_version: str | None = None,
         pred.unconfirmed = records_between(store, summaries, pred.confirm_offset, end, opts, records)
     # 4. consume queue entries beyond the recovered end (R§4.5, R§5.2); [5.4] the CQ max is
     # taken after the scan's dispatch
-    cq_max_now = max((q.max_physic_offset for q in queues.values()), default=-1) if since(version, V54) \
-        else cq_max
+    cq_max_now = max((q.max_physic_offset for q in queues.values()), default=-1) \
+        if since(version, V54) and not rocksdb else cq_max
     if cq_max_now >= end:
         pred.cq_truncated = True
         for q in queues.values():

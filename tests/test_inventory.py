@@ -127,10 +127,16 @@ REFUSED = {
     "dledger": (lambda r: _dledger(r), {}, "DLedger", "dledger-n0"),
     "dledger-converted": (lambda r: _dledger(r, keep_commitlog=True), {"enableDLegerCommitLog": "true"},
                           "DLedger", "dledger-n0"),
-    "rocksdb-cq": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)),
-                   {"storeType": "defaultRocksDB"}, "storeType=defaultRocksDB", "consumequeue"),
-    "rocksdb-cq-separate": (lambda r: _touch(r, *(f"consumequeue_rocksdb/{n}" for n in ROCKSDB)),
-                            {"storeType": "defaultRocksDB"}, "RocksDB", "consumequeue_rocksdb"),
+    "rocksdb-offsets-beside-json": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)),
+                                    {"storeType": "defaultRocksDB"}, "consumerOffset.json beside",
+                                    "config/consumerOffset.json"),
+    "rocksdb-cq-other-path": (lambda r: _touch(r, *(f"consumequeue_rocksdb/{n}" for n in ROCKSDB)),
+                              {"storeType": "defaultRocksDB"}, "useSeparateStorePathForRocksdbCQ=false",
+                              "consumequeue_rocksdb"),
+    "rocksdb-offsets-single-db": (lambda r: (_touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)),
+                                             (r / "config" / "consumerOffset.json").unlink()),
+                                  {"storeType": "defaultRocksDB", "useSingleRocksDBForAllConfigs": "true"},
+                                  "useSingleRocksDBForAllConfigs", "config/metadata"),
     "rocksdb-cq-unsaid": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)), {},
                           "which consume queue the broker serves is not known", "consumequeue"),
     "rocksdb-cq-combine-prefer": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)),
@@ -160,6 +166,27 @@ def test_refused_by_name(tmp_path, name):
         open_store(root, _conf(tmp_path, **settings))
     assert words in str(err.value) and err.value.path == f"{root}/{entry}"
     assert "--commitlog-gone" not in str(err.value)
+
+
+def test_rocksdb_consume_queue_is_read_and_an_unreadable_one_named(tmp_path):
+    """storeType=defaultRocksDB: the RocksDB consume queue (here in consumequeue_rocksdb/, 5.5
+    useSeparateStorePathForRocksdbCQ) is what
+    the recovery reads (R§15.1), the committed offsets RocksDB's; a database RocksDB cannot open
+    is one error naming its directory."""
+    from store_reader import recovery
+    from store_reader.exceptions import StoreReaderError
+
+    root = _copy(tmp_path)
+    _touch(root, *(f"consumequeue_rocksdb/{n}" for n in ROCKSDB))
+    for gen in ("consumerOffset.json", "consumerOffset.json.bak"):
+        (root / "config" / gen).unlink(missing_ok=True)
+    store = open_store(root, _conf(tmp_path, storeType="defaultRocksDB", useSeparateStorePathForRocksdbCQ="true"))
+    inv = store.inventory
+    assert (inv.cq_served_by, inv.rocksdb_cq_dir, inv.offsets_in, inv.refusals) == \
+        ("rocksdb", "consumequeue_rocksdb", "rocksdb", [])
+    with pytest.raises(StoreReaderError, match="RocksDB consume queue: RocksDB cannot open") as err:
+        recovery.predict(store)
+    assert err.value.path == f"{root}/consumequeue_rocksdb" and "\n" not in str(err.value)
 
 
 def test_rocksdb_directories_left_behind_by_another_setting_are_not_refused(tmp_path):

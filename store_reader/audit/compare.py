@@ -16,7 +16,8 @@ from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.plan import AuditPlan
 from store_reader.audit.queues import BROKER, DISK, PRE_BLANK, REBUILT, compare_queue
 from store_reader.audit.records import entry_rows, timestamps
-from store_reader.config import CONSUMER_OFFSET_GENERATIONS, read_consumer_offsets
+from store_reader.config import (CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS, read_consumer_offsets,
+                                 read_rocksdb_consumer_offsets)
 from store_reader.consumequeue import CQEntries, decode_entries, read_queue_head
 from store_reader.ranges import ascending, consecutive_runs
 from store_reader.store import Store
@@ -48,6 +49,8 @@ def _queue_file_rows(key: tuple[str, int], plan: AuditPlan) -> list[pa.Table]:
         e = head(path)
         keep = np.flatnonzero((e.phy_offset != 0) | (e.size != 0) | (e.tags_code != 0))
         out.append(entry_rows(start // 20 + keep, CQEntries(*(c[keep] for c in e)), DISK))
+    if key in plan.disk_units:          # a RocksDB consume queue: its units as stored
+        out.append(entry_rows(*plan.disk_units[key], DISK))
     for r in plan.broker_on_disk.get(key, ()):
         e = head(r.path)
         zeros = max(0, r.hi - max(r.lo, len(e.size)))    # slots past the head are all zero
@@ -73,7 +76,8 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
     for _, (_, key, table) in items:
         queues[key].append(table)
     # a queue's CQ files are read when it is compared: a task holds one queue's files at a time
-    on_disk = [k for k in (*plan.disk_queues, *plan.broker_on_disk) if plan.queue_key(*k) == bucket]
+    on_disk = [k for k in (*plan.disk_queues, *plan.disk_units, *plan.broker_on_disk)
+               if plan.queue_key(*k) == bucket]
     for key in on_disk:
         queues.setdefault(key, [])
     rows, ranges = [], []
@@ -84,8 +88,8 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
         t = pa.concat_tables(parts)
         if not t.num_rows:
             continue
-        rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key), key in plan.disk_queues,
-                              plan.scope)
+        rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key),
+                              key in plan.disk_queues or key in plan.disk_units, plan.scope)
         ranges.append((key, _range(t, DISK), _range(t, REBUILT, plan.scope[0] if plan.scope else None)))
     yield "queue_findings", pa.Table.from_pylist(rows, schema=QUEUE_FINDING_ROWS)
     yield "ranges", ranges
@@ -240,9 +244,24 @@ def flush_window(partials: list[pa.Table], windows: tuple[tuple[str, int], ...])
     return out.sort_by([("window", "ascending"), ("topic", "ascending"), ("queue_id", "ascending")])
 
 
+def _committed_offsets(store: Store) -> Iterator[tuple[str, pa.Table]]:
+    """Where the committed offsets are kept, and the offsets: ``config/consumerOffsets`` where the
+    broker reads them from RocksDB (``Inventory.offsets_in``; none without the database: its
+    manager starts empty), else ``consumerOffset.json`` and its ``.bak``."""
+    if store.inventory.offsets_in == "rocksdb":
+        path = store.config_dir / "consumerOffsets"
+        if path.is_dir():
+            yield ROCKSDB_CONSUMER_OFFSETS, read_rocksdb_consumer_offsets(path)
+        return
+    for source in CONSUMER_OFFSET_GENERATIONS:
+        path = store.config_dir / source
+        if path.is_file():
+            yield source, read_consumer_offsets(path).value
+
+
 def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_ranges: dict, rebuilt_ranges: dict,
                              lost: pa.Table) -> pa.Table:
-    """Every committed offset of ``consumerOffset.json`` and its ``.bak``: the queue before and after
+    """Every committed offset (``consumerOffset.json`` and its ``.bak``, or RocksDB's): the queue before and after
     recovery, the broker's pull status and corrected offset, and what the group loses or gets again."""
     lost_by_queue: dict[tuple[str, int], np.ndarray] = {}
     if lost.num_rows:
@@ -251,11 +270,7 @@ def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_range
                            lost["queue_id"].to_numpy()[keep], lost["queue_offset"].to_numpy()[keep]):
             lost_by_queue.setdefault((t, int(q)), []).append(int(o))
     rows = []
-    for source in CONSUMER_OFFSET_GENERATIONS:
-        path = store.config_dir / source
-        if not path.is_file():
-            continue
-        offsets = read_consumer_offsets(path).value
+    for source, offsets in _committed_offsets(store):
         for c in recovery.consumer_offset_checks(pred, store.config, offsets):
             key = (c.topic, c.queue_id)
             before = disk_ranges.get(key, (0, 0))

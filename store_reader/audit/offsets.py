@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from store_reader.config import CONSUMER_OFFSET_GENERATIONS
+from store_reader.config import CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS
 from store_reader.consumequeue import range_status
 
 # GetMessageStatus answered with PULL_OFFSET_MOVED on a master (R§9.2)
@@ -59,7 +59,7 @@ class OffsetFacts:
 
     @property
     def fallback(self) -> bool:
-        return self.source != CONSUMER_OFFSET_GENERATIONS[0]
+        return self.source == CONSUMER_OFFSET_GENERATIONS[1]
 
     def to_dict(self) -> dict:
         return {"file": self.source, "committed": self.committed, "groupsMoved": self.groups,
@@ -73,7 +73,7 @@ def offset_facts(rows: pa.Table | None) -> list[OffsetFacts]:
     if rows is None or not rows.num_rows:
         return []
     out = []
-    for source in CONSUMER_OFFSET_GENERATIONS:
+    for source in (*CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS):
         mine = [r for r in rows.to_pylist() if r["source"] == source]
         if not mine:
             continue

@@ -37,7 +37,8 @@ from store_reader import recovery
 from store_reader.brokerconf import BrokerConfig
 from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentSummary
-from store_reader.consumequeue import list_queue_files, list_queues
+from store_reader.consumequeue import CQEntries, list_queue_files, list_queues
+from store_reader.rocksdbcq import served_consume_queue
 from store_reader.indexfile import IndexHeader, list_index_files, read_header
 from store_reader.repair import part_bucket
 from store_reader.store import Store
@@ -138,6 +139,8 @@ class AuditPlan:
     disk_queues: dict[tuple[str, int], list[tuple[str, int]]]
     broker_on_disk: dict[tuple[str, int], tuple[recovery.EntryRun, ...]]
     """The broker's entries its recovery left in the CQ files as they are: read by the tasks."""
+    disk_units: dict[tuple[str, int], tuple[np.ndarray, CQEntries]]
+    """A RocksDB consume queue's units as stored (queue offsets, entries): its disk view (R§15.1)."""
     cut_segment: str | None
     windows: tuple[tuple[str, int], ...]
     index_sources: tuple[IndexSource, ...]
@@ -172,6 +175,7 @@ def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summar
     disk_queues = {(ref.topic, ref.queue_id): [(f.path, f.start) for f in
                                                list_queue_files(ref.path, cfg.cq_file_size, rocketmq5=broker_5x)]
                    for ref in list_queues(store.root)}
+    disk_units = rocksdb_units(store) if store.inventory.cq_served_by == "rocksdb" else {}
     # a queue's rows: its broker entries, about as many records and rebuilt entries, its CQ files'
     # slots; queues are packed by that weight, largest first, into the lightest bucket
     per_file = cfg.cq_file_size // 20
@@ -180,6 +184,8 @@ def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summar
         weight[key] += 3 * max(0, q.max_offset - q.min_offset)
     for key, files in disk_queues.items():
         weight[key] += per_file * len(files)
+    for key, (offsets, _) in disk_units.items():
+        weight[key] += len(offsets)
     entries = max(sum(weight.values()), 2 * sum(s.records for s in scan))
     buckets = max(parallelism, -(-entries // ENTRIES_PER_AUDIT_TASK))
     queue_buckets = pack_queues(weight, buckets)
@@ -197,12 +203,24 @@ def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summar
         opts=audit_scan_options(store, broker_5x), buckets=buckets, file_size=file_size,
         first_segment=first, segments=last - first + 1, scope=scope,
         broker_min={k: q.min_offset for k, q in pred.consume_queues.items()}, queue_buckets=queue_buckets,
-        disk_queues=disk_queues,
+        disk_queues=disk_queues, disk_units=disk_units,
         broker_on_disk={k: runs for k, q in pred.consume_queues.items()
                         if (runs := tuple(r for r in q.entry_runs() if r.slots is None))},
         cut_segment=next((f.name for f in pred.commitlog_files if f.wrote < f.size), None),
         windows=flush_risk(store).windows,
         index_sources=tuple(sources), index_part_entries=INDEX_ENTRIES_PER_PART, work_dir=work_dir)
+
+
+def rocksdb_units(store: Store) -> dict[tuple[str, int], tuple[np.ndarray, CQEntries]]:
+    """Every unit of the store's RocksDB consume queue (``rocksdbcq``), per queue in offset order."""
+    db = served_consume_queue(store)
+    out = {}
+    for key, q in db.queues.items():
+        if q.units:
+            offsets = np.array(sorted(q.units), np.int64)
+            u = np.array([q.units[o][:3] for o in offsets], np.int64).reshape(-1, 3)
+            out[key] = (offsets, CQEntries(u[:, 0], u[:, 1].astype(np.int32), u[:, 2]))
+    return out
 
 
 def pack_queues(weight: dict[tuple[str, int], int], buckets: int) -> dict[tuple[str, int], int]:

@@ -16,6 +16,7 @@ from store_reader.commitlog import SegmentScan, SegmentSummary
 from store_reader.controller import ConfirmOffset, correct_confirm_offset
 from store_reader.dispatch import dispatchable, multi_dispatch_targets
 from store_reader.exceptions import StoreReaderError
+from store_reader.rocksdbcq import served_consume_queue
 from store_reader.store import Store
 
 # What the verifier keeps of every intact record: enough to check CQ and index entries against it.
@@ -139,17 +140,22 @@ class StoreView:
     def _recover(self) -> tuple[int, int, int, int]:
         if self._recovery is None:
             ckpt = read_checkpoint(self.store.checkpoint_path)
+            rocksdb = self.store.inventory.cq_served_by == "rocksdb"
             try:
-                queues, _ = recovery.load_consume_queues(self.store, self.broker_5x)
-                for q in queues.values():
-                    q.recover()                 # (reads each queue's last files)
+                if rocksdb:                     # its stored max phy offset (R§15.1)
+                    cq_max = served_consume_queue(self.store).max_phy_offset
+                else:
+                    queues, _ = recovery.load_consume_queues(self.store, self.broker_5x)
+                    for q in queues.values():
+                        q.recover()             # (reads each queue's last files)
+                    cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
             except StoreReaderError as exc:
                 # without every queue the broker's CQ max is unknown: -1 checks nothing as dispatched
                 self.errors.append(exc)
-                queues = {}
-            cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
+                cq_max = -1
             start, end, files, _ = recovery.predict_commitlog(
-                self.summaries, self.version, self.config, self.store.abort_exists, ckpt, cq_max, self.opts)
+                self.summaries, self.version, self.config, self.store.abort_exists, ckpt, cq_max, self.opts,
+                rocksdb)
             min_phy = files[0].start if files else -1
             self._recovery = (start, min_phy, end, cq_max)
         return self._recovery
