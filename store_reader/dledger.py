@@ -367,8 +367,12 @@ class BrokerRestart:
         return out
 
 
-def _abnormal_start(store, data: _Files, ckpt) -> int:
-    """``DLedgerCommitLog#isMmapFileMatchedRecover`` from the last data file down (5.3.3)."""
+def _abnormal_start(store, data: _Files, ckpt, version: str, cq_max: int) -> int:
+    """``DLedgerCommitLog#isMmapFileMatchedRecover`` from the last data file down (5.3+): the first
+    entry's body has magic V1 and a store time; then [5.3] that time against the checkpoint, [5.4+]
+    the index's and the consume queues' test the commitlog's search uses (no CRC check here)."""
+    from .recovery import V54, queue_store_matches, since
+
     cfg = store.config
     limit = ckpt.min_timestamp_index if cfg.messageIndexEnable and cfg.messageIndexSafe else ckpt.min_timestamp
     body = rf.DLEDGER_BODY_OFFSET
@@ -380,7 +384,13 @@ def _abnormal_start(store, data: _Files, ckpt) -> int:
             continue
         sys_flag = struct.unpack_from(">i", buf, body + rf.SYSFLAG_POS)[0]
         ts = struct.unpack_from(">q", buf, body + rf.store_timestamp_pos(sys_flag))[0]
-        if ts != 0 and ts <= limit:
+        if ts == 0:
+            continue
+        if not since(version, V54):
+            if ts <= limit:
+                return i
+        elif queue_store_matches(version, cfg, True, ckpt, cq_max, ts,
+                                 struct.unpack_from(">q", buf, body + rf.PHYSICALOFFSET_POS)[0]):
             return i
     return 0
 
@@ -435,15 +445,15 @@ def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
     import pyarrow as pa
 
     from .checkpoint import read_checkpoint
-    from .recovery import (V49, V53, Dispatched, _dispatch_to_queues, dispatch_records, load_consume_queues,
-                           resolve_version)
+    from .recovery import (V53, V55, Dispatched, _dispatch_to_queues, dispatch_records, load_consume_queues,
+                           resolve_version, since)
 
     version = resolve_version(version)
-    if version not in (V49, V53):
-        # 5.4.0 changed how DLedgerCommitLog's abnormal recovery picks its start file: not predicted
-        raise UnsupportedStoreError(f"a DLedger store under the broker {version} rules: DLedger's restart "
-                                    "is predicted for brokers 4.9 and 5.3 only", str(store.root))
-    broker_5x = version == V53
+    if store.abort_exists and since(version, V55) and store.config.enableAcceleratedRecovery:
+        # the dispatch offset the recovery starts from would be checked against it: not modelled
+        raise UnsupportedStoreError("enableAcceleratedRecovery=true: a DLedger store's abnormal recovery "
+                                    "under the broker 5.5 rules is not predicted", store.config.source)
+    broker_5x = since(version, V53)
     out = BrokerRestart(version, "abnormal" if store.abort_exists else "normal")
     queues, problems = load_consume_queues(store, broker_5x)
     if problems:
@@ -454,13 +464,17 @@ def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
     out.max_phy_offset_of_consume_queue = cq_max
     opts = store.scan_options(broker_5x=broker_5x)
     cut = rec.process_offset
+    ckpt = read_checkpoint(store.checkpoint_path)
+    # the recovery's dispatchFromPhyOffset: the CQs' max phy offset; [5.5, abnormal path] the
+    # checkpoint's logicsPhysicalOffset (ConsumeQueueStore#getDispatchFromPhyOffset)
+    dispatch_from = ckpt.logics_physical_offset if since(version, V55) and store.abort_exists else cq_max
     if broker_5x and store.abort_exists and store.commitlog_files:
         size = store.config.mappedFileSizeCommitLog
         # the files DLedger's recovery kept: those it deleted are no longer in its list
         kept = [f for f in store.commitlog_files if f.name not in set(rec.data_files_deleted)]
         data = _Files(kept, size, "DLedger data file")
         try:
-            start = _abnormal_start(store, data, read_checkpoint(store.checkpoint_path))
+            start = _abnormal_start(store, data, ckpt, version, cq_max)
             cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id",
                     "queue_offset", "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list"]
             cols += ["properties"] if store.config.enableMultiDispatch else []
@@ -474,7 +488,7 @@ def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
             out.dispatched_past_end = int((t["phy_offset"].to_numpy() >= rec.last_entry_end).sum())
             for b in t.to_batches():
                 _dispatch_to_queues(store.config, True, b, queues, Dispatched(), False)
-    if cq_max >= cut:
+    if dispatch_from >= cut:
         out.cq_truncated_at = cut
         for q in queues.values():
             q.truncate_dirty_logic_files(cut)
