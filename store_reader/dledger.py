@@ -1,9 +1,9 @@
 """A DLedger store's own recovery and what a restart of its broker keeps (R§16, F§16).
 
 ``recover(store)`` replays ``DLedgerMmapFileStore#recover`` of DLedger 0.3.1.2 (the version 4.9.7
-and 5.3.3 pin) on the files of a store opened with ``open_store(read_dledger=True)``: the start
-file, the walk over entry headers (no CRC, no look inside a body), the comparison with the index
-units and where they are rewritten, the end of the log (``ledgerEndIndex``/``ledgerEndTerm``), the
+and 5.3.3 pin; 5.4.0's 0.3.2 and 5.5.1's 0.3.3.4 recover alike) on the files of a store opened with
+``open_store(read_dledger=True)``: the start file, the walk over entry headers (no CRC, no look
+inside a body), the comparison with the index units and where they are rewritten, the end of the log (``ledgerEndIndex``/``ledgerEndTerm``), the
 data and index files the truncation deletes, and the committed index the checkpoint gives back.
 ``restart_keeps`` then says which messages a one-member group's broker serves after the restart:
 every surviving entry is committed by the new leader and its message dispatched (R§16.3, R§16.5).
@@ -344,7 +344,7 @@ class BrokerRestart:
     recovery_path: str
     max_phy_offset_of_consume_queue: int = -1
     abnormal_walk_start: str | None = None
-    """5.3.3 abnormal path: the data file its dispatching walk starts from."""
+    """5.3+ abnormal path: the data file its dispatching walk starts from."""
     abnormal_walk_end: int | None = None
     """Where that walk stopped (the phy offset of the entry it could not read)."""
     abnormal_process_offset: int | None = None
@@ -396,7 +396,7 @@ def _abnormal_start(store, data: _Files, ckpt, version: str, cq_max: int) -> int
 
 
 def _abnormal_walk(store, data: _Files, start: int, opts: rf.ScanOptions, columns: list[str]):
-    """5.3.3's ``dledgerRecoverAbnormally`` walk: each entry's record read at ``pos + 48`` with the
+    """5.3+ ``dledgerRecoverAbnormally`` walk: each entry's record read at ``pos + 48`` with the
     recovery's CRC setting and no look at the entry header, DLedger's blank to the next file,
     stepping by TOTALSIZE + 48; stops at the first record that fails. Returns (batches, the
     position it stopped at, its processOffset)."""
@@ -440,7 +440,7 @@ def _abnormal_walk(store, data: _Files, start: int, opts: rf.ScanOptions, column
 def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
     """The consume queues a one-member group's broker serves once it has recovered ``store``,
     committed every surviving entry and dispatched them (R§16.2-§16.4): the queues as loaded and
-    recovered (R§2), [5.3.3, abnormal path] the dispatching walk, the truncation of every queue
+    recovered (R§2), [5.3+, abnormal path] the dispatching walk, the truncation of every queue
     past the recovered end, then the reput from the queues' max phy offset to the committed end."""
     import pyarrow as pa
 

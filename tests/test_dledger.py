@@ -92,7 +92,7 @@ def test_a_walk_ending_a_file_short_is_the_broker_exiting(tmp_path):
     assert rec.refused is not None and "System.exit" in rec.refused
 
 
-@pytest.mark.parametrize("version", ["4.9", "5.3"])
+@pytest.mark.parametrize("version", ["4.9", "5.3", "5.4", "5.5"])
 def test_the_restart_serves_every_surviving_message(tmp_path, version):
     entries = write_store(tmp_path, N)
     store = _open(tmp_path)
@@ -103,17 +103,20 @@ def test_the_restart_serves_every_surviving_message(tmp_path, version):
     assert sum(len(v) for v in served.values()) == N
     assert sorted(p for v in served.values() for _, p, _ in v) == [p + 48 for p, _, _ in entries]
     # no consume queue on disk: 4.9.7 dispatches them all in the reput from the first data file,
-    # 5.3.3's abnormal path in its recovery walk (the reput then has nothing left)
+    # 5.3.3's and later abnormal paths in their recovery walk (the reput then has nothing left)
     assert b.max_phy_offset_of_consume_queue == -1
     assert b.reput_from == (0 if version == "4.9" else rec.last_entry_end)
 
 
-def test_a_restart_under_the_5_4_rules_is_refused_by_name(tmp_path):
+def test_accelerated_recovery_under_the_5_5_rules_is_refused_by_name(tmp_path):
     write_store(tmp_path, 10)
+    with open(tmp_path / "broker.conf", "a") as fh:
+        fh.write("enableAcceleratedRecovery=true\n")
     store = _open(tmp_path)
-    for version in ("5.4", "5.5", "5.x"):
-        with pytest.raises(UnsupportedStoreError, match="DLedger store under the broker 5.[45] rules"):
+    for version in ("5.5", "5.x"):
+        with pytest.raises(UnsupportedStoreError, match="enableAcceleratedRecovery=true: a DLedger store"):
             dledger.broker_restart(store, dledger.recover(store), version)
+    assert dledger.broker_restart(store, dledger.recover(store), "5.4").served()
 
 
 def test_the_store_is_refused_by_name_unless_read_as_dledger(tmp_path):
