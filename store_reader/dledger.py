@@ -16,7 +16,7 @@ import re
 import struct
 from array import array
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from . import recordformat as rf
 from .brokerconf import parse_properties
@@ -143,6 +143,33 @@ def recover(store) -> DLedgerRecovery:
     index = _Files(index_files, INDEX_FILE_SIZE, "DLedger index file")
     try:
         return _walk(store, data, index)
+    finally:
+        data.close()
+        index.close()
+
+
+def entries_with_units(store) -> Iterator[tuple[Any, int, tuple, tuple | None]]:
+    """Every entry of the data files by its header, file by file whatever ``recover`` keeps:
+    (data file, position in it, header, the index unit of the header's index or None). A file's
+    entries end at DLedger's blank, unwritten space or a header that does not frame an entry
+    there (magic, size, pos)."""
+    if store.dledger is None:
+        raise ValueError("not a DLedger store (open_store(read_dledger=True))")
+    problems: list = []
+    index_files = list_mapped_files(store.dledger / "index", INDEX_FILE_SIZE, "DLedger index",
+                                    "mappedFileSizeForEntryIndex", problems, [])
+    data = _Files(list(store.commitlog_files), store.config.mappedFileSizeCommitLog, "DLedger data file")
+    index = _Files(index_files, INDEX_FILE_SIZE, "DLedger index file")
+    try:
+        for f in data.files:
+            buf, p = data.data(f), 0
+            while (h := _header(buf, p)) is not None:
+                magic, size, entry_index, _, pos = h[:5]
+                if magic != rf.DLEDGER_MAGIC or size <= rf.DLEDGER_HEADER_SIZE or pos != f.start + p \
+                        or p + size > len(buf):
+                    break
+                yield f, p, h, _unit(index, entry_index) if entry_index >= 0 else None
+                p += size
     finally:
         data.close()
         index.close()
