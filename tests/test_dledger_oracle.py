@@ -265,3 +265,30 @@ def test_real_store_read_by_the_reading_jobs_and_refused_by_the_others(written, 
     }.items():
         assert run() == 0, (job, capsys.readouterr().err[-500:])
         assert "ledger" in capsys.readouterr().out or job == "salvage", job
+
+
+@pytest.mark.parametrize("damage", [None, torn_body, index_units_lost, index_files_lost],
+                         ids=lambda d: d.__name__ if d else "halted")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_findings_against_the_real_recovery(restarted, written, version, damage):
+    """The DLedger findings on the damaged store: the units lost are the ones the real DLedger
+    rewrites, the entries past the checkpoint's committedIndex those past the committed index it
+    loads; on the store the real broker leaves (its units rewritten, everything committed, a clean
+    shutdown's checkpoint): none."""
+    from store_reader.audit import Findings
+    from store_reader.audit.dledger import dledger_findings
+
+    store, rec, copy, got = restarted[version][damage.__name__ if damage else "halted"]
+    found = Findings()
+    dledger_findings(store, rec, found)
+    count = {}
+    for a in found.anomalies:
+        count[a.kind] = count.get(a.kind, 0) + a.count
+    n = rec.ledger_end_index + 1
+    assert count.pop("dledger.beyond_committed", 0) == n - 1 - got["afterLoad"]["committedIndex"]
+    lost = n if damage is index_files_lost else n - rec.index_rewritten_from if damage is index_units_lost else 0
+    assert count == ({"dledger.unit_disagrees": lost} if lost else {})
+    after = open_store(copy, written[0] / "broker.conf", read_dledger=True)
+    found = Findings()
+    dledger_findings(after, dledger.recover(after), found)
+    assert found.anomalies == []
