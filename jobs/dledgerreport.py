@@ -7,15 +7,25 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from store_reader import dledger, recovery
+from store_reader.audit.dledger import dledger_findings
+from store_reader.audit.kinds import KINDS
+from store_reader.audit.report import Findings
 from store_reader.store import Store
 
 
 def lines(store: Store, versions: list[str]) -> Iterator[tuple[str, Callable[[], dict[str, Any]]]]:
-    """(text, JSON object) lines: the DLedger recovery, then each version's restart."""
+    """(text, JSON object) lines: the DLedger recovery and the store's DLedger findings, then each
+    version's restart."""
     rec = dledger.recover(store)
     yield (f"dledger: {store.dledger} ({len(store.commitlog_files)} data files); DLedger's recovery "
            f"(DLedgerMmapFileStore#recover, no CRC check) walks from {rec.start_file} and ends "
            f"at {rec.process_offset} ({_why(rec)})", lambda: {"type": "dledger_recovery", **rec.as_dict()})
+    found = Findings()
+    dledger_findings(store, rec, found)
+    for a in found.anomalies:
+        severity = KINDS[a.finding].severity
+        yield (f"  {severity} {a.kind} {a.where()}: {a.message}",
+               lambda a=a, severity=severity: {**a.as_json(), "severity": severity})
     if rec.refused is not None:
         yield (f"  the broker would REFUSE to start: {rec.refused}", lambda: {"type": "dledger_refused",
                                                                              "why": rec.refused})

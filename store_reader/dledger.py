@@ -1,9 +1,9 @@
 """A DLedger store's own recovery and what a restart of its broker keeps (R§16, F§16).
 
 ``recover(store)`` replays ``DLedgerMmapFileStore#recover`` of DLedger 0.3.1.2 (the version 4.9.7
-and 5.3.3 pin) on the files of a store opened with ``open_store(read_dledger=True)``: the start
-file, the walk over entry headers (no CRC, no look inside a body), the comparison with the index
-units and where they are rewritten, the end of the log (``ledgerEndIndex``/``ledgerEndTerm``), the
+and 5.3.3 pin; 5.4.0's 0.3.2 and 5.5.1's 0.3.3.4 recover alike) on the files of a store opened with
+``open_store(read_dledger=True)``: the start file, the walk over entry headers (no CRC, no look
+inside a body), the comparison with the index units and where they are rewritten, the end of the log (``ledgerEndIndex``/``ledgerEndTerm``), the
 data and index files the truncation deletes, and the committed index the checkpoint gives back.
 ``restart_keeps`` then says which messages a one-member group's broker serves after the restart:
 every surviving entry is committed by the new leader and its message dispatched (R§16.3, R§16.5).
@@ -16,7 +16,7 @@ import re
 import struct
 from array import array
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from . import recordformat as rf
 from .brokerconf import parse_properties
@@ -144,6 +144,33 @@ def recover(store) -> DLedgerRecovery:
     index = _Files(index_files, INDEX_FILE_SIZE, "DLedger index file")
     try:
         return _walk(store, data, index)
+    finally:
+        data.close()
+        index.close()
+
+
+def entries_with_units(store) -> Iterator[tuple[Any, int, tuple, tuple | None]]:
+    """Every entry of the data files by its header, file by file whatever ``recover`` keeps:
+    (data file, position in it, header, the index unit of the header's index or None). A file's
+    entries end at DLedger's blank, unwritten space or a header that does not frame an entry
+    there (magic, size, pos)."""
+    if store.dledger is None:
+        raise ValueError("not a DLedger store (open_store(read_dledger=True))")
+    problems: list = []
+    index_files = list_mapped_files(store.dledger / "index", INDEX_FILE_SIZE, "DLedger index",
+                                    "mappedFileSizeForEntryIndex", problems, [])
+    data = _Files(list(store.commitlog_files), store.config.mappedFileSizeCommitLog, "DLedger data file")
+    index = _Files(index_files, INDEX_FILE_SIZE, "DLedger index file")
+    try:
+        for f in data.files:
+            buf, p = data.data(f), 0
+            while (h := _header(buf, p)) is not None:
+                magic, size, entry_index, _, pos = h[:5]
+                if magic != rf.DLEDGER_MAGIC or size <= rf.DLEDGER_HEADER_SIZE or pos != f.start + p \
+                        or p + size > len(buf):
+                    break
+                yield f, p, h, _unit(index, entry_index) if entry_index >= 0 else None
+                p += size
     finally:
         data.close()
         index.close()
@@ -345,7 +372,7 @@ class BrokerRestart:
     recovery_path: str
     max_phy_offset_of_consume_queue: int = -1
     abnormal_walk_start: str | None = None
-    """5.3.3 abnormal path: the data file its dispatching walk starts from."""
+    """5.3+ abnormal path: the data file its dispatching walk starts from."""
     abnormal_walk_end: int | None = None
     """Where that walk stopped (the phy offset of the entry it could not read)."""
     abnormal_process_offset: int | None = None
@@ -370,8 +397,12 @@ class BrokerRestart:
         return out
 
 
-def _abnormal_start(store, data: _Files, ckpt) -> int:
-    """``DLedgerCommitLog#isMmapFileMatchedRecover`` from the last data file down (5.3.3)."""
+def _abnormal_start(store, data: _Files, ckpt, version: str, cq_max: int) -> int:
+    """``DLedgerCommitLog#isMmapFileMatchedRecover`` from the last data file down (5.3+): the first
+    entry's body has magic V1 and a store time; then [5.3] that time against the checkpoint, [5.4+]
+    the index's and the consume queues' test the commitlog's search uses (no CRC check here)."""
+    from .recovery import V54, queue_store_matches, since
+
     cfg = store.config
     limit = ckpt.min_timestamp_index if cfg.messageIndexEnable and cfg.messageIndexSafe else ckpt.min_timestamp
     body = rf.DLEDGER_BODY_OFFSET
@@ -383,13 +414,19 @@ def _abnormal_start(store, data: _Files, ckpt) -> int:
             continue
         sys_flag = struct.unpack_from(">i", buf, body + rf.SYSFLAG_POS)[0]
         ts = struct.unpack_from(">q", buf, body + rf.store_timestamp_pos(sys_flag))[0]
-        if ts != 0 and ts <= limit:
+        if ts == 0:
+            continue
+        if not since(version, V54):
+            if ts <= limit:
+                return i
+        elif queue_store_matches(version, cfg, True, ckpt, cq_max, ts,
+                                 struct.unpack_from(">q", buf, body + rf.PHYSICALOFFSET_POS)[0]):
             return i
     return 0
 
 
 def _abnormal_walk(store, data: _Files, start: int, opts: rf.ScanOptions, columns: list[str]):
-    """5.3.3's ``dledgerRecoverAbnormally`` walk: each entry's record read at ``pos + 48`` with the
+    """5.3+ ``dledgerRecoverAbnormally`` walk: each entry's record read at ``pos + 48`` with the
     recovery's CRC setting and no look at the entry header, DLedger's blank to the next file,
     stepping by TOTALSIZE + 48; stops at the first record that fails. Returns (batches, the
     position it stopped at, its processOffset)."""
@@ -433,20 +470,20 @@ def _abnormal_walk(store, data: _Files, start: int, opts: rf.ScanOptions, column
 def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
     """The consume queues a one-member group's broker serves once it has recovered ``store``,
     committed every surviving entry and dispatched them (R§16.2-§16.4): the queues as loaded and
-    recovered (R§2), [5.3.3, abnormal path] the dispatching walk, the truncation of every queue
+    recovered (R§2), [5.3+, abnormal path] the dispatching walk, the truncation of every queue
     past the recovered end, then the reput from the queues' max phy offset to the committed end."""
     import pyarrow as pa
 
     from .checkpoint import read_checkpoint
-    from .recovery import (V49, V53, Dispatched, _dispatch_to_queues, dispatch_records, load_consume_queues,
-                           resolve_version)
+    from .recovery import (V53, V55, Dispatched, _dispatch_to_queues, dispatch_records, load_consume_queues,
+                           resolve_version, since)
 
     version = resolve_version(version)
-    if version not in (V49, V53):
-        # 5.4.0 changed how DLedgerCommitLog's abnormal recovery picks its start file: not predicted
-        raise UnsupportedStoreError(f"a DLedger store under the broker {version} rules: DLedger's restart "
-                                    "is predicted for brokers 4.9 and 5.3 only", str(store.root))
-    broker_5x = version == V53
+    if store.abort_exists and since(version, V55) and store.config.enableAcceleratedRecovery:
+        # the dispatch offset the recovery starts from would be checked against it: not modelled
+        raise UnsupportedStoreError("enableAcceleratedRecovery=true: a DLedger store's abnormal recovery "
+                                    "under the broker 5.5 rules is not predicted", store.config.source)
+    broker_5x = since(version, V53)
     out = BrokerRestart(version, "abnormal" if store.abort_exists else "normal")
     queues, problems = load_consume_queues(store, broker_5x)
     if problems:
@@ -457,13 +494,17 @@ def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
     out.max_phy_offset_of_consume_queue = cq_max
     opts = store.scan_options(broker_5x=broker_5x)
     cut = rec.process_offset
+    ckpt = read_checkpoint(store.checkpoint_path)
+    # the recovery's dispatchFromPhyOffset: the CQs' max phy offset; [5.5, abnormal path] the
+    # checkpoint's logicsPhysicalOffset (ConsumeQueueStore#getDispatchFromPhyOffset)
+    dispatch_from = ckpt.logics_physical_offset if since(version, V55) and store.abort_exists else cq_max
     if broker_5x and store.abort_exists and store.commitlog_files:
         size = store.config.mappedFileSizeCommitLog
         # the files DLedger's recovery kept: those it deleted are no longer in its list
         kept = [f for f in store.commitlog_files if f.name not in set(rec.data_files_deleted)]
         data = _Files(kept, size, "DLedger data file")
         try:
-            start = _abnormal_start(store, data, read_checkpoint(store.checkpoint_path))
+            start = _abnormal_start(store, data, ckpt, version, cq_max)
             cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id",
                     "queue_offset", "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list"]
             cols += ["properties"] if store.config.enableMultiDispatch else []
@@ -477,7 +518,7 @@ def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
             out.dispatched_past_end = int((t["phy_offset"].to_numpy() >= rec.last_entry_end).sum())
             for b in t.to_batches():
                 _dispatch_to_queues(store.config, True, b, queues, Dispatched(), False)
-    if cq_max >= cut:
+    if dispatch_from >= cut:
         out.cq_truncated_at = cut
         for q in queues.values():
             q.truncate_dirty_logic_files(cut)

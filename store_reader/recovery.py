@@ -595,18 +595,26 @@ def _first_record_matches(s: SegmentSummary, version: str, config: BrokerConfig,
     # [5.4] the first record passes the full check (CRC included) and has a store time
     if not s.first_record_valid or not ts:
         return False
+    return queue_store_matches(version, config, abnormal, ckpt, cq_max, ts, s.first_stored_phy_offset, rocksdb)
+
+
+def queue_store_matches(version: str, config: BrokerConfig, abnormal: bool, ckpt: Checkpoint, cq_max: int,
+                        ts: int, stored_phy_offset: int, rocksdb: bool = False) -> bool:
+    """[5.4+] a file's first record (store time ``ts``, stored PHYSICALOFFSET) against the index and
+    the consume queues: the test the commitlog's and DLedger's start-file searches share (R§4.1, R§16.2);
+    ``rocksdb``: the consume queue is ``RocksDBConsumeQueueStore`` and ``cq_max`` its max phy offset."""
     # IndexService: with messageIndexSafe, no later than the last full index file
     if config.messageIndexEnable and config.messageIndexSafe and ts > ckpt.index_msg_timestamp:
         return False
     # ConsumeQueueStore#isMappedFileMatchedRecover; RocksDBConsumeQueueStore's on both paths
     if not abnormal or rocksdb:
-        return s.first_stored_phy_offset <= cq_max
+        return stored_phy_offset <= cq_max
     if not since(version, V55):
         return ts <= ckpt.min_timestamp
     # [5.5] the checkpoint's logicsPhysicalOffset; a checkpoint without one: its logicsMsgTimestamp
     if ckpt.logics_physical_offset <= 0:
         return ts <= ckpt.logics_msg_timestamp
-    return s.first_stored_phy_offset <= ckpt.logics_physical_offset
+    return stored_phy_offset <= ckpt.logics_physical_offset
 
 
 def start_file(summaries: Sequence[SegmentSummary], version: str, config: BrokerConfig, abnormal: bool,

@@ -92,7 +92,7 @@ def test_a_walk_ending_a_file_short_is_the_broker_exiting(tmp_path):
     assert rec.refused is not None and "System.exit" in rec.refused
 
 
-@pytest.mark.parametrize("version", ["4.9", "5.3"])
+@pytest.mark.parametrize("version", ["4.9", "5.3", "5.4", "5.5"])
 def test_the_restart_serves_every_surviving_message(tmp_path, version):
     entries = write_store(tmp_path, N)
     store = _open(tmp_path)
@@ -103,17 +103,20 @@ def test_the_restart_serves_every_surviving_message(tmp_path, version):
     assert sum(len(v) for v in served.values()) == N
     assert sorted(p for v in served.values() for _, p, _ in v) == [p + 48 for p, _, _ in entries]
     # no consume queue on disk: 4.9.7 dispatches them all in the reput from the first data file,
-    # 5.3.3's abnormal path in its recovery walk (the reput then has nothing left)
+    # 5.3.3's and later abnormal paths in their recovery walk (the reput then has nothing left)
     assert b.max_phy_offset_of_consume_queue == -1
     assert b.reput_from == (0 if version == "4.9" else rec.last_entry_end)
 
 
-def test_a_restart_under_the_5_4_rules_is_refused_by_name(tmp_path):
+def test_accelerated_recovery_under_the_5_5_rules_is_refused_by_name(tmp_path):
     write_store(tmp_path, 10)
+    with open(tmp_path / "broker.conf", "a") as fh:
+        fh.write("enableAcceleratedRecovery=true\n")
     store = _open(tmp_path)
-    for version in ("5.4", "5.5", "5.x"):
-        with pytest.raises(UnsupportedStoreError, match="DLedger store under the broker 5.[45] rules"):
+    for version in ("5.5", "5.x"):
+        with pytest.raises(UnsupportedStoreError, match="enableAcceleratedRecovery=true: a DLedger store"):
             dledger.broker_restart(store, dledger.recover(store), version)
+    assert dledger.broker_restart(store, dledger.recover(store), "5.4").served()
 
 
 def test_the_store_is_refused_by_name_unless_read_as_dledger(tmp_path):
@@ -180,3 +183,39 @@ def test_lost_index_files_are_rebuilt_from_the_walk_start(tmp_path):
     # rewrites every unit (rebuildWithPos)
     assert (rec.start_file, rec.index_rewritten_from, rec.ledger_end_index) == (f"{0:020d}", 0, N - 1)
     assert rec.committed_pos == entries[-1][0] + entries[-1][1]
+
+
+def _unit_patch(root, index: int, data: bytes) -> None:
+    with open(root / "dledger-n0" / "index" / f"{0:020d}", "r+b") as fh:
+        fh.seek(index * 32)
+        fh.write(data)
+
+
+def test_the_findings_name_units_that_disagree_and_entries_past_the_committed_index(tmp_path, capsys):
+    from jobs import dump
+    from store_reader.audit import Findings
+    from store_reader.audit.dledger import dledger_findings
+
+    entries = write_store(tmp_path, N, committed=N - 8)
+    store = _open(tmp_path)
+    found = Findings()
+    dledger_findings(store, dledger.recover(store), found)
+    assert [(a.kind, a.count) for a in found.anomalies] == [("dledger.beyond_committed", 7)]
+    # units 10-12: pos off by one, size wrong, magic gone; unit 40 lost
+    for k, (pos, size, i) in zip((10, 11, 12), entries[10:13]):
+        _unit_patch(tmp_path, k, rf.encode_dledger_index_unit(pos + (k == 10), size + (k == 11), i, 1))
+    _unit_patch(tmp_path, 12, b"\0" * 4)
+    _unit_patch(tmp_path, 40, b"\0" * 32)
+    found = Findings()
+    dledger_findings(store, dledger.recover(store), found)
+    got = [(a.kind, a.position, a.count, a.phy_offset) for a in found.anomalies]
+    assert got == [("dledger.unit_disagrees", 10 * 32, 3, entries[10][0] + 48),
+                   ("dledger.unit_disagrees", 40 * 32, 1, entries[40][0] + 48),
+                   ("dledger.beyond_committed", entries[N - 7][0] % FILE_SIZE, 7, None)]
+    assert "the unit says magic 0, pos 0, size 0" in found.anomalies[1].message
+    # dump lists them with their severity
+    assert dump.main([str(tmp_path), "--json"]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(r["finding"], r["severity"]) for r in rows if r["type"] == "anomaly"] == [
+        ("dledger.unit_disagrees", "anomaly"), ("dledger.unit_disagrees", "anomaly"),
+        ("dledger.beyond_committed", "info")]

@@ -1,5 +1,6 @@
 """DLedger stores against the real broker (``compat/src/common/oracle/DLedgerRun``, run by
-``tests/oracle.py`` on the 4.9.7 and 5.3.3 release jars, DLedger 0.3.1.2): a one-member group's
+``tests/oracle.py`` on the 4.9.7, 5.3.3, 5.4.0 and 5.5.1 release jars, DLedger 0.3.1.2, 0.3.1.2, 0.3.2
+and 0.3.3.4): a one-member group's
 store written through the real put path and halted (kill -9), then damaged at seeded points (a torn
 body, index units lost or wrong, every index file lost, a bad header, a term going back, a torn
 tail under a checkpoint that is ahead), and restarted. ``store_reader.dledger`` must predict
@@ -23,7 +24,7 @@ from store_reader import recordformat as rf
 
 pytestmark = [pytest.mark.slow, pytest.mark.oracle]
 
-VERSIONS = ("4.9.7", "5.3.3")
+VERSIONS = ("4.9.7", "5.3.3", "5.4.0", "5.5.1")
 FILE_SIZE = 65536
 CONF = """enableDLegerCommitLog=true
 dLegerGroup=oracleDL
@@ -119,18 +120,30 @@ DAMAGE = [None, torn_body, index_units_lost, index_unit_wrong, index_files_lost,
           term_goes_back, checkpoint_ahead]
 
 
+class _PerVersion(dict):
+    """version -> what ``make(version)`` returns, made on first use: a run selecting some versions
+    (``-k 5.5.1``) starts only their JVMs."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, version):
+        self[version] = self.make(version)
+        return self[version]
+
+
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    """One halted DLedger store per version (150 puts, 3 data files) and the puts it acked."""
+    """Per version: one halted DLedger store (150 puts, 3 data files) and the puts it acked."""
     from tests import oracle
-    out = {}
     base = tmp_path_factory.mktemp("dledger-written")
     (base / "broker.conf").write_text(CONF)
-    for v in VERSIONS:
+
+    def write(v):
         root = base / v
-        w = oracle.run(v, "oracle.DLedgerRun", "write", root, base / "broker.conf", 150, 5, "halt")
-        out[v] = (root, w)
-    return base, out
+        return root, oracle.run(v, "oracle.DLedgerRun", "write", root, base / "broker.conf", 150, 5, "halt")
+    return base, _PerVersion(write)
 
 
 def _copy(src: Path, dest: Path) -> Path:
@@ -140,15 +153,15 @@ def _copy(src: Path, dest: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def restarted(written, tmp_path_factory):
-    """Per version and damage: the damaged store opened read-only, the prediction, and what the
+    """Per version, per damage: the damaged store opened read-only, the prediction, and what the
     real broker did restarting a copy of it (one JVM per version restarts them in turn; a store
     whose predicted recovery exits the JVM is restarted alone)."""
     from tests import oracle
     base, stores = written
-    out = {}
-    for v in VERSIONS:
+
+    def restart(v):
         work = tmp_path_factory.mktemp(f"dledger-{v}")
-        batch = []
+        out, batch = {}, []
         for damage in DAMAGE:
             name = damage.__name__ if damage else "halted"
             root = _copy(stores[v][0], work / name)
@@ -157,19 +170,20 @@ def restarted(written, tmp_path_factory):
             store = open_store(root, base / "broker.conf", read_dledger=True)
             rec = dledger.recover(store)
             copy = _copy(root, work / f"{name}.restarted")
-            out[(v, name)] = [store, rec, copy, None]
+            out[name] = [store, rec, copy, None]
             if rec.refused is None:
                 batch.append(name)
             else:                # DLedgerMmapFileStore#recover calls System.exit(-1)
                 try:
                     oracle.run(v, "oracle.DLedgerRun", "restart", base / "broker.conf", copy)
                 except oracle.OracleError as e:
-                    out[(v, name)][3] = {"error": str(e)}
+                    out[name][3] = {"error": str(e)}
         got = oracle.run(v, "oracle.DLedgerRun", "restart", base / "broker.conf",
-                         *(out[(v, n)][2] for n in batch), timeout=600)["runs"]
+                         *(out[n][2] for n in batch), timeout=600)["runs"]
         for name, run in zip(batch, got):
-            out[(v, name)][3] = run
-    return base, out
+            out[name][3] = run
+        return out
+    return _PerVersion(restart)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -189,14 +203,13 @@ def test_the_framing_reads_every_acked_message(written, version):
 @pytest.mark.parametrize("damage", DAMAGE, ids=lambda d: d.__name__ if d else "halted")
 @pytest.mark.parametrize("version", VERSIONS)
 def test_restart_predicted_exactly(restarted, version, damage):
-    _, out = restarted
-    store, rec, _, got = out[(version, damage.__name__ if damage else "halted")]
+    store, rec, _, got = restarted[version][damage.__name__ if damage else "halted"]
     if rec.refused is not None:          # the JVM exited: status 255 = System.exit(-1)
         assert "exited 255" in got["error"]
         return
     kept = dledger.restart_keeps(store, rec)
     assert not kept.unreadable
-    broker = dledger.broker_restart(store, rec, "4.9" if version.startswith("4") else "5.3")
+    broker = dledger.broker_restart(store, rec, version)
     assert got["loadResult"] and got["committedAndDispatched"]
     load, after = got["afterLoad"], got["afterCommit"]
     assert (load["ledgerBeginIndex"], load["ledgerEndIndex"], load["ledgerEndTerm"]) == \
@@ -211,8 +224,12 @@ def test_restart_predicted_exactly(restarted, version, damage):
     served = {(t, int(q)): [(x["q"], x["phy"], x["size"]) for x in d.get("entries", [])]
               for t, byq in got["queues"].items() for q, d in byq.items()}
     assert {k: v for k, v in served.items() if v} == broker.served()
-    if not broker.dispatched_past_end:   # else 5.3.3 serves messages past the log's end too
-        assert broker.served() == kept.queues()
+    # below the log's end the broker serves what the restart keeps; past it only queue entries the
+    # 5.3.3 walk dispatched there or [5.5] ones its truncation (at logicsPhysicalOffset) left
+    below = {k: [e for e in v if e[1] < rec.last_entry_end] for k, v in broker.served().items()}
+    assert {k: v for k, v in below.items() if v} == kept.queues()
+    if below != broker.served():
+        assert broker.dispatched_past_end or (broker.cq_truncated_at is None and version == "5.5.1")
 
 
 @pytest.mark.parametrize("conf_kind", ["broker.conf", "defaults"])
@@ -248,3 +265,30 @@ def test_real_store_read_by_the_reading_jobs_and_refused_by_the_others(written, 
     }.items():
         assert run() == 0, (job, capsys.readouterr().err[-500:])
         assert "ledger" in capsys.readouterr().out or job == "salvage", job
+
+
+@pytest.mark.parametrize("damage", [None, torn_body, index_units_lost, index_files_lost],
+                         ids=lambda d: d.__name__ if d else "halted")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_findings_against_the_real_recovery(restarted, written, version, damage):
+    """The DLedger findings on the damaged store: the units lost are the ones the real DLedger
+    rewrites, the entries past the checkpoint's committedIndex those past the committed index it
+    loads; on the store the real broker leaves (its units rewritten, everything committed, a clean
+    shutdown's checkpoint): none."""
+    from store_reader.audit import Findings
+    from store_reader.audit.dledger import dledger_findings
+
+    store, rec, copy, got = restarted[version][damage.__name__ if damage else "halted"]
+    found = Findings()
+    dledger_findings(store, rec, found)
+    count = {}
+    for a in found.anomalies:
+        count[a.kind] = count.get(a.kind, 0) + a.count
+    n = rec.ledger_end_index + 1
+    assert count.pop("dledger.beyond_committed", 0) == n - 1 - got["afterLoad"]["committedIndex"]
+    lost = n if damage is index_files_lost else n - rec.index_rewritten_from if damage is index_units_lost else 0
+    assert count == ({"dledger.unit_disagrees": lost} if lost else {})
+    after = open_store(copy, written[0] / "broker.conf", read_dledger=True)
+    found = Findings()
+    dledger_findings(after, dledger.recover(after), found)
+    assert found.anomalies == []

@@ -167,6 +167,13 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("timer.read_time_unknown", _S, "anomaly",
          "no timercheck read time: the dequeue restarts 7 days back and delivers again what is "
          "still in the wheel", "timer.timer_findings"),
+    Kind("dledger.unit_disagrees", _S, "anomaly",
+         "a DLedger entry whose index unit is absent or disagrees with its header (magic, pos, size): "
+         "lookups by index read the wrong bytes until DLedger's recovery rewrites the units",
+         "dledger.dledger_findings"),
+    Kind("dledger.beyond_committed", _S, "info",
+         "DLedger entries past the checkpoint's committedIndex: a one-member group commits them after "
+         "its election, a new leader of a larger group may truncate them", "dledger.dledger_findings"),
     Kind("note.timer_resume_uncertain", _S, "note",
          "the timer log's last unit points below the cut at bytes that are not its timer record: "
          "where the broker resumes the timer queue depends on how they decode (not predicted)",
