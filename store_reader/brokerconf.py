@@ -43,6 +43,8 @@ class BrokerConfig:
     commitLogRecoverMaxNum: int = 10           # [5.4] files the start-file search looks at (R§4.1)
     checkCommitLogOffsetOnRecover: bool = False  # [5.5] abnormal walk checks PHYSICALOFFSET (R§4.3)
     enableAcceleratedRecovery: bool = False    # [5.5] abnormal walk from logicsPhysicalOffset: refused
+    indexRocksDBEnable: bool = False           # [5.5] extra dispatch stores (commitLogDispatchStores): refused
+    transRocksDBEnable: bool = False
     offsetCheckInSlave: bool = False
     maxMsgsNumBatch: int = 64
     flushDiskType: str = "ASYNC_FLUSH"

@@ -1036,13 +1036,24 @@ def predict(store: Store, broker_version: str | None = None,
     """
     version = resolve_version(broker_version or store.broker_version())
     broker_5x = is_5x(version)
+    rocksdb = store.inventory.cq_served_by == "rocksdb"
     if store.abort_exists and since(version, V55) and store.config.enableAcceleratedRecovery:
         # the walk would start inside the start file, at the checkpoint's logicsPhysicalOffset
         raise UnsupportedStoreError("enableAcceleratedRecovery=true: a 5.5 broker's abnormal recovery "
                                     "then starts at the checkpoint's logicsPhysicalOffset, which this "
                                     "tool does not model (R§12)", store.config.source)
+    if rocksdb and since(version, V54) and not since(version, V55) and store.config.enableAcceleratedRecovery:
+        # [5.4] CommitLog#recoverNormally/#recoverAbnormally with isEnableRocksDBStore
+        raise UnsupportedStoreError("enableAcceleratedRecovery=true with a RocksDB consume queue: a 5.4 "
+                                    "broker's recovery then starts inside the start file, at the queue's "
+                                    "max phy offset, which this tool does not model (R§12)", store.config.source)
+    if since(version, V55) and (store.config.indexRocksDBEnable or store.config.transRocksDBEnable):
+        # DefaultMessageStore#recover dispatches from the lowest of every registered store's offset
+        raise UnsupportedStoreError("indexRocksDBEnable/transRocksDBEnable=true: a 5.5 broker then "
+                                    "dispatches again from the lowest offset of its RocksDB index and "
+                                    "transaction stores (commitLogDispatchStores), which this tool does not "
+                                    "model (R§15.1)", store.config.source)
     opts = store.scan_options(broker_5x=broker_5x)
-    rocksdb = store.inventory.cq_served_by == "rocksdb"
     if rocksdb and not broker_5x:
         raise UnsupportedStoreError(f"consume queues kept in RocksDB (storeType=defaultRocksDB): a "
                                     f"{version} broker has no RocksDB consume queue (5.x only)",
