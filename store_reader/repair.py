@@ -249,6 +249,27 @@ class RepairedQueue:
         return sum(hi - lo for lo, hi, _ in self.fillers)
 
 
+def held_puts(stored_phy: np.ndarray, size: np.ndarray, queue_offset: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Which of a queue's puts (in commitlog order) the repaired store's queue holds
+    (``place_entries``, the one rule): ``(kept, held)``, indices of the puts that are neither a
+    repeat by phy nor below the queue's start, and of those the first claim of each queue offset,
+    ascending by queue offset. A kept put that is not held claims an offset already held
+    (``duplicate_queue_offset``)."""
+    stored_phy = np.asarray(stored_phy, dtype=np.int64)
+    queue_offset = np.asarray(queue_offset, dtype=np.int64)
+    # 1. repeats by phy: an end not past every earlier put's end
+    ends = stored_phy + np.asarray(size, dtype=np.int64)
+    put = np.flatnonzero(ends > np.maximum.accumulate(np.concatenate(([-1], ends[:-1]))))
+    put = put[queue_offset[put] >= 0]
+    if not put.size:
+        return put, put
+    # 2. the queue starts at its first put; each offset from there on is held by its first claim
+    put = put[queue_offset[put] >= queue_offset[put[0]]]
+    _, first_claim = np.unique(queue_offset[put], return_index=True)
+    return put, put[first_claim]
+
+
 def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.ndarray,
                   tags_code: np.ndarray, queue_offset: np.ndarray, cq_file_size: int,
                   commitlog_file_size: int) -> RepairedQueue:
@@ -275,17 +296,11 @@ def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.nd
     tags_code = np.asarray(tags_code, dtype=np.int64)
     queue_offset = np.asarray(queue_offset, dtype=np.int64)
     per_file = cq_file_size // CQ_STORE_UNIT_SIZE
-    # 1. repeats by phy: an end not past every earlier put's end
-    ends = stored_phy + size
-    put = np.flatnonzero(ends > np.maximum.accumulate(np.concatenate(([-1], ends[:-1]))))
-    put = put[queue_offset[put] >= 0]
+    put, rows = held_puts(stored_phy, size, queue_offset)
     if not put.size:
         return RepairedQueue(topic, queue_id, cq_file_size, 0, np.zeros(0, CQ_ENTRY_DTYPE), 0, [])
-    # 2. the queue starts at its first put; each offset from there on is held by its first claim
     start = int(queue_offset[put[0]])
-    put = put[queue_offset[put] >= start]
-    offsets, first_claim = np.unique(queue_offset[put], return_index=True)
-    rows = put[first_claim]
+    offsets = queue_offset[rows]
     # 3. the slots from the start's CQ file on: pre-blank head, entries at their offsets, fillers
     base = start - start % per_file
     slots = np.zeros(int(offsets[-1]) + 1 - base, CQ_ENTRY_DTYPE)

@@ -26,6 +26,7 @@ from store_reader.exceptions import FileSizeError, StoreReaderError
 from store_reader.dispatch import dispatchable
 from store_reader.mappedfile import MappedFile, list_mapped_files
 from store_reader.ranges import consecutive_runs
+from store_reader.repair import held_puts
 from store_reader.store import Store
 from store_reader.storefs import location
 
@@ -89,11 +90,29 @@ def _aligner(*offsets: np.ndarray):
     return keys, align
 
 
+def rebuilt_entries(t: pa.Table) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The rebuilt view of a queue's ``QUEUE_ROWS``: the entries the repaired store's queue holds,
+    by the repair's own rule (``repair.held_puts`` over the ``REBUILT`` rows in commitlog order),
+    as columns (queue offset, phy offset, size, tags code, flag) ascending by queue offset; and
+    the queue offsets several of its kept puts claim (``duplicate_queue_offset``)."""
+    i = np.flatnonzero(t["src"].to_numpy() & REBUILT)
+    rec_phy = t["record_phy"].to_numpy()[i]
+    if len(i) > 1 and not (rec_phy[1:] >= rec_phy[:-1]).all():
+        i = i[np.argsort(rec_phy, kind="stable")]
+    off, phy, size = t["queue_offset"].to_numpy()[i], t["phy_offset"].to_numpy()[i], t["size"].to_numpy()[i]
+    kept, held = held_puts(phy, size, off)
+    claims, count = np.unique(off[kept], return_counts=True)
+    cols = (off, phy, size.astype(np.int64), t["tags_code"].to_numpy()[i], t["flag"].to_numpy()[i])
+    return tuple(c[held] for c in cols), claims[count > 1]
+
+
 def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None, on_disk: bool,
-                  scope: tuple[int, int] | None) -> list[dict]:
+                  scope: tuple[int, int] | None,
+                  rebuilt: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None) -> list[dict]:
     """Every ``QUEUE_KINDS`` finding of one queue from its entries: ``QUEUE_ROWS`` whose ``src``
     bits say which views (disk, broker, rebuilt, record) a row belongs to (``flag`` of a record
-    row: 1 CRC mismatch, 2 behind a bad record)."""
+    row: 1 CRC mismatch, 2 behind a bad record); ``rebuilt``: ``rebuilt_entries(t)`` if the
+    caller has it."""
     src = t["src"].to_numpy()
     off, phy = t["queue_offset"].to_numpy(), t["phy_offset"].to_numpy()
     size, tags = t["size"].to_numpy().astype(np.int64), t["tags_code"].to_numpy()
@@ -107,13 +126,9 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
             i = i[np.lexsort((phy[i], o))]
         return off[i], phy[i], size[i], tags[i], flag[i]
 
-    d, b, r_all, rec = view(DISK), view(BROKER), view(REBUILT), view(REC)
+    d, b, rec = view(DISK), view(BROKER), view(REC)
+    r, dup = rebuilt if rebuilt is not None else rebuilt_entries(t)
     out: list[dict] = []
-    # several records claiming one queue offset; the first (lowest phy) stands for it
-    starts = np.flatnonzero(np.r_[True, np.diff(r_all[0]) != 0]) if len(r_all[0]) else np.zeros(0, np.int64)
-    counts = np.diff(np.r_[starts, len(r_all[0])])
-    dup = np.repeat(counts > 1, counts)
-    r = tuple(a[starts] for a in r_all)
     keys, align = _aligner(d[0], b[0], r[0])
 
     (hd, (dp, ds, dt)), (hb, (bp, bs, bt)), (hr, (rp, rs, rt)) = align(d), align(b), align(r)
@@ -151,9 +166,8 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
     ]
     for kind, mask, p, s in kinds:
         out += _runs(kind, topic, qid, keys[mask], p[mask], s[mask])
-    if dup.any():
-        out += _runs("duplicate_queue_offset", topic, qid, np.unique(r_all[0][dup]),
-                     detail="several records at one queue offset")
+    if len(dup):
+        out += _runs("duplicate_queue_offset", topic, qid, dup, detail="several records at one queue offset")
     # holes: gaps between valid entries on disk
     valid = (d[1] >= 0) & (d[2] > 0)
     vo = d[0][valid]
