@@ -26,6 +26,7 @@ from store_reader.exceptions import FileSizeError, StoreReaderError
 from store_reader.dispatch import dispatchable
 from store_reader.mappedfile import MappedFile, list_mapped_files
 from store_reader.ranges import consecutive_runs
+from store_reader.recovery import cq_recovery_start
 from store_reader.repair import held_puts
 from store_reader.store import Store
 from store_reader.storefs import location
@@ -286,7 +287,7 @@ def _blank_in_middle(found: Findings, loaded: list[_QueueFile], n_files: int) ->
         if fi == last_valid[0]:
             bad = bad[bad < last_valid[1]]
         effect = ("the broker's recovery ends the queue at the first one and drops the valid entries "
-                  "after it (R§2)" if fi >= n_files - 3 else   # ConsumeQueue#recover: last 3 files
+                  "after it (R§2)" if fi >= cq_recovery_start(n_files) else
                   "before the last three files, so recovery goes on; pulls here find nothing")
         report_runs(found, "cq.blank_in_middle", qf.file.path, bad, lambda a, b, qf=qf, effect=effect:
                     qf.run(a, b, "invalid entry", f"with valid entries after them: {effect}"))
