@@ -15,7 +15,7 @@ from store_reader.audit.files import broker_load
 from store_reader.audit.index import index_entry_position, index_slot_position
 from store_reader.checkpoint import read_checkpoint
 from store_reader.config import parse_fastjson
-from store_reader.consumequeue import (CQ_STORE_UNIT_SIZE, ENTRY_INVALID, ENTRY_PRE_BLANK, ENTRY_VALID,
+from store_reader.consumequeue import (ENTRY_INVALID, ENTRY_PRE_BLANK, ENTRY_VALID, logic_offset_of, slot_of,
                                        classify_entries, parse_file_name, read_queue_file)
 from store_reader.exceptions import CannotRead, ConfigError, UnreadableFileError
 from store_reader.indexfile import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, IndexFile
@@ -36,16 +36,16 @@ def dump_cq_file(p: Printer, path: Path, max_bytes: int | None) -> None:
     zero = (e.phy_offset == 0) & (e.size == 0) & (e.tags_code == 0)
     n = len(kind)
     if max_bytes is not None:
-        n = min(n, max_bytes // CQ_STORE_UNIT_SIZE)
+        n = min(n, slot_of(max_bytes))
     kinds = {ENTRY_VALID: "valid", ENTRY_PRE_BLANK: "pre_blank", ENTRY_INVALID: "invalid"}
     i = 0
     while i < n:
-        pos, q = i * CQ_STORE_UNIT_SIZE, (start + i * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
+        pos, q = logic_offset_of(i), slot_of(start + logic_offset_of(i))
         if zero[i]:
             j = i
             while j < n and zero[j]:
                 j += 1
-            p.emit(f"# positions {pos}..{j * CQ_STORE_UNIT_SIZE - 1}: {j - i} blank (all-zero) entries",
+            p.emit(f"# positions {pos}..{logic_offset_of(j) - 1}: {j - i} blank (all-zero) entries",
                    {"type": "cq_blank", "file": str(path), "position": pos, "queue_offset": q,
                     "count": j - i})
             i = j

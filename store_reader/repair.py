@@ -33,8 +33,8 @@ from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, lock_status, write_checkpoint
 from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
 from .controller import EPOCH_FILE, IDENTITY_FILES, epoch_file_bytes, read_epoch_file
-from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, range_status, write_queue_files,
-                           write_queue_slots)
+from .consumequeue import (CQ_ENTRY_DTYPE, PRE_BLANK_SIZE, logic_offset_of, range_status, slots_per_file,
+                           write_queue_files, write_queue_slots)
 from .dispatch import dispatchable, index_key_counts, index_put_keys, multi_dispatch_rows
 from .exceptions import OutputError, StoreReaderError, UnreadableFileError
 from .fsutil import walk_files
@@ -295,7 +295,7 @@ def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.nd
     size = np.asarray(size, dtype=np.int64)
     tags_code = np.asarray(tags_code, dtype=np.int64)
     queue_offset = np.asarray(queue_offset, dtype=np.int64)
-    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    per_file = slots_per_file(cq_file_size)
     put, rows = held_puts(stored_phy, size, queue_offset)
     if not put.size:
         return RepairedQueue(topic, queue_id, cq_file_size, 0, np.zeros(0, CQ_ENTRY_DTYPE), 0, [])
@@ -403,15 +403,15 @@ def extend_queue(topic: str, queue_id: int, queue_dir: str, cq_file_size: int, r
     entry's (nothing follows them that a pull could skip, and phy offsets do not decrease), 0
     for a queue of fillers alone, whose first CQ file gets the pre-blank head below its min."""
     os.makedirs(queue_dir, exist_ok=True)
-    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    per_file = slots_per_file(cq_file_size)
     min_offset, first = (kept[0], kept[0]) if rebuilt is None else rebuilt
     stop = kept[1]
     phy = 0
     if rebuilt is not None:
         last = first - 1
-        with open(os.path.join(queue_dir, cq_file_name((last - last % per_file) * CQ_STORE_UNIT_SIZE)), "rb") as fh:
-            fh.seek(last % per_file * CQ_STORE_UNIT_SIZE)
-            phy = int(np.frombuffer(fh.read(CQ_STORE_UNIT_SIZE), CQ_ENTRY_DTYPE)[0]["phy_offset"])
+        with open(os.path.join(queue_dir, cq_file_name(logic_offset_of(last - last % per_file))), "rb") as fh:
+            fh.seek(logic_offset_of(last % per_file))
+            phy = int(np.frombuffer(fh.read(CQ_ENTRY_DTYPE.itemsize), CQ_ENTRY_DTYPE)[0]["phy_offset"])
     if rebuilt is None:
         base = min_offset - min_offset % per_file
         head = np.zeros(min_offset - base, CQ_ENTRY_DTYPE)
@@ -466,10 +466,10 @@ def write_repaired_queue(q: RepairedQueue, queue_dir: str, input_queue_dir: Path
     slots = q.slots
     head = q.min_offset - q.first
     if head > 0 and input_queue_dir is not None:
-        old = location(input_queue_dir) / cq_file_name(q.first * CQ_STORE_UNIT_SIZE)
+        old = location(input_queue_dir) / cq_file_name(logic_offset_of(q.first))
         if old.is_file() and old.size() == q.file_size:
             slots = slots.copy()
-            slots[:head] = np.frombuffer(old.read_bytes(0, head * CQ_STORE_UNIT_SIZE), dtype=slots.dtype)
+            slots[:head] = np.frombuffer(old.read_bytes(0, logic_offset_of(head)), dtype=slots.dtype)
     with writing(queue_dir, "consume queue file"):
         return write_queue_files(queue_dir, q.first, slots, q.file_size)
 

@@ -42,7 +42,7 @@ from schemas.replicas import RECORD_RUN, REPLICA_RECORD
 from . import recordformat as rf
 from .commitlog import DEFAULT_BATCH_SIZE, SegmentScan, _native_opts, scanner_impl
 from .config import read_consumer_offsets
-from .consumequeue import CQ_STORE_UNIT_SIZE
+from .consumequeue import slot_of
 from .dispatch import dispatchable
 from .exceptions import FileSizeError, StoreReaderError
 from .recovery import V49, V53, load_consume_queues
@@ -627,12 +627,12 @@ def _queue_ranges(store: Store, side: str, min_phy: int | None, data_end: int,
         q.recover()
         if not q.files:
             continue
-        phy = np.concatenate([f.slots[: f.wrote // CQ_STORE_UNIT_SIZE] for f in q.files])["phy_offset"]
+        phy = np.concatenate([f.slots[: slot_of(f.wrote)] for f in q.files])["phy_offset"]
         held = phy < data_end
         for a, b in scanned:
             held &= (phy < a) | (phy >= b)
         kept = np.flatnonzero(held)
-        first = q.files[0].start // CQ_STORE_UNIT_SIZE
+        first = slot_of(q.files[0].start)
         hi = first + (int(kept[-1]) + 1 if kept.size else 0)
         if min_phy is not None:
             q.correct_min_offset(min_phy, V53 if broker_5x else V49)

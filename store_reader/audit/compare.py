@@ -14,10 +14,10 @@ from schemas.findings import INDEX_FINDING_ROW, QUEUE_FINDING_ROW
 from store_reader import dispatch, recovery
 from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.plan import AuditPlan
-from store_reader.audit.queues import BROKER, DISK, PRE_BLANK, compare_queue, rebuilt_entries
+from store_reader.audit.queues import BROKER, DISK, compare_queue, rebuilt_entries
 from store_reader.audit.records import entry_rows, timestamps
 from store_reader.config import CONSUMER_OFFSET_GENERATIONS, read_consumer_offsets
-from store_reader.consumequeue import CQEntries, decode_entries, read_queue_head
+from store_reader.consumequeue import PRE_BLANK_SIZE, CQEntries, decode_entries, read_queue_head, slot_of
 from store_reader.ranges import ascending, consecutive_runs
 from store_reader.store import Store
 
@@ -47,7 +47,7 @@ def _queue_file_rows(key: tuple[str, int], plan: AuditPlan) -> list[pa.Table]:
     for path, start in plan.disk_queues.get(key, ()):
         e = head(path)
         keep = np.flatnonzero((e.phy_offset != 0) | (e.size != 0) | (e.tags_code != 0))
-        out.append(entry_rows(start // 20 + keep, CQEntries(*(c[keep] for c in e)), DISK))
+        out.append(entry_rows(slot_of(start) + keep, CQEntries(*(c[keep] for c in e)), DISK))
     for r in plan.broker_on_disk.get(key, ()):
         e = head(r.path)
         zeros = max(0, r.hi - max(r.lo, len(e.size)))    # slots past the head are all zero
@@ -74,7 +74,7 @@ def _rebuilt_range(t: pa.Table, rebuilt: tuple[np.ndarray, ...], below: int | No
     off, size = rebuilt[0], rebuilt[2]
     if below is not None:
         src, bsize = t["src"].to_numpy(), t["size"].to_numpy()
-        keep = ((src & BROKER) != 0) & (bsize != PRE_BLANK) & (t["phy_offset"].to_numpy() < below)
+        keep = ((src & BROKER) != 0) & (bsize != PRE_BLANK_SIZE) & (t["phy_offset"].to_numpy() < below)
         off = np.concatenate([off, t["queue_offset"].to_numpy()[keep]])
         size = np.concatenate([size, bsize[keep].astype(np.int64)])
     return _range(off, size)
