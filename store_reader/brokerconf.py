@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from .consumequeue import logic_offset_of, slot_of
 from .exceptions import ConfigError
+from .indexfile import index_file_size
 from .storefs import PathRef, location, open_regular
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -92,7 +93,7 @@ class BrokerConfig:
 
     @property
     def index_file_size(self) -> int:
-        return 40 + self.maxHashSlotNum * 4 + self.maxIndexNum * 20
+        return index_file_size(self.maxHashSlotNum, self.maxIndexNum)
 
     @property
     def delay_levels_ms(self) -> list[int]:

@@ -38,7 +38,7 @@ from .consumequeue import (CQ_ENTRY_DTYPE, PRE_BLANK_SIZE, logic_offset_of, rang
 from .dispatch import dispatchable, index_key_counts, index_put_keys, multi_dispatch_rows
 from .exceptions import OutputError, StoreReaderError, UnreadableFileError
 from .fsutil import walk_files
-from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
+from .indexfile import IndexHeader, _put_all, entry_position, index_file_size, next_index_file_name, slot_position
 from .javahash import index_key_hashes_of
 from .mappedfile import file_name as cq_file_name
 from .ranges import stable_order
@@ -616,7 +616,7 @@ class IndexFileWriter:
         self.path, self.header = path, start_header
         self.hash_slot_num, self.index_num = config.maxHashSlotNum, config.maxIndexNum
         self.size = index_file_size(self.hash_slot_num, self.index_num)
-        self.entries_pos = INDEX_HEADER_SIZE + 4 * self.hash_slot_num
+        self.entries_pos = slot_position(self.hash_slot_num)
         self.first_put_timestamp: int | None = None
         # private anonymous memory: zero pages until touched, handed back by MADV_DONTNEED
         self._buf = mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -641,7 +641,7 @@ class IndexFileWriter:
                                np.asarray(phy, dtype=np.int64), np.asarray(store_timestamp, dtype=np.int64),
                                self.hash_slot_num)
         # the new entries go to the file; _put_all never reads an older entry back
-        end = self.entries_pos + self.header.index_count * 20
+        end = entry_position(self.hash_slot_num, self.header.index_count)
         with writing(self.path, "index file"):
             self._fh.seek(self._written)
             self._fh.write(self._data[self._written:end])
@@ -763,11 +763,9 @@ def write_index_file_part(path: str, segments: Sequence[tuple[str, int, int]], o
 def name_index_files(written: Sequence[WrittenIndexFile]) -> list[str]:
     """Broker-style names of fresh index files in creation order (their first put's store time,
     UTC), made strictly increasing so they sort in creation order."""
-    names, last = [], -1
+    names: list[str] = []
     for w in written:
-        stamp = max(w.first_put_timestamp, last + 1)
-        names.append(index_file_name(stamp, "UTC"))
-        last = stamp
+        names.append(next_index_file_name(w.first_put_timestamp, names[-1] if names else None))
     return names
 
 
