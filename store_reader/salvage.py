@@ -338,10 +338,10 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
         if lmq is not None:
             old = props[i][rf.PROPERTY_INNER_MULTI_QUEUE_OFFSET]
             size += len(lmq.encode()) - len(old.encode())
-        left = file_size - phy % file_size
-        if size + rf.END_FILE_MIN_BLANK_LENGTH > left:
-            blanks.append((phy, left))
-            phy += left
+        at, blank = rf.append_position(phy, size, file_size)
+        if blank:
+            blanks.append((phy, blank))
+        phy = at
         for k in [key, *((name, qid) for name, qid, _ in copies)]:
             entries.setdefault(k, []).append((phy, size, col["tags_code"][i], i))
         new_phy.append(phy)

@@ -495,11 +495,11 @@ class _CommitLogWriter:
 
     def reserve(self, total: int) -> tuple[bytearray, int, int]:
         """Room for a ``total``-byte record: ``(buffer, position in it, phy offset)``."""
-        left = self.segment_size - self.position
-        if total + rf.END_FILE_MIN_BLANK_LENGTH > left:
+        _, blank = rf.append_position(self.end, total, self.segment_size)
+        if blank:
             if self.used + rf.END_FILE_MIN_BLANK_LENGTH > len(self.chunk):
                 self._flush()
-            self.chunk[self.used:self.used + rf.END_FILE_MIN_BLANK_LENGTH] = encode_blank(left)
+            self.chunk[self.used:self.used + rf.END_FILE_MIN_BLANK_LENGTH] = encode_blank(blank)
             self.used += rf.END_FILE_MIN_BLANK_LENGTH
             self._close_file()
             self._open(self.file_start + self.segment_size)
