@@ -12,13 +12,12 @@ import numpy as np
 from jobs.dumpprint import Printer, iso_ms
 from store_reader import timerstore as ts
 from store_reader.audit.files import broker_load
-from store_reader.audit.index import index_entry_position, index_slot_position
 from store_reader.checkpoint import read_checkpoint
 from store_reader.config import parse_fastjson
-from store_reader.consumequeue import (CQ_STORE_UNIT_SIZE, ENTRY_INVALID, ENTRY_PRE_BLANK, ENTRY_VALID,
+from store_reader.consumequeue import (ENTRY_INVALID, ENTRY_PRE_BLANK, ENTRY_VALID, logic_offset_of, slot_of,
                                        classify_entries, parse_file_name, read_queue_file)
 from store_reader.exceptions import CannotRead, ConfigError, UnreadableFileError
-from store_reader.indexfile import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, IndexFile
+from store_reader.indexfile import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, IndexFile, entry_position, slot_position
 
 
 # -- consume queues ------------------------------------------------------------------------------------
@@ -36,16 +35,16 @@ def dump_cq_file(p: Printer, path: Path, max_bytes: int | None) -> None:
     zero = (e.phy_offset == 0) & (e.size == 0) & (e.tags_code == 0)
     n = len(kind)
     if max_bytes is not None:
-        n = min(n, max_bytes // CQ_STORE_UNIT_SIZE)
+        n = min(n, slot_of(max_bytes))
     kinds = {ENTRY_VALID: "valid", ENTRY_PRE_BLANK: "pre_blank", ENTRY_INVALID: "invalid"}
     i = 0
     while i < n:
-        pos, q = i * CQ_STORE_UNIT_SIZE, (start + i * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
+        pos, q = logic_offset_of(i), slot_of(start + logic_offset_of(i))
         if zero[i]:
             j = i
             while j < n and zero[j]:
                 j += 1
-            p.emit(f"# positions {pos}..{j * CQ_STORE_UNIT_SIZE - 1}: {j - i} blank (all-zero) entries",
+            p.emit(f"# positions {pos}..{logic_offset_of(j) - 1}: {j - i} blank (all-zero) entries",
                    {"type": "cq_blank", "file": str(path), "position": pos, "queue_offset": q,
                     "count": j - i})
             i = j
@@ -74,7 +73,7 @@ def dump_index_file(p: Printer, f: IndexFile, deep: bool, max_bytes: int | None)
     if deep:
         slots = f.slots[:]           # one read (a remote file's slots are read on demand)
         for s in np.flatnonzero(slots):
-            pos = index_slot_position(int(s))
+            pos = slot_position(int(s))
             if limit is not None and pos + HASH_SLOT_SIZE > limit:
                 break
             p.emit(f"slot: {int(s)} position: {pos} entry: {int(slots[s])}",
@@ -82,7 +81,7 @@ def dump_index_file(p: Printer, f: IndexFile, deep: bool, max_bytes: int | None)
                     "entry_number": int(slots[s])})
     for row in f.entries_table().to_pylist():
         n = row["entry_number"]
-        pos = index_entry_position(f, n)
+        pos = entry_position(f.hash_slot_num, n)
         if limit is not None and pos + INDEX_ENTRY_SIZE > limit:
             p.emit(f"# stopped at --max-bytes {max_bytes}",
                    {"type": "stopped", "file": f.path, "max_bytes": max_bytes})

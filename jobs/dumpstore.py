@@ -13,7 +13,7 @@ from store_reader import rocksdbcq
 from store_reader import timerstore as ts
 from store_reader.audit.view import StoreView
 from store_reader.checkpoint import lock_status
-from store_reader.consumequeue import CQ_STORE_UNIT_SIZE, list_queues
+from store_reader.consumequeue import list_queues, slots_per_file
 from store_reader.exceptions import StoreReaderError
 from store_reader.fsutil import list_dir
 from store_reader.indexfile import read_header
@@ -32,7 +32,7 @@ def dump_overview(p: Printer, view: StoreView) -> None:
            {"type": "modes", "modes": list(inv.modes), "cq_served_by": inv.cq_served_by,
             "unknown": [e.path for e in inv.unknown]})
     p.emit(f"layout: mappedFileSizeCommitLog: {cfg.mappedFileSizeCommitLog} "
-           f"mappedFileSizeConsumeQueue: {cfg.cq_file_size} ({cfg.cq_file_size // CQ_STORE_UNIT_SIZE} "
+           f"mappedFileSizeConsumeQueue: {cfg.cq_file_size} ({slots_per_file(cfg.cq_file_size)} "
            f"entries) maxHashSlotNum: {cfg.maxHashSlotNum} maxIndexNum: {cfg.maxIndexNum} (index "
            f"file {cfg.index_file_size} bytes) checkCRCOnRecover: {str(cfg.checkCRCOnRecover).lower()}",
            {"type": "layout", "mapped_file_size_commitlog": cfg.mappedFileSizeCommitLog,

@@ -15,7 +15,7 @@ from jobs.exchange import exchange
 from jobs.scan import kept_puts, kept_reader
 from store_reader import repair
 from store_reader.commitlog import SegmentSummary
-from store_reader.consumequeue import CQ_STORE_UNIT_SIZE
+from store_reader.consumequeue import slots_per_file
 from store_reader.indexfile import IndexHeader
 from store_reader.recordformat import ScanOptions
 from store_reader.store import Store
@@ -46,7 +46,7 @@ def surviving_records(spark, store: Store, end: int, broker_5x: bool, buckets: i
     ``records``: where the run's scan kept each file's records (default: read the files)."""
     files = [f.path for f in store.commitlog_files if f.start < end]
     opts, cfg = _rebuild_scan_options(store, broker_5x), store.config
-    per_file = cfg.cq_file_size // CQ_STORE_UNIT_SIZE
+    per_file = slots_per_file(cfg.cq_file_size)
     kept = kept_reader(records, repair.dispatch_columns(cfg))
 
     def scan(path: str):

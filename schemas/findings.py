@@ -11,6 +11,8 @@ QUEUE_ROW = RecordSchema("queue_row", (
     F("tags_code", "int64"),
     F("src", "int8", doc="bits: which views hold the row (disk, broker, rebuilt, record)"),
     F("flag", "int8", doc="a record row's damage: 1 CRC fails, 2 behind a bad record"),
+    F("record_phy", "int64", doc="a record or rebuilt row's record phy offset (its put's place in "
+                                 "commitlog order), -1 for an entry read from a CQ file"),
 ))
 """A queue's entry in one of the views compared (or one of its records)."""
 

@@ -11,11 +11,12 @@ import io
 import re
 from dataclasses import dataclass, field
 
+from .consumequeue import logic_offset_of, slot_of
 from .exceptions import ConfigError
+from .indexfile import index_file_size
 from .storefs import PathRef, location, open_regular
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-CQ_STORE_UNIT_SIZE = 20
 
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -25,7 +26,7 @@ class BrokerConfig:
     """The subset of broker settings this tool needs, with the broker's defaults."""
 
     mappedFileSizeCommitLog: int = 1024 * 1024 * 1024
-    mappedFileSizeConsumeQueue: int = 300_000 * CQ_STORE_UNIT_SIZE
+    mappedFileSizeConsumeQueue: int = logic_offset_of(300_000)
     mappedFileSizeConsumeQueueExt: int = 48 * 1024 * 1024
     maxHashSlotNum: int = 5_000_000
     maxIndexNum: int = 5_000_000 * 4
@@ -92,11 +93,11 @@ class BrokerConfig:
     def cq_file_size(self) -> int:
         """``getMappedFileSizeConsumeQueue`` rounds the configured value up to a multiple of 20."""
         size = self.mappedFileSizeConsumeQueue
-        return -(-size // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+        return logic_offset_of(-slot_of(-size))         # whole slots, rounded up
 
     @property
     def index_file_size(self) -> int:
-        return 40 + self.maxHashSlotNum * 4 + self.maxIndexNum * 20
+        return index_file_size(self.maxHashSlotNum, self.maxIndexNum)
 
     @property
     def delay_levels_ms(self) -> list[int]:

@@ -77,6 +77,21 @@ CQ_ENTRY_DTYPE = np.dtype({
 })
 assert CQ_STORE_UNIT_SIZE == 20 and _CQ_OFFSETS == [0, 8, 12]
 
+
+def slots_per_file(cq_file_size: int) -> int:
+    """How many entries a consume queue file of ``cq_file_size`` bytes holds."""
+    return cq_file_size // CQ_STORE_UNIT_SIZE
+
+
+def slot_of(logic_offset):
+    """The queue offset of the entry at a logic (byte) offset, e.g. a CQ file's first entry's."""
+    return logic_offset // CQ_STORE_UNIT_SIZE
+
+
+def logic_offset_of(queue_offset):
+    """The logic (byte) offset of a queue offset's entry: where a CQ file names its first."""
+    return queue_offset * CQ_STORE_UNIT_SIZE
+
 # ConsumeQueue#fillPreBlank writes (phy 0, size Integer.MAX_VALUE, tags 0) into every slot before the
 # first real entry of a queue's first file.
 PRE_BLANK_SIZE = 0x7FFFFFFF

@@ -37,6 +37,7 @@ __all__ = [
     "HASH_SLOT_SIZE",
     "INDEX_ENTRY_SIZE",
     "HEADER_STRUCT",
+    "HEADER_POSITION",
     "ENTRY_DTYPE",
     "INT64_MAX",
     "IndexHeader",
@@ -46,7 +47,10 @@ __all__ = [
     "unmap_entries",
     "create_index_file",
     "index_file_size",
+    "slot_position",
+    "entry_position",
     "index_file_name",
+    "next_index_file_name",
     "list_index_files",
     "read_header",
     "write_header",
@@ -74,9 +78,9 @@ _HEADER_FIELDS = (("begin_timestamp", "q"), ("end_timestamp", "q"), ("begin_phy_
                   ("end_phy_offset", "q"), ("hash_slot_count", "i"), ("index_count", "i"))
 HEADER_STRUCT = struct.Struct(">" + "".join(c for _, c in _HEADER_FIELDS))
 INDEX_HEADER_SIZE = HEADER_STRUCT.size
-_HEADER_POS = {name: struct.calcsize(">" + "".join(c for _, c in _HEADER_FIELDS[:i]))
+HEADER_POSITION = {name: struct.calcsize(">" + "".join(c for _, c in _HEADER_FIELDS[:i]))
                for i, (name, _) in enumerate(_HEADER_FIELDS)}
-assert INDEX_HEADER_SIZE == 40 and _HEADER_POS["index_count"] == 36
+assert INDEX_HEADER_SIZE == 40 and HEADER_POSITION["index_count"] == 36
 
 # Slot s: i32 at 40 + 4*s = entry number of the newest entry of that slot, 0 = empty.
 HASH_SLOT_SIZE = struct.calcsize(">i")
@@ -105,11 +109,17 @@ _NAME = re.compile(r"[0-9]{17}")
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
     """``40 + 4*hashSlotNum + 20*indexNum`` (420,000,040 with the defaults)."""
-    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+    return entry_position(hash_slot_num, index_num)
 
 
-def _entries_pos(hash_slot_num: int) -> int:
-    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+def slot_position(slot: int) -> int:
+    """Byte position of hash slot ``slot`` (``slot == hashSlotNum``: where the entries start)."""
+    return INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE
+
+
+def entry_position(hash_slot_num: int, n: int) -> int:
+    """Byte position of entry ``n`` in a file of ``hash_slot_num`` slots."""
+    return slot_position(hash_slot_num) + n * INDEX_ENTRY_SIZE
 
 
 # -- header -----------------------------------------------------------------------------------
@@ -218,6 +228,17 @@ def index_file_name(epoch_ms: int, tz: str | _dt.tzinfo | None = None) -> str:
     return f"{t.year:04d}{t.month:02d}{t.day:02d}{t.hour:02d}{t.minute:02d}{t.second:02d}{ms:03d}"
 
 
+def next_index_file_name(first_put_ms: int, previous: str | None) -> str:
+    """The name of an index file the project creates: its first put's store time (UTC, as the
+    broker names a file by its creation time), made later than ``previous`` (the name of the
+    file before it, if any) so names stay unique and sort in creation order."""
+    name = index_file_name(first_put_ms, "UTC")
+    if previous is not None and name <= previous:
+        t = _dt.datetime.strptime(previous, "%Y%m%d%H%M%S%f").replace(tzinfo=_dt.timezone.utc)
+        name = index_file_name(int(t.replace(microsecond=0).timestamp()) * 1000 + t.microsecond // 1000 + 1, "UTC")
+    return name
+
+
 @dataclass(frozen=True)
 class IndexFileRef:
     """One index file on disk: full path (a ``storefs.StoreLocation`` if remote), 17-digit name, length."""
@@ -299,7 +320,7 @@ class IndexFile:
         self.index_num = index_num
         self._reader: FileReader | None = None
         size = index_file_size(hash_slot_num, index_num)
-        base = _entries_pos(hash_slot_num)
+        base = slot_position(hash_slot_num)
         if data is None and loc.filesystem is not None:
             try:
                 self._reader = loc.open_reader()
@@ -630,7 +651,7 @@ def _put_all(data: np.ndarray, start: IndexHeader, kh: np.ndarray, phy: np.ndarr
 
     native = native_kernel("index_put_all")         # else its NumPy twin, _put_entries
     if native is not None:
-        invalid = native(data, INDEX_HEADER_SIZE, _entries_pos(hash_slot_num), hash_slot_num, n0,
+        invalid = native(data, INDEX_HEADER_SIZE, slot_position(hash_slot_num), hash_slot_num, n0,
                          np.ascontiguousarray(kh, np.int64), np.ascontiguousarray(phy, np.int64), time_diff)
     else:
         invalid = _put_entries(data, n0, kh, phy, time_diff, hash_slot_num)
@@ -645,8 +666,8 @@ def _put_entries(data: np.ndarray, n0: int, kh: np.ndarray, phy: np.ndarray, tim
     chained to the slot's head when ``putKey``'s validity test accepts it. Returns how many puts
     found their slot invalid."""
     m = len(kh)
-    slots_view = data[INDEX_HEADER_SIZE:_entries_pos(hash_slot_num)].view(_SLOT_DTYPE)
-    entries_view = data[_entries_pos(hash_slot_num):].view(ENTRY_DTYPE)
+    slots_view = data[INDEX_HEADER_SIZE:slot_position(hash_slot_num)].view(_SLOT_DTYPE)
+    entries_view = data[slot_position(hash_slot_num):].view(ENTRY_DTYPE)
 
     slot = kh % hash_slot_num
     entry_no = np.arange(n0, n0 + m, dtype=np.int64)
@@ -684,7 +705,7 @@ def unmap_entries(data: np.ndarray, hash_slot_num: int, lo: int, hi: int) -> Non
     mm = getattr(data, "_mmap", None)
     if mm is None or hi <= lo:
         return
-    base = _entries_pos(hash_slot_num)
+    base = slot_position(hash_slot_num)
     a = (base + lo * ENTRY_DTYPE.itemsize) // mmap.PAGESIZE * mmap.PAGESIZE
     mm.madvise(mmap.MADV_DONTNEED, a, base + hi * ENTRY_DTYPE.itemsize - a)
 

@@ -242,6 +242,17 @@ def encode_properties(properties: Mapping[str, str | None] | Sequence[tuple[str,
     return text if trailing_separator or not text else text[:-1]
 
 
+def append_position(end: int, total_size: int, file_size: int) -> tuple[int, int]:
+    """Where the broker's put appends a ``total_size``-byte record to a commitlog ending at phy
+    offset ``end`` (``DefaultAppendMessageCallback#doAppend``, F§3.10): the record's phy offset and
+    the length of the blank marker (``encode_blank``) that closes the file at ``end`` first (0:
+    none). A record goes into the current file only if 8 bytes remain after it."""
+    left = file_size - end % file_size
+    if total_size + END_FILE_MIN_BLANK_LENGTH > left:
+        return end + left, left
+    return end, 0
+
+
 def encode_blank(max_blank: int) -> bytes:
     """The 8-byte end-of-file marker (F§3.10): i32 bytes left in the file, then BLANK_MAGIC_CODE."""
     if max_blank < END_FILE_MIN_BLANK_LENGTH:

@@ -86,6 +86,12 @@ def since(version: str, introduced: str) -> bool:
 
 # -- a consume queue as the broker holds it in memory ------------------------------------------------
 
+def cq_recovery_start(n_files: int) -> int:
+    """``ConsumeQueue#recover`` (R§2): the index of the first of a queue's ``n_files`` files it
+    reads, the third last; the files before it are loaded but never checked."""
+    return max(0, n_files - 3)
+
+
 class _CQFile:
     """One CQ file as the broker maps it. A file loaded from disk reads its slots on first use:
     the recovery looks at a queue's last three files only, so the older files of a large store
@@ -231,7 +237,7 @@ class ConsumeQueueState:
     def recover(self) -> None:
         if not self.files:
             return
-        index = max(0, len(self.files) - 3)
+        index = cq_recovery_start(len(self.files))
         process = self.files[index].start
         for f in self.files[index:]:
             phys, sizes = f.slots["phy_offset"], f.slots["size"]

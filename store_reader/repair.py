@@ -33,12 +33,12 @@ from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, lock_status, write_checkpoint
 from .config import CONSUMER_OFFSET_FILES, rewrite_consumer_offsets
 from .controller import EPOCH_FILE, IDENTITY_FILES, epoch_file_bytes, read_epoch_file
-from .consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, range_status, write_queue_files,
-                           write_queue_slots)
+from .consumequeue import (CQ_ENTRY_DTYPE, PRE_BLANK_SIZE, logic_offset_of, range_status, slots_per_file,
+                           write_queue_files, write_queue_slots)
 from .dispatch import dispatchable, index_key_counts, index_put_keys, multi_dispatch_rows
 from .exceptions import OutputError, StoreReaderError, UnreadableFileError
 from .fsutil import walk_files
-from .indexfile import INDEX_HEADER_SIZE, IndexHeader, _put_all, index_file_name, index_file_size
+from .indexfile import IndexHeader, _put_all, entry_position, index_file_size, next_index_file_name, slot_position
 from .javahash import index_key_hashes_of
 from .mappedfile import file_name as cq_file_name
 from .ranges import stable_order
@@ -260,6 +260,27 @@ def filler_phy_of(phy, commitlog_file_size: int):
     return phy - phy % commitlog_file_size
 
 
+def held_puts(stored_phy: np.ndarray, size: np.ndarray, queue_offset: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Which of a queue's puts (in commitlog order) the repaired store's queue holds
+    (``place_entries``, the one rule): ``(kept, held)``, indices of the puts that are neither a
+    repeat by phy nor below the queue's start, and of those the first claim of each queue offset,
+    ascending by queue offset. A kept put that is not held claims an offset already held
+    (``duplicate_queue_offset``)."""
+    stored_phy = np.asarray(stored_phy, dtype=np.int64)
+    queue_offset = np.asarray(queue_offset, dtype=np.int64)
+    # 1. repeats by phy: an end not past every earlier put's end
+    ends = stored_phy + np.asarray(size, dtype=np.int64)
+    put = np.flatnonzero(ends > np.maximum.accumulate(np.concatenate(([-1], ends[:-1]))))
+    put = put[queue_offset[put] >= 0]
+    if not put.size:
+        return put, put
+    # 2. the queue starts at its first put; each offset from there on is held by its first claim
+    put = put[queue_offset[put] >= queue_offset[put[0]]]
+    _, first_claim = np.unique(queue_offset[put], return_index=True)
+    return put, put[first_claim]
+
+
 def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.ndarray,
                   tags_code: np.ndarray, queue_offset: np.ndarray, cq_file_size: int,
                   commitlog_file_size: int) -> RepairedQueue:
@@ -286,18 +307,12 @@ def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.nd
     size = np.asarray(size, dtype=np.int64)
     tags_code = np.asarray(tags_code, dtype=np.int64)
     queue_offset = np.asarray(queue_offset, dtype=np.int64)
-    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
-    # 1. repeats by phy: an end not past every earlier put's end
-    ends = stored_phy + size
-    put = np.flatnonzero(ends > np.maximum.accumulate(np.concatenate(([-1], ends[:-1]))))
-    put = put[queue_offset[put] >= 0]
+    per_file = slots_per_file(cq_file_size)
+    put, rows = held_puts(stored_phy, size, queue_offset)
     if not put.size:
         return RepairedQueue(topic, queue_id, cq_file_size, 0, np.zeros(0, CQ_ENTRY_DTYPE), 0, [])
-    # 2. the queue starts at its first put; each offset from there on is held by its first claim
     start = int(queue_offset[put[0]])
-    put = put[queue_offset[put] >= start]
-    offsets, first_claim = np.unique(queue_offset[put], return_index=True)
-    rows = put[first_claim]
+    offsets = queue_offset[rows]
     # 3. the slots from the start's CQ file on: pre-blank head, entries at their offsets, fillers
     base = start - start % per_file
     slots = np.zeros(int(offsets[-1]) + 1 - base, CQ_ENTRY_DTYPE)
@@ -401,15 +416,15 @@ def extend_queue(topic: str, queue_id: int, queue_dir: str, cq_file_size: int, r
     pull could skip), 0 for a queue of fillers alone, whose first CQ file gets the pre-blank
     head below its min."""
     os.makedirs(queue_dir, exist_ok=True)
-    per_file = cq_file_size // CQ_STORE_UNIT_SIZE
+    per_file = slots_per_file(cq_file_size)
     min_offset, first = (kept[0], kept[0]) if rebuilt is None else rebuilt
     stop = kept[1]
     phy = 0
     if rebuilt is not None:
         last = first - 1
-        with open(os.path.join(queue_dir, cq_file_name((last - last % per_file) * CQ_STORE_UNIT_SIZE)), "rb") as fh:
-            fh.seek(last % per_file * CQ_STORE_UNIT_SIZE)
-            phy = filler_phy_of(int(np.frombuffer(fh.read(CQ_STORE_UNIT_SIZE), CQ_ENTRY_DTYPE)[0]["phy_offset"]),
+        with open(os.path.join(queue_dir, cq_file_name(logic_offset_of(last - last % per_file))), "rb") as fh:
+            fh.seek(logic_offset_of(last % per_file))
+            phy = filler_phy_of(int(np.frombuffer(fh.read(CQ_ENTRY_DTYPE.itemsize), CQ_ENTRY_DTYPE)[0]["phy_offset"]),
                                 commitlog_file_size)
     if rebuilt is None:
         base = min_offset - min_offset % per_file
@@ -465,10 +480,10 @@ def write_repaired_queue(q: RepairedQueue, queue_dir: str, input_queue_dir: Path
     slots = q.slots
     head = q.min_offset - q.first
     if head > 0 and input_queue_dir is not None:
-        old = location(input_queue_dir) / cq_file_name(q.first * CQ_STORE_UNIT_SIZE)
+        old = location(input_queue_dir) / cq_file_name(logic_offset_of(q.first))
         if old.is_file() and old.size() == q.file_size:
             slots = slots.copy()
-            slots[:head] = np.frombuffer(old.read_bytes(0, head * CQ_STORE_UNIT_SIZE), dtype=slots.dtype)
+            slots[:head] = np.frombuffer(old.read_bytes(0, logic_offset_of(head)), dtype=slots.dtype)
     with writing(queue_dir, "consume queue file"):
         return write_queue_files(queue_dir, q.first, slots, q.file_size)
 
@@ -615,7 +630,7 @@ class IndexFileWriter:
         self.path, self.header = path, start_header
         self.hash_slot_num, self.index_num = config.maxHashSlotNum, config.maxIndexNum
         self.size = index_file_size(self.hash_slot_num, self.index_num)
-        self.entries_pos = INDEX_HEADER_SIZE + 4 * self.hash_slot_num
+        self.entries_pos = slot_position(self.hash_slot_num)
         self.first_put_timestamp: int | None = None
         # private anonymous memory: zero pages until touched, handed back by MADV_DONTNEED
         self._buf = mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -640,7 +655,7 @@ class IndexFileWriter:
                                np.asarray(phy, dtype=np.int64), np.asarray(store_timestamp, dtype=np.int64),
                                self.hash_slot_num)
         # the new entries go to the file; _put_all never reads an older entry back
-        end = self.entries_pos + self.header.index_count * 20
+        end = entry_position(self.hash_slot_num, self.header.index_count)
         with writing(self.path, "index file"):
             self._fh.seek(self._written)
             self._fh.write(self._data[self._written:end])
@@ -762,11 +777,9 @@ def write_index_file_part(path: str, segments: Sequence[tuple[str, int, int]], o
 def name_index_files(written: Sequence[WrittenIndexFile]) -> list[str]:
     """Broker-style names of fresh index files in creation order (their first put's store time,
     UTC), made strictly increasing so they sort in creation order."""
-    names, last = [], -1
+    names: list[str] = []
     for w in written:
-        stamp = max(w.first_put_timestamp, last + 1)
-        names.append(index_file_name(stamp, "UTC"))
-        last = stamp
+        names.append(next_index_file_name(w.first_put_timestamp, names[-1] if names else None))
     return names
 
 

@@ -42,7 +42,7 @@ from schemas.replicas import RECORD_RUN, REPLICA_RECORD
 from . import recordformat as rf
 from .commitlog import DEFAULT_BATCH_SIZE, SegmentScan, _native_opts, scanner_impl
 from .config import read_consumer_offsets
-from .consumequeue import CQ_STORE_UNIT_SIZE
+from .consumequeue import slot_of
 from .dispatch import dispatchable
 from .exceptions import FileSizeError, StoreReaderError
 from .recovery import V49, V53, load_consume_queues
@@ -627,15 +627,14 @@ def _queue_ranges(store: Store, side: str, min_phy: int | None, data_end: int,
         q.recover()
         if not q.files:
             continue
-        phy = np.concatenate([f.slots[: f.wrote // CQ_STORE_UNIT_SIZE] for f in q.files])["phy_offset"]
+        phy = np.concatenate([f.slots[: slot_of(f.wrote)] for f in q.files])["phy_offset"]
         # each file's slots at its own queue offsets (a missing file in between holds none)
-        offset = np.concatenate([f.start // CQ_STORE_UNIT_SIZE + np.arange(f.wrote // CQ_STORE_UNIT_SIZE)
-                                 for f in q.files])
+        offset = np.concatenate([slot_of(f.start) + np.arange(slot_of(f.wrote)) for f in q.files])
         held = phy < data_end
         for a, b in scanned:
             held &= (phy < a) | (phy >= b)
         kept = np.flatnonzero(held)
-        hi = int(offset[kept[-1]]) + 1 if kept.size else q.files[0].start // CQ_STORE_UNIT_SIZE
+        hi = int(offset[kept[-1]]) + 1 if kept.size else slot_of(q.files[0].start)
         if min_phy is not None:
             q.correct_min_offset(min_phy, V53 if broker_5x else V49)
         out[key] = (min(q.min_offset, hi), hi)

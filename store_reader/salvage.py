@@ -313,7 +313,7 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
     index puts (``repair.index_puts``) written after the repaired ones. ``sources``: commitlog file
     start -> path of the input files the records are read from."""
     from .consumequeue import CQ_ENTRY_DTYPE, write_queue_slots
-    from .indexfile import IndexHeader, append_puts, index_file_name, list_index_files, read_header
+    from .indexfile import IndexHeader, append_puts, list_index_files, next_index_file_name, read_header
     from .repair import index_puts
     from .storefs import FileReader, location
 
@@ -338,10 +338,10 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
         if lmq is not None:
             old = props[i][rf.PROPERTY_INNER_MULTI_QUEUE_OFFSET]
             size += len(lmq.encode()) - len(old.encode())
-        left = file_size - phy % file_size
-        if size + rf.END_FILE_MIN_BLANK_LENGTH > left:
-            blanks.append((phy, left))
-            phy += left
+        at, blank = rf.append_position(phy, size, file_size)
+        if blank:
+            blanks.append((phy, blank))
+        phy = at
         for k in [key, *((name, qid) for name, qid, _ in copies)]:
             entries.setdefault(k, []).append((phy, size, col["tags_code"][i], i))
         new_phy.append(phy)
@@ -412,9 +412,8 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
             if header is not None or not files:
                 # the last file is full (or there is none): a new one, named by its first put's time
                 start = header.successor() if header is not None else IndexHeader.first()
-                name = index_file_name(int(p.store_timestamp[done]), "UTC")
-                if files and name <= os.path.basename(files[-1]):
-                    name = _after(os.path.basename(files[-1]))
+                name = next_index_file_name(int(p.store_timestamp[done]),
+                                            os.path.basename(files[-1]) if files else None)
                 files.append(os.path.join(index_dir, name))
             header, k = append_puts(files[-1], config.maxHashSlotNum, config.maxIndexNum, p.key_hash[done:],
                                     p.phy[done:], p.store_timestamp[done:], start)
@@ -429,14 +428,6 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
         "lmq_offsets": pa.array(lmq_values, pa.string())}, schema=REAPPENDED)
     return Reappended(table, phy, new_phy[-1] if n else None,
                       max(col["store_timestamp"], default=0), headers, touched)
-
-
-def _after(name: str) -> str:
-    """The index file name one millisecond after ``name`` (yyyyMMddHHmmssSSS, UTC)."""
-    from .indexfile import index_file_name
-
-    t = dt.datetime.strptime(name, "%Y%m%d%H%M%S%f").replace(tzinfo=dt.timezone.utc)
-    return index_file_name(int(t.timestamp() * 1000) + 1, "UTC")
 
 
 # -- output files ----------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 
 from . import inventory
 from .brokerconf import BrokerConfig, broker_config_of
+from .checkpoint import LOGICS_PHYSICAL_OFFSET, USED_BYTES_5, abort_exists, read_checkpoint
 from .commitlog import SegmentScan, SegmentSummary, summaries_table, summarize_segment
 from .exceptions import (FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
                          UnreadableFileError, UnsupportedStoreError)
@@ -148,11 +149,13 @@ class Store:
             hints["broker_5x"] = True
             hints["abort.bak"] = True
         try:
-            head = location(self.checkpoint_path).read_bytes(0, 48)
-            if len(head) >= 40 and any(head[24:40]):
+            ckpt = read_checkpoint(self.checkpoint_path)
+            # only 5.x writes bytes 24..39, only 5.5 bytes 40..47 (in a file that holds them)
+            held = ckpt.file_length or 0
+            if held >= USED_BYTES_5 and ckpt.used_bytes == USED_BYTES_5:
                 hints["broker_5x"] = True
                 hints["checkpoint_5_longs"] = True
-            if len(head) == 48 and any(head[40:48]):
+            if held >= USED_BYTES_5 + LOGICS_PHYSICAL_OFFSET.size and ckpt.logics_physical_offset:
                 hints["broker_5x"] = hints["checkpoint_logics_physical_offset"] = True
         except (OSError, StoreReaderError):
             pass
@@ -302,7 +305,7 @@ def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef 
     left_out = [str(e.location) for d in dirs if d.is_dir() for e in list_dir(d, what)
                 if e.name not in mapped]
     store = Store(root=root, config=config, inventory=inv, commitlog_dirs=dirs, commitlog_files=files,
-                  abort_exists=(root / "abort").is_file(), lock_exists=(root / "lock").is_file(),
+                  abort_exists=abort_exists(root), lock_exists=(root / "lock").is_file(),
                   load_problems=problems, load_problems_49=problems_49, left_out=left_out, notes=notes,
                   dledger=dledger)
     if strict and problems:

@@ -40,7 +40,7 @@ from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import to_fastjson
 from .consumequeue import CQ_STORE_UNIT_SIZE, write_queue
-from .indexfile import IndexHeader, build_index_files, index_file_name, write_index_file
+from .indexfile import IndexHeader, build_index_files, next_index_file_name, write_index_file
 from .javahash import index_key_hashes, java_string_hash
 
 __all__ = [
@@ -495,11 +495,11 @@ class _CommitLogWriter:
 
     def reserve(self, total: int) -> tuple[bytearray, int, int]:
         """Room for a ``total``-byte record: ``(buffer, position in it, phy offset)``."""
-        left = self.segment_size - self.position
-        if total + rf.END_FILE_MIN_BLANK_LENGTH > left:
+        _, blank = rf.append_position(self.end, total, self.segment_size)
+        if blank:
             if self.used + rf.END_FILE_MIN_BLANK_LENGTH > len(self.chunk):
                 self._flush()
-            self.chunk[self.used:self.used + rf.END_FILE_MIN_BLANK_LENGTH] = encode_blank(left)
+            self.chunk[self.used:self.used + rf.END_FILE_MIN_BLANK_LENGTH] = encode_blank(blank)
             self.used += rf.END_FILE_MIN_BLANK_LENGTH
             self._close_file()
             self._open(self.file_start + self.segment_size)
@@ -997,19 +997,15 @@ def _write_index(root: Path, spec: SyntheticStoreSpec, key_hash: np.ndarray, phy
     """
     directory = root / "index"
     directory.mkdir()
-    capacity = spec.max_index_num - 1
-    header = IndexHeader(0, 0, 0, 0, 0, 1)
+    header = IndexHeader.first()
+    capacity = header.room(spec.max_index_num)
     files: list[tuple[str, IndexHeader]] = []
     for lo in range(0, len(key_hash), capacity):
         hi = min(lo + capacity, len(key_hash))
         (built,) = build_index_files(key_hash[lo:hi], phy[lo:hi], store_timestamp[lo:hi],
                                      hash_slot_num=spec.max_hash_slot_num, index_num=spec.max_index_num,
                                      start_header=header)
-        created = int(store_timestamp[lo])
-        name = index_file_name(created, "UTC")
-        while files and name <= files[-1][0]:
-            created += 1
-            name = index_file_name(created, "UTC")
+        name = next_index_file_name(int(store_timestamp[lo]), files[-1][0] if files else None)
         write_index_file(directory / name, built)
         files.append((name, built.header))
         header = built.header.successor()

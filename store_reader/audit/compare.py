@@ -14,11 +14,11 @@ from schemas.findings import INDEX_FINDING_ROW, QUEUE_FINDING_ROW
 from store_reader import dispatch, recovery
 from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.plan import AuditPlan
-from store_reader.audit.queues import BROKER, DISK, PRE_BLANK, REBUILT, compare_queue
+from store_reader.audit.queues import BROKER, DISK, compare_queue, rebuilt_entries
 from store_reader.audit.records import entry_rows, timestamps
 from store_reader.config import (CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS, read_consumer_offsets,
                                  read_rocksdb_consumer_offsets)
-from store_reader.consumequeue import CQEntries, decode_entries, read_queue_head
+from store_reader.consumequeue import PRE_BLANK_SIZE, CQEntries, decode_entries, read_queue_head, slot_of
 from store_reader.ranges import ascending, consecutive_runs
 from store_reader.store import Store
 
@@ -48,7 +48,7 @@ def _queue_file_rows(key: tuple[str, int], plan: AuditPlan) -> list[pa.Table]:
     for path, start in plan.disk_queues.get(key, ()):
         e = head(path)
         keep = np.flatnonzero((e.phy_offset != 0) | (e.size != 0) | (e.tags_code != 0))
-        out.append(entry_rows(start // 20 + keep, CQEntries(*(c[keep] for c in e)), DISK))
+        out.append(entry_rows(slot_of(start) + keep, CQEntries(*(c[keep] for c in e)), DISK))
     if key in plan.disk_units:          # a RocksDB consume queue: its units as stored
         out.append(entry_rows(*plan.disk_units[key], DISK))
     for r in plan.broker_on_disk.get(key, ()):
@@ -59,16 +59,28 @@ def _queue_file_rows(key: tuple[str, int], plan: AuditPlan) -> list[pa.Table]:
     return out
 
 
-def _range(t: pa.Table, view: int, below: int | None = None) -> tuple[int, int] | None:
-    """[min, max + 1) of the queue offsets of ``view``'s entries with a positive size; ``below``
-    (the rebuilt view of an audit that read the records from there on, ``plan.scope``): the
-    broker's entries below it stand for the records not read."""
-    src, size = t["src"].to_numpy(), t["size"].to_numpy()
-    keep = ((src & view) != 0) & (size > 0)
-    if below is not None:
-        keep |= ((src & BROKER) != 0) & (size > 0) & (size != PRE_BLANK) & (t["phy_offset"].to_numpy() < below)
-    off = t["queue_offset"].to_numpy()[keep]
+def _range(off: np.ndarray, size: np.ndarray) -> tuple[int, int] | None:
+    """[min, max + 1) of the queue offsets of entries with a positive size."""
+    off = off[size > 0]
     return (int(off.min()), int(off.max()) + 1) if len(off) else None
+
+
+def _disk_range(t: pa.Table) -> tuple[int, int] | None:
+    src = t["src"].to_numpy()
+    keep = (src & DISK) != 0
+    return _range(t["queue_offset"].to_numpy()[keep], t["size"].to_numpy()[keep])
+
+
+def _rebuilt_range(t: pa.Table, rebuilt: tuple[np.ndarray, ...], below: int | None) -> tuple[int, int] | None:
+    """``_range`` of the rebuilt entries; ``below`` (an audit that read the records from there on,
+    ``plan.scope``): the broker's entries below it stand for the records not read."""
+    off, size = rebuilt[0], rebuilt[2]
+    if below is not None:
+        src, bsize = t["src"].to_numpy(), t["size"].to_numpy()
+        keep = ((src & BROKER) != 0) & (bsize != PRE_BLANK_SIZE) & (t["phy_offset"].to_numpy() < below)
+        off = np.concatenate([off, t["queue_offset"].to_numpy()[keep]])
+        size = np.concatenate([size, bsize[keep].astype(np.int64)])
+    return _range(off, size)
 
 
 def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) -> Iterator[tuple]:
@@ -88,9 +100,10 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
         t = pa.concat_tables(parts)
         if not t.num_rows:
             continue
-        rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key),
-                              key in plan.disk_queues or key in plan.disk_units, plan.scope)
-        ranges.append((key, _range(t, DISK), _range(t, REBUILT, plan.scope[0] if plan.scope else None)))
+        rebuilt = rebuilt_entries(t)
+        rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key), key in plan.disk_queues,
+                              plan.scope, rebuilt)
+        ranges.append((key, _disk_range(t), _rebuilt_range(t, rebuilt[0], plan.scope[0] if plan.scope else None)))
     yield "queue_findings", pa.Table.from_pylist(rows, schema=QUEUE_FINDING_ROWS)
     yield "ranges", ranges
 

@@ -25,8 +25,8 @@ from store_reader.audit.view import StoreView
 from store_reader.dispatch import indexable
 from store_reader.exceptions import CannotRead, FileSizeError, StoreReaderError
 from store_reader.fsutil import list_dir
-from store_reader.indexfile import (HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile,
-                                    IndexHeader)
+from store_reader.indexfile import (HEADER_POSITION, INDEX_ENTRY_SIZE, IndexFile, IndexHeader, entry_position,
+                                    index_file_size, slot_position)
 from store_reader.kernels import native_kernel
 from store_reader.ranges import ascending
 from store_reader.storefs import PathRef, location
@@ -42,19 +42,19 @@ def header_checks(h: IndexHeader, index_num: int, phy_range: tuple[int, int] | N
     audit's tasks do not pass it)."""
     out = []
     if not 0 <= h.index_count <= index_num:
-        out.append((36, f"indexCount {h.index_count} outside 0..maxIndexNum ({index_num})"))
+        out.append((HEADER_POSITION["index_count"], f"indexCount {h.index_count} outside 0..maxIndexNum ({index_num})"))
     if hash_slot_num is not None and not 0 <= h.hash_slot_count <= min(hash_slot_num, max(h.index_count, 0)):
-        out.append((32, f"hashSlotCount {h.hash_slot_count} outside 0..min(maxHashSlotNum, indexCount)"))
+        out.append((HEADER_POSITION["hash_slot_count"], f"hashSlotCount {h.hash_slot_count} outside 0..min(maxHashSlotNum, indexCount)"))
     if phy_range is not None:
         # each put sets endTimestamp and endPhyOffset, the first also the begin ones: entries are
         # put in phy order, so begin/end are its entries' lowest and highest phy offsets
         if h.end_timestamp < h.begin_timestamp:
-            out.append((8, f"endTimestamp {h.end_timestamp} is before beginTimestamp {h.begin_timestamp}"))
+            out.append((HEADER_POSITION["end_timestamp"], f"endTimestamp {h.end_timestamp} is before beginTimestamp {h.begin_timestamp}"))
         lo, hi = phy_range
         if h.begin_phy_offset != lo:
-            out.append((16, f"beginPhyOffset {h.begin_phy_offset} but its entries start at phy {lo}"))
+            out.append((HEADER_POSITION["begin_phy_offset"], f"beginPhyOffset {h.begin_phy_offset} but its entries start at phy {lo}"))
         if h.end_phy_offset != hi:
-            out.append((24, f"endPhyOffset {h.end_phy_offset} but its entries end at phy {hi}"))
+            out.append((HEADER_POSITION["end_phy_offset"], f"endPhyOffset {h.end_phy_offset} but its entries end at phy {hi}"))
     return out
 
 
@@ -168,14 +168,6 @@ def _in_order(values: np.ndarray, order: np.ndarray | None) -> np.ndarray:
 
 # -- dump --verify ------------------------------------------------------------------------------------
 
-def index_slot_position(slot: int) -> int:
-    return INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE
-
-
-def index_entry_position(f: IndexFile, n: int) -> int:
-    return index_slot_position(f.hash_slot_num) + n * INDEX_ENTRY_SIZE
-
-
 def verify_index_file(view: StoreView, found: Findings, f: IndexFile) -> None:
     """Header, counts, slot chains and dangling entries of one index file (module docstring)."""
     h, path = f.header, f.path
@@ -188,12 +180,12 @@ def verify_index_file(view: StoreView, found: Findings, f: IndexFile) -> None:
                    with_phy: bool = False) -> None:
         """Runs of entries (by number) selected by ``mask`` over the entries in use."""
         report_runs(found, kind, path, number[mask], lambda a, b: (
-            index_entry_position(f, a), f"{span_text('entry', a, b, 'entries')} {what(a, b)}",
+            entry_position(f.hash_slot_num, a), f"{span_text('entry', a, b, 'entries')} {what(a, b)}",
             int(phy[a - 1]) if with_phy else None, {"entries": [a, b]}))
 
     def slot_runs(slots: np.ndarray, what: Callable[[int, int], str]) -> None:
         report_runs(found, "index.slot_chain", path, slots, lambda a, b: (
-            index_slot_position(a), f"{span_text('slot', a, b)} {what(a, b)}", None,
+            slot_position(a), f"{span_text('slot', a, b)} {what(a, b)}", None,
             {"slots": [a, b]}))
 
     # 1. header (one rule set with the audit's)
@@ -207,7 +199,7 @@ def verify_index_file(view: StoreView, found: Findings, f: IndexFile) -> None:
         found.add("index.entry_count", path, 32, f"{count_of(in_use, 'slot')} in use but hashSlotCount "
                   f"is {h.hash_slot_count}")
     report_runs(found, "index.entry_count", path, _nonzero_entries(f, 1 + n_used), lambda a, b: (
-        index_entry_position(f, a), f"{span_text('entry', a, b, 'entries')} holding data past indexCount "
+        entry_position(f.hash_slot_num, a), f"{span_text('entry', a, b, 'entries')} holding data past indexCount "
         f"{h.index_count}: queries never reach them", None, {"entries": [a, b]}))
     # 3. slot chains: every entry in use hangs exactly once in the chain of its own slot
     slot_of = used["key_hash"].astype(np.int64) % f.hash_slot_num
@@ -281,7 +273,7 @@ def open_index(path: PathRef, hash_slot_num: int, index_num: int,
         return IndexFile(path, hash_slot_num, index_num)
     except FileSizeError:
         size = location(path).size()
-        expected = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+        expected = index_file_size(hash_slot_num, index_num)
         raise CannotRead(f"index file is {size} bytes but maxHashSlotNum {hash_slot_num} / maxIndexNum "
                          f"{index_num} make {expected}: truncated, or written with other settings "
                          f"({settings_hint})", path, min(size, expected)) from None
@@ -313,7 +305,7 @@ def verify_index(view: StoreView, found: Findings, only: Path | None = None) -> 
         last = files[-1]
         full = last.header.loaded_index_count >= last.index_num
         found.add("index.missing_entries", view.store.index_dir if full else last.path,
-                  None if full else index_entry_position(last, last.header.loaded_index_count),
+                  None if full else entry_position(last.hash_slot_num, last.header.loaded_index_count),
                   f"{count_of(int(late.size), 'record')} with keys (phy "
                   f"{range_text(int(r.phy[late[0]]), int(r.phy[late[-1]]))}) were dispatched to the "
                   f"consume queues but the index ends at phy {indexed_until}: queries by key miss "

@@ -37,7 +37,7 @@ from store_reader import recovery
 from store_reader.brokerconf import BrokerConfig
 from store_reader.checkpoint import read_checkpoint
 from store_reader.commitlog import SegmentSummary
-from store_reader.consumequeue import CQEntries, list_queue_files, list_queues
+from store_reader.consumequeue import CQEntries, list_queue_files, list_queues, slots_per_file
 from store_reader.rocksdbcq import served_consume_queue
 from store_reader.indexfile import IndexHeader, list_index_files, read_header
 from store_reader.repair import part_bucket
@@ -178,7 +178,7 @@ def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summar
     disk_units = rocksdb_units(store) if store.inventory.cq_served_by == "rocksdb" else {}
     # a queue's rows: its broker entries, about as many records and rebuilt entries, its CQ files'
     # slots; queues are packed by that weight, largest first, into the lightest bucket
-    per_file = cfg.cq_file_size // 20
+    per_file = slots_per_file(cfg.cq_file_size)
     weight: dict[tuple[str, int], int] = defaultdict(int)
     for key, q in pred.consume_queues.items():
         weight[key] += 3 * max(0, q.max_offset - q.min_offset)

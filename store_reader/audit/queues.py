@@ -20,16 +20,17 @@ from store_reader.audit.report import (Findings, count_of, join_path, range_text
                                        span_text)
 from store_reader.audit.view import QueueRecords, StoreView
 from store_reader.brokerconf import BrokerConfig
-from store_reader.consumequeue import (CQ_STORE_UNIT_SIZE, ENTRY_INVALID, ENTRY_VALID, QueueRef,
-                                       classify_entries, file_name, list_queues, read_queue_file)
+from store_reader.consumequeue import (ENTRY_INVALID, ENTRY_VALID, PRE_BLANK_SIZE, QueueRef, classify_entries,
+                                       file_name, list_queues, logic_offset_of, read_queue_file, slot_of)
 from store_reader.exceptions import FileSizeError, StoreReaderError
 from store_reader.dispatch import dispatchable
 from store_reader.mappedfile import MappedFile, list_mapped_files
 from store_reader.ranges import consecutive_runs
+from store_reader.recovery import cq_recovery_start
+from store_reader.repair import held_puts
 from store_reader.store import Store
 from store_reader.storefs import location
 
-PRE_BLANK = 0x7FFFFFFF
 # the views a queue row belongs to (bits: a record below the cut is both a record and its rebuilt entry)
 DISK, BROKER, REBUILT, REC = 1, 2, 4, 8
 # flag of a record row: 1 its CRC fails, 2 it lies behind a bad record (not in the valid prefix)
@@ -89,11 +90,29 @@ def _aligner(*offsets: np.ndarray):
     return keys, align
 
 
+def rebuilt_entries(t: pa.Table) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The rebuilt view of a queue's ``QUEUE_ROWS``: the entries the repaired store's queue holds,
+    by the repair's own rule (``repair.held_puts`` over the ``REBUILT`` rows in commitlog order),
+    as columns (queue offset, phy offset, size, tags code, flag) ascending by queue offset; and
+    the queue offsets several of its kept puts claim (``duplicate_queue_offset``)."""
+    i = np.flatnonzero(t["src"].to_numpy() & REBUILT)
+    rec_phy = t["record_phy"].to_numpy()[i]
+    if len(i) > 1 and not (rec_phy[1:] >= rec_phy[:-1]).all():
+        i = i[np.argsort(rec_phy, kind="stable")]
+    off, phy, size = t["queue_offset"].to_numpy()[i], t["phy_offset"].to_numpy()[i], t["size"].to_numpy()[i]
+    kept, held = held_puts(phy, size, off)
+    claims, count = np.unique(off[kept], return_counts=True)
+    cols = (off, phy, size.astype(np.int64), t["tags_code"].to_numpy()[i], t["flag"].to_numpy()[i])
+    return tuple(c[held] for c in cols), claims[count > 1]
+
+
 def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None, on_disk: bool,
-                  scope: tuple[int, int] | None) -> list[dict]:
+                  scope: tuple[int, int] | None,
+                  rebuilt: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None) -> list[dict]:
     """Every ``QUEUE_KINDS`` finding of one queue from its entries: ``QUEUE_ROWS`` whose ``src``
     bits say which views (disk, broker, rebuilt, record) a row belongs to (``flag`` of a record
-    row: 1 CRC mismatch, 2 behind a bad record)."""
+    row: 1 CRC mismatch, 2 behind a bad record); ``rebuilt``: ``rebuilt_entries(t)`` if the
+    caller has it."""
     src = t["src"].to_numpy()
     off, phy = t["queue_offset"].to_numpy(), t["phy_offset"].to_numpy()
     size, tags = t["size"].to_numpy().astype(np.int64), t["tags_code"].to_numpy()
@@ -107,13 +126,9 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
             i = i[np.lexsort((phy[i], o))]
         return off[i], phy[i], size[i], tags[i], flag[i]
 
-    d, b, r_all, rec = view(DISK), view(BROKER), view(REBUILT), view(REC)
+    d, b, rec = view(DISK), view(BROKER), view(REC)
+    r, dup = rebuilt if rebuilt is not None else rebuilt_entries(t)
     out: list[dict] = []
-    # several records claiming one queue offset; the first (lowest phy) stands for it
-    starts = np.flatnonzero(np.r_[True, np.diff(r_all[0]) != 0]) if len(r_all[0]) else np.zeros(0, np.int64)
-    counts = np.diff(np.r_[starts, len(r_all[0])])
-    dup = np.repeat(counts > 1, counts)
-    r = tuple(a[starts] for a in r_all)
     keys, align = _aligner(d[0], b[0], r[0])
 
     (hd, (dp, ds, dt)), (hb, (bp, bs, bt)), (hr, (rp, rs, rt)) = align(d), align(b), align(r)
@@ -124,12 +139,12 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
     starts_rec = (rphy[at] == bp) if len(rphy) else np.zeros(len(bp), bool)
     b_rec = np.where(starts_rec, rflag[at] if len(rphy) else -1, -1)
     # the broker's entry points at a record of this queue stored with another queue offset
-    renumbered = hb & (bs != PRE_BLANK) & starts_rec & ((rec[0][order][at] if len(rphy) else -1) != keys)
+    renumbered = hb & (bs != PRE_BLANK_SIZE) & starts_rec & ((rec[0][order][at] if len(rphy) else -1) != keys)
     def scoped(p):
         return np.ones(len(p), bool) if scope is None else (p >= scope[0]) & (p < scope[1])
 
     lo = b_min if b_min is not None else 0
-    blank_b = bs == PRE_BLANK
+    blank_b = bs == PRE_BLANK_SIZE
     differs = lambda p1, s1, t1, p2, s2, t2: (p1 != p2) | (s1 != s2) | (t1 != t2)  # noqa: E731
     schedule = topic == rf.SCHEDULE_TOPIC
     early_b = schedule & hb & hr & (bp == rp) & (bs == rs) & (bt != rt)
@@ -147,13 +162,12 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
         ("renumbered", renumbered & scoped(bp), bp, bs),
         ("unbacked", hb & ~blank_b & ~hr & (b_rec < 0) & (bp < end) & scoped(bp), bp, bs),
         ("corrupt_served", hb & ~blank_b & (b_rec > 0), bp, bs),
-        ("blank", hd & (ds == PRE_BLANK), dp, ds),
+        ("blank", hd & (ds == PRE_BLANK_SIZE), dp, ds),
     ]
     for kind, mask, p, s in kinds:
         out += _runs(kind, topic, qid, keys[mask], p[mask], s[mask])
-    if dup.any():
-        out += _runs("duplicate_queue_offset", topic, qid, np.unique(r_all[0][dup]),
-                     detail="several records at one queue offset")
+    if len(dup):
+        out += _runs("duplicate_queue_offset", topic, qid, dup, detail="several records at one queue offset")
     # holes: gaps between valid entries on disk
     valid = (d[1] >= 0) & (d[2] > 0)
     vo = d[0][valid]
@@ -161,8 +175,8 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
         gaps = np.flatnonzero(np.diff(vo) > 1)
         for g in gaps:
             out += _runs("hole", topic, qid, np.arange(vo[g] + 1, vo[g + 1]))
-    for kind, v, keep in (("duplicate_phy_on_disk", d, (d[2] > 0) & (d[2] != PRE_BLANK)),
-                          ("duplicate_phy", b, b[2] != PRE_BLANK)):
+    for kind, v, keep in (("duplicate_phy_on_disk", d, (d[2] > 0) & (d[2] != PRE_BLANK_SIZE)),
+                          ("duplicate_phy", b, b[2] != PRE_BLANK_SIZE)):
         o, p, s = v[0][keep], v[1][keep], v[2][keep]
         if len(p) < 2 or (np.diff(p) > 0).all():        # the usual queue: phy offsets ascend
             continue
@@ -203,13 +217,13 @@ class _QueueFile:
 
     @property
     def first_slot(self) -> int:
-        return self.file.start // CQ_STORE_UNIT_SIZE
+        return slot_of(self.file.start)
 
     def run(self, a: int, b: int, what: str, message: str, phy: int | None = None,
             aside: str = "") -> tuple[int, str, int | None, dict[str, Any]]:
         """A run of entries ``a..b`` (indices in this file) for ``report_runs``."""
         q0, q1 = self.first_slot + a, self.first_slot + b
-        return (a * CQ_STORE_UNIT_SIZE,
+        return (logic_offset_of(a),
                 f"{count_of(b - a + 1, what, what[:-1] + 'ies' if what.endswith('y') else None)} "
                 f"({span_text('queue offset', q0, q1)}{aside}) {message}", phy,
                 {"topic": self.ref.topic, "queue_id": self.ref.queue_id, "queue_offsets": [q0, q1]})
@@ -272,7 +286,7 @@ def _blank_in_middle(found: Findings, loaded: list[_QueueFile], n_files: int) ->
         if fi == last_valid[0]:
             bad = bad[bad < last_valid[1]]
         effect = ("the broker's recovery ends the queue at the first one and drops the valid entries "
-                  "after it (R§2)" if fi >= n_files - 3 else   # ConsumeQueue#recover: last 3 files
+                  "after it (R§2)" if fi >= cq_recovery_start(n_files) else
                   "before the last three files, so recovery goes on; pulls here find nothing")
         report_runs(found, "cq.blank_in_middle", qf.file.path, bad, lambda a, b, qf=qf, effect=effect:
                     qf.run(a, b, "invalid entry", f"with valid entries after them: {effect}"))
@@ -336,9 +350,9 @@ def _missing_entries(view: StoreView, found: Findings, ref: QueueRef, loaded: li
     for first, last in runs(np.array(sorted(by_offset), dtype=np.int64)):
         q = first
         while q <= last:             # split at file boundaries: each anomaly names its slots' file
-            logic = q * CQ_STORE_UNIT_SIZE
+            logic = logic_offset_of(q)
             file_start = logic - logic % size
-            end = min(last, (file_start + size) // CQ_STORE_UNIT_SIZE - 1)
+            end = min(last, slot_of(file_start + size) - 1)
             path = join_path(ref.path, file_name(file_start))
             gone = "" if location(path).exists() else " (the file is missing)"
             a, b = int(records.phy[by_offset[q]]), int(records.phy[by_offset[end]])

@@ -69,8 +69,9 @@ def _rows(rb: pa.RecordBatch, columns: list[str], mask: np.ndarray) -> pa.Record
 def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
                 out: dict[tuple[str, int], list[pa.Table]]) -> None:
     """The batch's records as ``QUEUE_ROWS`` per queue: every record (``REC``, with its damage
-    flag) and the rebuilt entry of each dispatchable one below the cut (at its stored phy offset;
-    the same row when that is where it lies), LMQ copies in their own queues."""
+    flag) and the put of each dispatchable one below the cut (``REBUILT``, at its stored phy
+    offset; the same row when that is where it lies), LMQ copies in their own queues. Which puts
+    the repaired queue holds is decided per queue, by the repair's rule (``queues.rebuilt_entries``)."""
     phy, stored = _column(rb, "phy_offset"), _column(rb, "stored_phy_offset")
     size, tags = _column(rb, "total_size").astype(np.int32), _column(rb, "tags_code")
     qoff, qid = _column(rb, "queue_offset"), _column(rb, "queue_id")
@@ -87,7 +88,7 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
     cols = [np.concatenate([qoff, qoff[extra]]), np.concatenate([phy, stored[extra]]),
             np.concatenate([size, size[extra]]), np.concatenate([tags, tags[extra]]),
             np.concatenate([np.where(same, REC | REBUILT, REC), np.full(len(extra), REBUILT)]),
-            np.concatenate([flag, np.zeros(len(extra), np.int64)])]
+            np.concatenate([flag, np.zeros(len(extra), np.int64)]), np.concatenate([phy, phy[extra]])]
     code, qids = np.concatenate([code, code[extra]]), np.concatenate([qid, qid[extra]])
     if plan.config.enableMultiDispatch and rebuilt.any():
         rows = np.flatnonzero(rebuilt)
@@ -100,7 +101,7 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
             cols = [np.concatenate([cols[0], np.array([c[3] for c in copies], np.int64)]),
                     np.concatenate([cols[1], stored[at]]), np.concatenate([cols[2], size[at]]),
                     np.concatenate([cols[3], tags[at]]), np.concatenate([cols[4], np.full(len(at), REBUILT)]),
-                    np.concatenate([cols[5], np.zeros(len(at), np.int64)])]
+                    np.concatenate([cols[5], np.zeros(len(at), np.int64)]), np.concatenate([cols[6], phy[at]])]
             code = np.concatenate([code, np.array([index[c[1]] for c in copies], np.int64)])
             qids = np.concatenate([qids, np.array([c[2] for c in copies], np.int64)])
     table = pa.table([pa.array(c.astype(f.type.to_pandas_dtype())) for c, f in zip(cols, QUEUE_ROWS)],
@@ -255,7 +256,8 @@ def entry_rows(first_offset: int | np.ndarray, e: CQEntries, src: int) -> pa.Tab
     off = first_offset + np.arange(n, dtype=np.int64) if np.isscalar(first_offset) else first_offset
     return pa.table([pa.array(np.asarray(off, dtype=np.int64)), pa.array(np.asarray(e.phy_offset, np.int64)),
                      pa.array(np.asarray(e.size, np.int32)), pa.array(np.asarray(e.tags_code, np.int64)),
-                     pa.array(np.full(n, src, np.int8)), pa.array(np.zeros(n, np.int8))], schema=QUEUE_ROWS)
+                     pa.array(np.full(n, src, np.int8)), pa.array(np.zeros(n, np.int8)),
+                     pa.array(np.full(n, -1, np.int64))], schema=QUEUE_ROWS)
 
 
 def driver_items(plan: AuditPlan, pred: recovery.Prediction) -> Iterator[tuple[int, tuple]]:

@@ -17,11 +17,12 @@ from store_reader.controller import ConfirmOffset, correct_confirm_offset
 from store_reader.dispatch import dispatchable, multi_dispatch_targets
 from store_reader.exceptions import StoreReaderError
 from store_reader.rocksdbcq import served_consume_queue
+from store_reader.repair import held_puts
 from store_reader.store import Store
 
 # What the verifier keeps of every intact record: enough to check CQ and index entries against it.
-VERIFY_COLUMNS = ["phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag",
-                  "uniq_key", "key_list", "valid_prefix"]
+VERIFY_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
+                  "sys_flag", "uniq_key", "key_list", "valid_prefix"]
 
 
 @dataclass
@@ -29,6 +30,7 @@ class RecordTable:
     """Every intact record of the commitlog (valid prefix and lost ones), sorted by phy offset."""
 
     phy: np.ndarray
+    stored_phy: np.ndarray        # PHYSICALOFFSET as stored (what a consume queue entry holds)
     size: np.ndarray
     topic: np.ndarray             # index into ``topics``
     topics: list[str]
@@ -43,7 +45,7 @@ class RecordTable:
         if batches:
             t = pa.Table.from_batches(batches).combine_chunks()
         else:
-            types = {"phy_offset": pa.int64(), "total_size": pa.int32(), "topic": pa.string(),
+            types = {"phy_offset": pa.int64(), "stored_phy_offset": pa.int64(), "total_size": pa.int32(), "topic": pa.string(),
                      "queue_id": pa.int32(), "queue_offset": pa.int64(), "sys_flag": pa.int32(),
                      "keyed": pa.bool_(), "valid_prefix": pa.bool_()}
             t = pa.table({name: pa.array([], type) for name, type in types.items()})
@@ -53,7 +55,7 @@ class RecordTable:
         def col(name: str) -> np.ndarray:
             return t[name].to_numpy(zero_copy_only=False)[order]
 
-        return cls(phy=col("phy_offset"), size=col("total_size"),
+        return cls(phy=col("phy_offset"), stored_phy=col("stored_phy_offset"), size=col("total_size"),
                    topic=topic.indices.to_numpy(zero_copy_only=False)[order],
                    topics=topic.dictionary.to_pylist(), queue_id=col("queue_id"),
                    queue_offset=col("queue_offset"), tran=col("sys_flag") & rf.TRANSACTION_MASK,
@@ -77,7 +79,7 @@ def verify_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     """A scanned batch reduced to what the checks need (``keyed`` instead of the key columns)."""
     keyed = pc.or_(pc.is_valid(batch.column("uniq_key")),
                    pc.fill_null(pc.greater(pc.list_value_length(batch.column("key_list")), 0), False))
-    keep = ["phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag"]
+    keep = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag"]
     return pa.RecordBatch.from_arrays(
         [batch.column(n) for n in keep] + [keyed, batch.column("valid_prefix")],
         names=keep + ["keyed", "valid_prefix"])
@@ -197,31 +199,41 @@ class StoreView:
         past = np.flatnonzero(r.valid_prefix & (r.phy >= confirm.corrected) & (r.phy < end))
         return confirm, int(past.size), (int(r.phy[past[0]]) if past.size else None)
 
-    # 3. what each consume queue should hold
+    # 3. what each consume queue should hold: what the repaired store's queue holds
     def queue_records(self) -> dict[tuple[str, int], QueueRecords]:
+        """Per queue, the records whose entries it holds (``repair.held_puts`` over its puts in
+        commitlog order: no repeat by phy, nothing below its start, the first claim of each
+        offset), by queue offset."""
         if self._queues is None:
             r = self.records
-            keep = dispatchable(r.tran)
-            key = r.topic.astype(np.int64) << 32 | (r.queue_id.astype(np.int64) & 0xFFFFFFFF)
-            rows = np.flatnonzero(keep)
-            rows = rows[np.lexsort((r.queue_offset[rows], key[rows]))]
-            out: dict[tuple[str, int], QueueRecords] = {}
+            rows = np.flatnonzero(dispatchable(r.tran))
+            key = r.topic[rows].astype(np.int64) << 32 | (r.queue_id[rows].astype(np.int64) & 0xFFFFFFFF)
+            rows = rows[np.argsort(key, kind="stable")]         # per queue, in commitlog order
+            puts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {}
             if rows.size:
-                cut = np.flatnonzero(np.diff(key[rows])) + 1
+                cut = np.flatnonzero(np.diff(np.sort(key, kind="stable"))) + 1
                 for part in np.split(rows, cut):
                     i = part[0]
-                    out[(r.topics[r.topic[i]], int(r.queue_id[i]))] = QueueRecords(
-                        r.queue_offset[part], r.phy[part], r.size[part], r.valid_prefix[part])
-            self._add_multi_dispatch(out)
+                    puts[(r.topics[r.topic[i]], int(r.queue_id[i]))] = [tuple(
+                        c[part] for c in (r.queue_offset, r.phy, r.stored_phy, r.size, r.valid_prefix))]
+            self._add_multi_dispatch(puts)
+            out: dict[tuple[str, int], QueueRecords] = {}
+            for k, parts in puts.items():
+                cols = [np.concatenate(c) for c in zip(*parts)]
+                if len(parts) > 1:
+                    order = np.argsort(cols[1], kind="stable")
+                    cols = [c[order] for c in cols]
+                _, held = held_puts(cols[2], cols[3], cols[0])
+                out[k] = QueueRecords(cols[0][held], cols[1][held], cols[3][held], cols[4][held])
             self._queues = out
         return self._queues
 
-    def _add_multi_dispatch(self, out: dict[tuple[str, int], QueueRecords]) -> None:
+    def _add_multi_dispatch(self, puts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]]) -> None:
         """LMQ / multi-dispatch copies (R§5.3): a second scan of the properties, only when enabled."""
         if not self.config.enableMultiDispatch:
             return
-        extra: dict[tuple[str, int], list[tuple[int, int, int, bool]]] = {}
-        cols = ["phy_offset", "total_size", "topic", "queue_id", "sys_flag", "properties",
+        extra: dict[tuple[str, int], list[tuple[int, int, int, int, bool]]] = {}
+        cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "sys_flag", "properties",
                 "valid_prefix"]
         for f in self.store.commitlog_files:
             for b in SegmentScan(f.path, self.opts, columns=cols, include_lost=True):
@@ -232,15 +244,7 @@ class StoreView:
                             self.config, self.broker_5x, rec["topic"], rec["queue_id"],
                             dict(rec["properties"] or [])):
                         extra.setdefault((topic, qid), []).append(
-                            (offset, rec["phy_offset"], rec["total_size"], rec["valid_prefix"]))
+                            (offset, rec["phy_offset"], rec["stored_phy_offset"], rec["total_size"],
+                             rec["valid_prefix"]))
         for key, rows in extra.items():
-            rows.sort()
-            old = out.get(key)
-            cols_new = [np.array(c) for c in zip(*rows)]
-            if old is not None:
-                cols_new = [np.concatenate((a, b)) for a, b in zip(
-                    (old.queue_offset, old.phy, old.size, old.valid_prefix), cols_new)]
-                order = np.argsort(cols_new[0], kind="stable")
-                cols_new = [c[order] for c in cols_new]
-            out[key] = QueueRecords(*cols_new)
-
+            puts.setdefault(key, []).append(tuple(np.array(c) for c in zip(*rows)))
