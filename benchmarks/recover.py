@@ -63,6 +63,20 @@ from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, parse_size, wr
 GB = 1e9
 MAX_LOAD = 3.0
 CRASH = CrashSpec(abort=True, stale_checkpoint=True, torn_tail=True, corrupt="crc")
+# --crash words: how the store is left (``CrashSpec``); the default is ``CRASH``
+CRASH_WORDS = {"kill9": {"abort": True}, "torn-tail": {"torn_tail": True},
+               "fresh-checkpoint": {"stale_checkpoint": False}, "stale-checkpoint": {"stale_checkpoint": True},
+               "crc": {"corrupt": "crc"}}
+
+
+def crash_arg(text: str) -> CrashSpec:
+    """``kill9,torn-tail,fresh-checkpoint`` as a ``CrashSpec`` (words in ``CRASH_WORDS``)."""
+    fields = {"abort": False, "stale_checkpoint": False, "torn_tail": False, "corrupt": None}
+    for word in filter(None, (w.strip() for w in text.split(","))):
+        if word not in CRASH_WORDS:
+            raise argparse.ArgumentTypeError(f"unknown crash word {word!r} (one of {', '.join(CRASH_WORDS)})")
+        fields.update(CRASH_WORDS[word])
+    return CrashSpec(**fields)
 PASS_LINE = re.compile(r"pass (\S.*?)\s+([0-9.]+)s\b")
 CUT_LINE = re.compile(r"truncation point\s+phy (\d+)")
 SCANS_LINE = re.compile(r"scans per segment ([0-9.]+) \(max ([0-9.]+)\)")
@@ -80,10 +94,10 @@ def spec_for(size: int) -> SyntheticStoreSpec:
     return SyntheticStoreSpec(total_bytes=size, segment_size=256 << 20, message_size=1024, seed=1)
 
 
-def ensure_store(root: Path, size: int) -> dict:
+def ensure_store(root: Path, size: int, crash: CrashSpec = CRASH) -> dict:
     """The crashed store of ``size`` at ``root``, made unless one with the same spec is there."""
     stamp = root / "bench-spec.json"
-    want = {"spec": asdict(spec_for(size)), "crash": asdict(CRASH)}
+    want = {"spec": asdict(spec_for(size)), "crash": asdict(crash)}
     if stamp.exists():
         have = json.loads(stamp.read_text())
         if {k: have.get(k) for k in want} == json.loads(json.dumps(want)):
@@ -91,7 +105,7 @@ def ensure_store(root: Path, size: int) -> dict:
     if root.exists():
         shutil.rmtree(root)
     t = time.perf_counter()
-    info = write_store(root, spec_for(size), CRASH, keep_messages=False)
+    info = write_store(root, spec_for(size), crash, keep_messages=False)
     print(f"wrote {info.counts['records']:,} records ({info.written_end / GB:.2f} GB) in "
           f"{time.perf_counter() - t:.0f}s -> {root}", flush=True)
     have = {**want, "written_end": info.written_end, "records": info.counts["records"],
