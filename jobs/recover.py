@@ -48,8 +48,7 @@ import threading
 import time
 from pathlib import Path
 
-from store_reader import apply, open_store, publish, recovery, repair, scanned
-from store_reader.bounded import Segments
+from store_reader import apply, bounded, open_store, publish, recovery, repair, scanned
 from store_reader.audit import state as audit_state
 from store_reader.store import Store
 from jobs import audittables, console, htmlreport
@@ -69,7 +68,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
             backup: str | None = None, audit_path: str | None = None,
             keep_consumer_offsets: bool = False, commitlog_gone: bool = False,
             scan_dir: str | None = None, link_commitlog: bool = False, salvage: bool = False,
-            bounded: bool = False) -> RunReport:
+            bounded_run: bool = False) -> RunReport:
     """The whole run (passes 1-7); ``dry_run`` writes no repaired store (audit rows still go to
     ``audit_path`` when given). The repaired store's committed consumer offsets are moved where
     the consumers' next pull on it would move them, unless ``keep_consumer_offsets``. A store
@@ -77,7 +76,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     gone, not on a volume that is not mounted). ``scan_dir``: where the scan keeps the segments'
     records for the run (default: the system's temporary directory). ``link_commitlog``: the
     repaired store hard-links the commitlog files it keeps whole instead of copying them
-    (``placement.linkable``). ``bounded`` (with ``dry_run``): the prediction alone, reading only
+    (``placement.linkable``). ``bounded_run`` (with ``dry_run``): the prediction alone, reading only
     what the broker's restart reads (``store_reader.bounded``), on the driver: no Spark, no audit."""
     started = time.monotonic()
     # absolute: Spark tasks write under it, whatever their working directory
@@ -96,7 +95,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         # pass 2 on Spark (a task per commitlog file, each walked once), pass 3 the broker's predicted
         # recovery on the driver, its replay reading the records the scan kept
         with records_dir(run_id, scan_dir) as kept:
-            if bounded and dry_run:
+            if bounded_run and dry_run:
                 return _recover_bounded(store, version, run_id, keep_consumer_offsets, kept)
             return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
                                     audit_path, keep_consumer_offsets, started, audited_at, kept,
@@ -182,9 +181,8 @@ def _recover_bounded(store: Store, version: str, run_id: str, keep_consumer_offs
         scans.update((g.summary.segment, g.scans) for g in got)
         return [g.summary for g in got]
 
-    segments = Segments(store.commitlog_files, opts, walk)
-    pred = recovery.predict(store, version, records=scanned.prefix_source(records, opts),
-                            puts=scanned.prefix_puts(records), scratch=kept, segments=segments)
+    pred, segments = bounded.predict(store, version, walk, records=scanned.prefix_source(records, opts),
+                                     puts=scanned.prefix_puts(records), scratch=kept)
     report = RunReport(run_id, str(store.root), None, version, pred, segments.summaries,
                        keep_consumer_offsets=keep_consumer_offsets, records=records, scan_dir=kept,
                        scans=scans)
@@ -320,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                      args.dry_run, args.overwrite, args.backup if args.apply else None,
                      args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.scan_dir,
-                     args.link, args.salvage, bounded=not (args.audit_path or page))
+                     args.link, args.salvage, bounded_run=not (args.audit_path or page))
     if page:
         report.html_report = htmlreport.write(page, htmlreport.recover_page(report))
     if args.json:

@@ -15,8 +15,10 @@ from collections.abc import Sequence
 from typing import Callable
 
 from . import recordformat as rf
-from .commitlog import SegmentSummary, head_summary
+from . import recovery
+from .commitlog import SegmentSummary, head_summary, summarize_segment
 from .mappedfile import MappedFile
+from .store import Store
 
 # Walks the given files (one summary each, in their order), e.g. keeping their records for the run.
 Walker = Callable[[list[MappedFile]], list[SegmentSummary]]
@@ -77,3 +79,15 @@ class _Heads(Sequence):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         return self._segments.head(index if index >= 0 else len(self) + index)
+
+
+def predict(store: Store, broker_version: str | None = None, walk: Walker | None = None, **kwargs
+            ) -> tuple[recovery.Prediction, Segments]:
+    """``recovery.predict`` from the files the broker's restart reads, and those files' summaries.
+    ``walk``: how a file is walked (default: summarised here, the replay reading it again);
+    ``kwargs``: ``recovery.predict``'s (the replay's ``records`` and ``puts`` where ``walk`` kept them)."""
+    version = recovery.resolve_version(broker_version or store.broker_version())
+    opts = store.scan_options(broker_5x=recovery.is_5x(version))
+    segments = Segments(store.commitlog_files, opts,
+                        walk or (lambda files: [summarize_segment(f.path, opts) for f in files]))
+    return recovery.predict(store, version, segments=segments, **kwargs), segments

@@ -9,8 +9,7 @@ import pytest
 
 from jobs import recover
 from jobs.recoverreport import prediction_summary
-from store_reader import open_store, recovery
-from store_reader.bounded import Segments
+from store_reader import bounded, open_store, recovery
 from store_reader.commitlog import summarize_segment
 from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
@@ -32,7 +31,7 @@ def _dry_run(root, capsys, *extra) -> str:
     return capsys.readouterr().out
 
 
-def _walked(root, version) -> list[str]:
+def _walked(root, version) -> tuple[list[str], recovery.Prediction]:
     """The files a bounded prediction walks, and the prediction."""
     store = open_store(root, root / "broker.conf")
     opts = store.scan_options(broker_5x=recovery.is_5x(version))
@@ -42,18 +41,17 @@ def _walked(root, version) -> list[str]:
         walked.extend(f.name for f in files)
         return [summarize_segment(f.path, opts) for f in files]
 
-    pred = recovery.predict(store, version, segments=Segments(store.commitlog_files, opts, walk))
-    return walked, pred
+    return walked, bounded.predict(store, version, walk)[0]
 
 
 def test_bounded_prediction_is_the_full_one_and_reads_no_old_file(crashed, tmp_path, capsys):
     store = open_store(crashed, crashed / "broker.conf")
     version = store.broker_version()
     full = prediction_summary(recovery.predict(store, version))
-    walked, bounded = _walked(crashed, version)
-    assert prediction_summary(bounded) == full
+    walked, pred = _walked(crashed, version)
+    assert prediction_summary(pred) == full
     names = [f.name for f in store.commitlog_files]
-    old = names[:names.index(bounded.start_file)]
+    old = names[:names.index(pred.start_file)]
     assert old and set(walked).isdisjoint(old)
     assert json.loads(_dry_run(crashed, capsys, "--json")) == full
     # the files before the start file replaced by garbage (same length): nothing changes but a full
