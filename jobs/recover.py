@@ -29,6 +29,9 @@ Passes (each a function the notebooks can call):
      after a kill finishes (``store_reader.apply``);
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
+``--dry-run`` alone is bounded: passes 2-3 on the driver over the files the broker's restart reads
+(``store_reader.bounded``, docs/spec/recovery.md §17), no Spark and no audit; with ``--audit-path``,
+``--report`` or a what-if it runs every pass but the writing.
 A store the broker refuses to start on (a file of the wrong size, a stray entry in ``commitlog/``,
 5.3.3's correctMinOffset throw) still gets a repaired store it starts on: the refusal is printed
 (and a ``warning:`` line on stderr), the repaired store follows the broker's recovery of the store
@@ -165,31 +168,19 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
     return report
 
 
-def _recover_bounded(store: Store, version: str, run_id: str, keep_consumer_offsets: bool, kept: str
+def _recover_bounded(store: Store, version: str, run_id: str, keep_consumer_offsets: bool, scratch: str
                      ) -> RunReport:
-    """A bounded dry run: the broker's predicted recovery from the files its restart reads, each
-    walked once on the driver (its records kept under ``kept`` for the replay)."""
+    """A bounded dry run: the broker's predicted recovery from the files its restart reads, on the
+    driver (``store_reader.bounded``; the replay's index files in ``scratch``)."""
     t = time.monotonic()
-    opts = store.scan_options(broker_5x=recovery.is_5x(version))
-    cols, lost = scanned.columns_for(store.config, opts.broker_5x)
-    records: dict[str, str] = {}
-    scans: dict[str, float] = {}
-
-    def walk(files):
-        got = [scanned.scan_segment(f.path, opts, kept, cols, lost) for f in files]
-        records.update((g.summary.segment, g.records_path) for g in got)
-        scans.update((g.summary.segment, g.scans) for g in got)
-        return [g.summary for g in got]
-
-    pred, segments = bounded.predict(store, version, walk, records=scanned.prefix_source(records, opts),
-                                     puts=scanned.prefix_puts(records), scratch=kept)
+    pred, segments = bounded.predict(store, version, scratch=scratch)
     report = RunReport(run_id, str(store.root), None, version, pred, segments.summaries,
-                       keep_consumer_offsets=keep_consumer_offsets, records=records, scan_dir=kept,
-                       scans=scans)
+                       keep_consumer_offsets=keep_consumer_offsets, scan_dir=scratch)
     report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
     report.store_modes = store.inventory.modes_text()
+    walked = sum(s.walked for s in segments.summaries)
     report.log_pass("plan", t, f"{pred.recovery_path} path, start {pred.start_file}, truncation point "
-                    f"{pred.max_phy_offset}; {len(scans)} of {len(segments.summaries)} commitlog files walked")
+                    f"{pred.max_phy_offset}; {walked} of {len(segments.summaries)} commitlog files walked")
     return report
 
 
