@@ -14,6 +14,8 @@ Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``) or one without commitlog
      files (unless ``--commitlog-gone``: ``repair.check_recoverable``); check every output target
      and lock the output (``publish.claim_outputs``), before any work;
+  1b. the answer first (logged as pass ``predict``): the broker's restart predicted on the driver
+     from the files it reads (``store_reader.bounded``), before any file is walked whole;
   2. scan segments in parallel, one Spark task per commitlog file, each walked once
      (``store_reader.scanned``): its summary, and its records kept (Arrow, under ``--scan-dir``)
      for every later pass, none of which reads a segment again;
@@ -100,6 +102,8 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         with records_dir(run_id, scan_dir) as kept:
             if bounded_run and dry_run:
                 return _recover_bounded(store, version, run_id, keep_consumer_offsets, kept)
+            if not dry_run:     # the answer first, from the files the broker's restart reads
+                _recover_bounded(store, version, run_id, keep_consumer_offsets, None, "predict")
             return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
                                     audit_path, keep_consumer_offsets, started, audited_at, kept,
                                     link_commitlog, salvage)
@@ -168,10 +172,11 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
     return report
 
 
-def _recover_bounded(store: Store, version: str, run_id: str, keep_consumer_offsets: bool, scratch: str
-                     ) -> RunReport:
+def _recover_bounded(store: Store, version: str, run_id: str, keep_consumer_offsets: bool,
+                     scratch: str | None, name: str = "plan") -> RunReport:
     """A bounded dry run: the broker's predicted recovery from the files its restart reads, on the
-    driver (``store_reader.bounded``; the replay's index files in ``scratch``)."""
+    driver (``store_reader.bounded``; the replay's index files in ``scratch``, default a temporary
+    directory), logged as pass ``name``."""
     t = time.monotonic()
     pred, segments = bounded.predict(store, version, scratch=scratch)
     report = RunReport(run_id, str(store.root), None, version, pred, segments.summaries,
@@ -179,8 +184,10 @@ def _recover_bounded(store: Store, version: str, run_id: str, keep_consumer_offs
     report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
     report.store_modes = store.inventory.modes_text()
     walked = sum(s.walked for s in segments.summaries)
-    report.log_pass("plan", t, f"{pred.recovery_path} path, start {pred.start_file}, truncation point "
-                    f"{pred.max_phy_offset}; {walked} of {len(segments.summaries)} commitlog files walked")
+    lost = sum(s.records_after_cut for s in segments.summaries if s.file_start + s.file_size > pred.max_phy_offset)
+    report.log_pass(name, t, f"{pred.recovery_path} path, start {pred.start_file}, truncation point "
+                    f"{pred.max_phy_offset}, {len(pred.deleted_commitlog_files)} files deleted, {lost} intact "
+                    f"records lost behind a bad one; {walked} of {len(segments.summaries)} commitlog files walked")
     return report
 
 

@@ -13,6 +13,8 @@ from store_reader import bounded, open_store, recovery
 from store_reader.commitlog import summarize_segment
 from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
+pytestmark = pytest.mark.reader        # the first records' check runs in either scanner
+
 
 @pytest.fixture(scope="module", params=["4.9", "5.x"])
 def crashed(request, tmp_path_factory):
