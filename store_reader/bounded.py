@@ -56,15 +56,6 @@ class Segments:
         """The index of the file holding commitlog ``offset`` (the last file when past its end)."""
         return next((i for i, f in enumerate(self.files) if f.start + f.size > offset), len(self.files) - 1)
 
-    @property
-    def first_walked(self) -> SegmentSummary | None:
-        """The oldest file walked: damage before it is not seen."""
-        return next((s for s in self.summaries if s.walked), None)
-
-    @property
-    def unwalked(self) -> list[SegmentSummary]:
-        return [s for s in self.summaries if not s.walked]
-
 
 class _Heads(Sequence):
     """The summaries as the start file search reads them: each file's first record read on access."""
@@ -75,10 +66,8 @@ class _Heads(Sequence):
     def __len__(self) -> int:
         return len(self._segments.files)
 
-    def __getitem__(self, index):          # the search indexes one file at a time
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return self._segments.head(index if index >= 0 else len(self) + index)
+    def __getitem__(self, index: int) -> SegmentSummary:     # the search takes one file at a time
+        return self._segments.head(index)
 
 
 def predict(store: Store, broker_version: str | None = None, walk: Walker | None = None, **kwargs
