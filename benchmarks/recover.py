@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/recover.py [--sizes 1.5GiB,6GiB] [--dir DIR] [--no-reference] [--no-cds]
                                            [--fixed-size 8MiB] [--fixed-runs 5] [--baseline REV] [--task-cpu]
+                                           [--crash kill9,torn-tail,fresh-checkpoint] [--dry-run]
 
 Makes (or reuses, keyed by their spec) two crashed synthetic stores with ``store_reader.synthetic``:
 about 1 KiB messages, 256 MiB segments, 32 queues over four topics, keys on every message, killed
@@ -29,6 +30,9 @@ to a temporary directory; no audit, which needs Spark).
 Then the real broker's own restart on a copy of the same store (``tests/oracle.py``, the release jars
 of the version that wrote it: its load, i.e. its recovery, the reput and the shutdown; ``--no-broker``
 skips it), with its max phy offset against the job's truncation point.
+
+``--dry-run`` times only the dry run (this tree's and ``--baseline``'s) and the broker's restart per
+size, and prints them as one table; ``--crash`` words (``CRASH_WORDS``) make the stores another way.
 
 Figures are only valid on a quiet machine: the script waits (up to 3 minutes) for the 1-minute load
 average to fall below 1, and before each timed run syncs the previous run's output to disk (its
