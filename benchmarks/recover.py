@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/recover.py [--sizes 1.5GiB,6GiB] [--dir DIR] [--no-reference] [--no-cds]
                                            [--fixed-size 8MiB] [--fixed-runs 5] [--baseline REV] [--task-cpu]
+                                           [--crash kill9,torn-tail,fresh-checkpoint] [--dry-run]
 
 Makes (or reuses, keyed by their spec) two crashed synthetic stores with ``store_reader.synthetic``:
 about 1 KiB messages, 256 MiB segments, 32 queues over four topics, keys on every message, killed
@@ -29,6 +30,9 @@ to a temporary directory; no audit, which needs Spark).
 Then the real broker's own restart on a copy of the same store (``tests/oracle.py``, the release jars
 of the version that wrote it: its load, i.e. its recovery, the reput and the shutdown; ``--no-broker``
 skips it), with its max phy offset against the job's truncation point.
+
+``--dry-run`` times only the dry run (this tree's and ``--baseline``'s) and the broker's restart per
+size, and prints them as one table; ``--crash`` words (``CRASH_WORDS``) make the stores another way.
 
 Figures are only valid on a quiet machine: the script waits (up to 3 minutes) for the 1-minute load
 average to fall below 1, and before each timed run syncs the previous run's output to disk (its
@@ -63,6 +67,20 @@ from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, parse_size, wr
 GB = 1e9
 MAX_LOAD = 3.0
 CRASH = CrashSpec(abort=True, stale_checkpoint=True, torn_tail=True, corrupt="crc")
+# --crash words: how the store is left (``CrashSpec``); the default is ``CRASH``
+CRASH_WORDS = {"kill9": {"abort": True}, "torn-tail": {"torn_tail": True},
+               "fresh-checkpoint": {"stale_checkpoint": False}, "stale-checkpoint": {"stale_checkpoint": True},
+               "crc": {"corrupt": "crc"}}
+
+
+def crash_arg(text: str) -> CrashSpec:
+    """``kill9,torn-tail,fresh-checkpoint`` as a ``CrashSpec`` (words in ``CRASH_WORDS``)."""
+    fields = {"abort": False, "stale_checkpoint": False, "torn_tail": False, "corrupt": None}
+    for word in filter(None, (w.strip() for w in text.split(","))):
+        if word not in CRASH_WORDS:
+            raise argparse.ArgumentTypeError(f"unknown crash word {word!r} (one of {', '.join(CRASH_WORDS)})")
+        fields.update(CRASH_WORDS[word])
+    return CrashSpec(**fields)
 PASS_LINE = re.compile(r"pass (\S.*?)\s+([0-9.]+)s\b")
 CUT_LINE = re.compile(r"truncation point\s+phy (\d+)")
 SCANS_LINE = re.compile(r"scans per segment ([0-9.]+) \(max ([0-9.]+)\)")
@@ -80,10 +98,10 @@ def spec_for(size: int) -> SyntheticStoreSpec:
     return SyntheticStoreSpec(total_bytes=size, segment_size=256 << 20, message_size=1024, seed=1)
 
 
-def ensure_store(root: Path, size: int) -> dict:
+def ensure_store(root: Path, size: int, crash: CrashSpec = CRASH) -> dict:
     """The crashed store of ``size`` at ``root``, made unless one with the same spec is there."""
     stamp = root / "bench-spec.json"
-    want = {"spec": asdict(spec_for(size)), "crash": asdict(CRASH)}
+    want = {"spec": asdict(spec_for(size)), "crash": asdict(crash)}
     if stamp.exists():
         have = json.loads(stamp.read_text())
         if {k: have.get(k) for k in want} == json.loads(json.dumps(want)):
@@ -91,7 +109,7 @@ def ensure_store(root: Path, size: int) -> dict:
     if root.exists():
         shutil.rmtree(root)
     t = time.perf_counter()
-    info = write_store(root, spec_for(size), CRASH, keep_messages=False)
+    info = write_store(root, spec_for(size), crash, keep_messages=False)
     print(f"wrote {info.counts['records']:,} records ({info.written_end / GB:.2f} GB) in "
           f"{time.perf_counter() - t:.0f}s -> {root}", flush=True)
     have = {**want, "written_end": info.written_end, "records": info.counts["records"],
@@ -282,6 +300,31 @@ def spark_run(store: Path, work: Path, code: Path = ROOT, extra: tuple[str, ...]
             "scans": (float(scans.group(1)), float(scans.group(2))) if scans else None}
 
 
+def dry_run(store: Path, code: Path = ROOT) -> dict:
+    """``python -m jobs.recover --dry-run`` of the tree ``code`` on ``store`` as its own process:
+    wall seconds, the process tree's CPU seconds and the prediction's cut."""
+    cmd = [sys.executable, "-m", "jobs.recover", "--store", str(store), "--broker-config", str(store / "broker.conf"),
+           "--dry-run"]
+    wall, lines, s, rc = watched(cmd, code)
+    if rc != 0:
+        raise SystemExit(f"jobs.recover --dry-run exited {rc}:\n" + "\n".join(line for _, line in lines[-30:]))
+    cut = next((int(m.group(1)) for m in (CUT_LINE.search(line) for _, line in lines) if m), None)
+    return {"wall": wall, "cpu_seconds": sum(s.cpu_seconds.values()), "peak_sum": s.peak_sum, "cut": cut}
+
+
+def print_dry_runs(sizes: list[dict], before: list[dict], after: list[dict], brokers: list[dict], rev: str) -> None:
+    print(f"\nthe dry run (the prediction alone): {rev} | this tree | the real broker's restart on a copy")
+    print("| store | dry run before | dry run after | broker restart | after / broker |")
+    print("|---|---|---|---|---|")
+    for s, b, a, k in zip(sizes, before, after, brokers or [None] * len(sizes)):
+        same = a["cut"] == b["cut"] and (k is None or k["max_phy"] == a["cut"])
+        broker = f"{k['wall']:.2f} s, {k['cpu_seconds']:.1f} CPU-s" if k else "-"
+        ratio = f"{a['wall'] / k['wall']:.2f}x" if k else "-"
+        print(f"| {s['written_end'] / GB:.2f} GB | {b['wall']:.2f} s, {b['cpu_seconds']:.1f} CPU-s | "
+              f"{a['wall']:.2f} s, {a['cpu_seconds']:.1f} CPU-s | {broker} | {ratio} |"
+              + ("" if same else f"  CUTS DIFFER: before {b['cut']}, after {a['cut']}, broker {k and k['max_phy']}"))
+
+
 def task_cpu_run(store: Path, work: Path) -> dict:
     """One more run of this tree on ``store`` with every Python task's CPU logged
     (``benchmarks/taskcpu.py``): {"tasks": {what it ran: (first stage, tasks, CPU-s, largest peak
@@ -393,12 +436,23 @@ def broker_run(store: Path, work: Path) -> dict:
     shutil.rmtree(copy, ignore_errors=True)
     subprocess.run(["cp", "-a", "--reflink=auto", str(store), str(copy)], check=True)
     os.sync()
-    t = time.monotonic()
+    t, cpu = time.monotonic(), _children_cpu()
     r = oracle.restart(release, copy, store / "broker.conf", entries=False, timeout=3600)
-    wall = time.monotonic() - t
+    wall, cpu = time.monotonic() - t, _children_cpu() - cpu
     shutil.rmtree(copy, ignore_errors=True)
-    return {"release": release, "wall": wall, "load": r["loadSeconds"], "reput": r.get("startReputSeconds"),
+    print(f"  broker {release} restart: {wall:.2f} s, {cpu:.1f} CPU-s (load {r['loadSeconds']:.2f} s, "
+          f"{r['recoveryPath']} path, max phy {r.get('maxPhyOffset')})", flush=True)
+    return {"release": release, "wall": wall, "cpu_seconds": cpu, "load": r["loadSeconds"],
+            "reput": r.get("startReputSeconds"),
             "shutdown": r["shutdownSeconds"], "path": r["recoveryPath"], "max_phy": r.get("maxPhyOffset")}
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the children this process waited for (the broker's JVM)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def print_broker(sizes: list[dict], runs: list[dict], brokers: list[dict]) -> None:
@@ -664,6 +718,11 @@ def main(argv: list[str] | None = None) -> int:
                          "print the tasks' CPU by what they run (benchmarks/taskcpu.py)")
     ap.add_argument("--no-broker", action="store_true",
                     help="skip the real broker's restart on the same stores (scripts/build_oracle.sh)")
+    ap.add_argument("--crash", type=crash_arg, default=CRASH,
+                    help="how the stores are left, comma-separated: " + ", ".join(CRASH_WORDS)
+                         + " (default kill9,stale-checkpoint,torn-tail,crc)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="time only the dry run (this tree's and --baseline's) and the broker's restart, per size")
     ap.add_argument("--reference", nargs=2, metavar=("STORE", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.reference:
@@ -679,10 +738,31 @@ def main(argv: list[str] | None = None) -> int:
     before_tree = None if args.baseline == "none" else baseline_tree(args.baseline, base)
     sizes, runs, refs, before, salvaged, task_cpu, brokers = [], [], [], [], [], [], []
     loads = [load]
+    if args.dry_run:
+        for text in args.sizes.split(","):
+            store = base / f"store-{text.strip()}"
+            sizes.append(ensure_store(store, parse_size(text), args.crash))
+            work = base / f"work-{text.strip()}"
+            work.mkdir(parents=True, exist_ok=True)
+            print(f"predicting {store} ({sizes[-1]['written_end'] / GB:.2f} GB) ...", flush=True)
+            if before_tree is not None:
+                loads.append(settle(store))
+                before.append(dry_run(store, before_tree))
+                print(f"  {args.baseline} dry run: {before[-1]['wall']:.2f} s, {before[-1]['cpu_seconds']:.1f} CPU-s",
+                      flush=True)
+            loads.append(settle(store))
+            runs.append(dry_run(store))
+            print(f"  dry run: {runs[-1]['wall']:.2f} s, {runs[-1]['cpu_seconds']:.1f} CPU-s", flush=True)
+            if not args.no_broker:
+                loads.append(settle(store))
+                brokers.append(broker_run(store, work))
+        print(f"load average before each run: {' '.join(f'{x:.2f}' for x in loads)}")
+        print_dry_runs(sizes, before or runs, runs, brokers, args.baseline if before else "(no baseline)")
+        return 0
     for text in args.sizes.split(","):
         size = parse_size(text)
         store = base / f"store-{text.strip()}"
-        sizes.append(ensure_store(store, size))
+        sizes.append(ensure_store(store, size, args.crash))
         work = base / f"work-{text.strip()}"
         work.mkdir(parents=True, exist_ok=True)
         print(f"recovering {store} ({sizes[-1]['written_end'] / GB:.2f} GB) ...", flush=True)
@@ -706,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
             task_cpu.append(task_cpu_run(store, work))
     tiny = parse_size(args.fixed_size)
     store = base / f"store-{args.fixed_size}"
-    fixed_store = ensure_store(store, tiny)
+    fixed_store = ensure_store(store, tiny, args.crash)
     work = base / f"work-{args.fixed_size}"
     work.mkdir(parents=True, exist_ok=True)
     smalls = []

@@ -14,6 +14,8 @@ Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``) or one without commitlog
      files (unless ``--commitlog-gone``: ``repair.check_recoverable``); check every output target
      and lock the output (``publish.claim_outputs``), before any work;
+  1b. the answer first (logged as pass ``predict``): the broker's restart predicted on the driver
+     from the files it reads (``store_reader.bounded``), before any file is walked whole;
   2. scan segments in parallel, one Spark task per commitlog file, each walked once
      (``store_reader.scanned``): its summary, and its records kept (Arrow, under ``--scan-dir``)
      for every later pass, none of which reads a segment again;
@@ -29,6 +31,9 @@ Passes (each a function the notebooks can call):
      after a kill finishes (``store_reader.apply``);
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
+``--dry-run`` alone is bounded: passes 2-3 on the driver over the files the broker's restart reads
+(``store_reader.bounded``, docs/spec/recovery.md §17), no Spark and no audit; with ``--audit-path``,
+``--report`` or a what-if it runs every pass but the writing.
 A store the broker refuses to start on (a file of the wrong size, a stray entry in ``commitlog/``,
 5.3.3's correctMinOffset throw) still gets a repaired store it starts on: the refusal is printed
 (and a ``warning:`` line on stderr), the repaired store follows the broker's recovery of the store
@@ -48,7 +53,7 @@ import threading
 import time
 from pathlib import Path
 
-from store_reader import apply, open_store, publish, recovery, repair, scanned
+from store_reader import apply, bounded, open_store, publish, recovery, repair, scanned
 from store_reader.audit import state as audit_state
 from store_reader.exceptions import UnsupportedStoreError
 from store_reader.store import Store
@@ -68,7 +73,8 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
             broker_version: str | None = None, dry_run: bool = False, overwrite: bool = False,
             backup: str | None = None, audit_path: str | None = None,
             keep_consumer_offsets: bool = False, commitlog_gone: bool = False,
-            scan_dir: str | None = None, link_commitlog: bool = False, salvage: bool = False) -> RunReport:
+            scan_dir: str | None = None, link_commitlog: bool = False, salvage: bool = False,
+            bounded_run: bool = False) -> RunReport:
     """The whole run (passes 1-7); ``dry_run`` writes no repaired store (audit rows still go to
     ``audit_path`` when given). The repaired store's committed consumer offsets are moved where
     the consumers' next pull on it would move them, unless ``keep_consumer_offsets``. A store
@@ -76,7 +82,8 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     gone, not on a volume that is not mounted). ``scan_dir``: where the scan keeps the segments'
     records for the run (default: the system's temporary directory). ``link_commitlog``: the
     repaired store hard-links the commitlog files it keeps whole instead of copying them
-    (``placement.linkable``)."""
+    (``placement.linkable``). ``bounded_run`` (with ``dry_run``): the prediction alone, reading only
+    what the broker's restart reads (``store_reader.bounded``), on the driver: no Spark, no audit."""
     started = time.monotonic()
     # absolute: Spark tasks write under it, whatever their working directory
     out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
@@ -100,6 +107,10 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         # pass 2 on Spark (a task per commitlog file, each walked once), pass 3 the broker's predicted
         # recovery on the driver, its replay reading the records the scan kept
         with records_dir(run_id, scan_dir) as kept:
+            if bounded_run and dry_run:
+                return _recover_bounded(store, version, run_id, keep_consumer_offsets, kept)
+            if not dry_run:     # the answer first, from the files the broker's restart reads
+                _recover_bounded(store, version, run_id, keep_consumer_offsets, None, "predict")
             return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
                                     audit_path, keep_consumer_offsets, started, audited_at, kept,
                                     link_commitlog, salvage)
@@ -165,6 +176,25 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
             tables["salvaged_messages"] = salvage_job.audit_rows(report.salvaged, run_id, store_id, audited_at)
         report.audit_tables = audittables.write_audit(audit_path, tables, run_id, spark, early)
         report.log_pass("write audit tables", t, audit_path)
+    return report
+
+
+def _recover_bounded(store: Store, version: str, run_id: str, keep_consumer_offsets: bool,
+                     scratch: str | None, name: str = "plan") -> RunReport:
+    """A bounded dry run: the broker's predicted recovery from the files its restart reads, on the
+    driver (``store_reader.bounded``; the replay's index files in ``scratch``, default a temporary
+    directory), logged as pass ``name``."""
+    t = time.monotonic()
+    pred, segments = bounded.predict(store, version, scratch=scratch)
+    report = RunReport(run_id, str(store.root), None, version, pred, segments.summaries,
+                       keep_consumer_offsets=keep_consumer_offsets, scan_dir=scratch)
+    report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
+    report.store_modes = store.inventory.modes_text()
+    walked = sum(s.walked for s in segments.summaries)
+    lost = sum(s.records_after_cut for s in segments.summaries if s.file_start + s.file_size > pred.max_phy_offset)
+    report.log_pass(name, t, f"{pred.recovery_path} path, start {pred.start_file}, truncation point "
+                    f"{pred.max_phy_offset}, {len(pred.deleted_commitlog_files)} files deleted, {lost} intact "
+                    f"records lost behind a bad one; {walked} of {len(segments.summaries)} commitlog files walked")
     return report
 
 
@@ -292,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     report = recover(spark, args.store, args.out, args.broker_config, args.broker_version,
                      args.dry_run, args.overwrite, args.backup if args.apply else None,
                      args.audit_path, args.keep_consumer_offsets, args.commitlog_gone, args.scan_dir,
-                     args.link, args.salvage)
+                     args.link, args.salvage, bounded_run=not (args.audit_path or page))
     if page:
         report.html_report = htmlreport.write(page, htmlreport.recover_page(report, args.broker_config))
     if args.json:

@@ -141,6 +141,8 @@ def dry_run_header(report: RunReport) -> list[str]:
     target = report.out or "the --out directory"
     if report.keep_consumer_offsets:
         moved = "kept as they are"
+    elif report.findings is None:       # a bounded dry run: the audit counts them
+        moved = "moved where the repaired queues serve them (how many: jobs.audit)"
     else:
         moved = "moved " + offsets.per_file({f.source: f.repaired for f in report.offset_facts})
     return [f"DRY RUN: nothing was written{wrote}; the input store is never written.",
@@ -190,6 +192,12 @@ def print_report(report: RunReport, out=None) -> None:
             p(f"  {s.end_reason:<18} {s.path} @ byte {s.valid_bytes} ({s.end_check}); {kept}"
               f"{s.records_after_cut} intact records behind it", file=out)
     p(f"  records lost       {lost} intact records behind a bad one", file=out)
+    unwalked = [s for s in report.summaries if not s.walked]
+    if unwalked:
+        p(f"  not checked        {len(unwalked)} commitlog files the broker's restart does not walk "
+          f"({unwalked[0].segment}..{unwalked[-1].segment}; only first records its start file search reads), "
+          f"consume queue entries before their last 3 files, index entries: "
+          f"python -m jobs.audit --store {report.store} checks them (docs/spec/recovery.md §17)", file=out)
     p(f"  consume queues     {len(pred.consume_queues)} after the broker's recovery", file=out)
     facts = report.offset_facts
     if report.findings is not None and pred.load_result:

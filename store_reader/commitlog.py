@@ -24,6 +24,7 @@ from schemas import MESSAGE, SEGMENT
 
 from . import recordformat as rf
 from .kernels import use_pure
+from .exceptions import UnreadableFileError
 from .storefs import FileReader, PathRef, SegmentBuffer, StoreLocation, location
 
 DEFAULT_BATCH_SIZE = 16384
@@ -143,6 +144,9 @@ class SegmentSummary:
     aside (not a table column)."""
     max_store_timestamp: int | None = None
     """The valid prefix's largest store timestamp (not a table column)."""
+    walked: bool = True
+    """False: the file was not walked (a bounded run, ``store_reader.bounded``): only its first
+    record's fields are known, and only where the start file search read it (not a table column)."""
 
     def count_run(self, in_prefix: bool, n: int, pos: int, pos_next: int, stats: tuple) -> None:
         """Count a scanner run of ``n`` records over ``[pos, pos_next)`` (``stats``: the scanner's
@@ -472,6 +476,33 @@ def scan_segment(path: PathRef, opts: rf.ScanOptions, **kwargs: Any
     scan = SegmentScan(path, opts, **kwargs)
     batches = list(scan)
     return pa.Table.from_batches(batches, schema=scan.schema), scan.summary
+
+
+# What a head read takes first: the first record's header and, for most records, all of it.
+HEAD_BYTES = 4096
+
+
+def head_summary(path: PathRef, opts: rf.ScanOptions, file_start: int, file_size: int) -> SegmentSummary:
+    """A file's first record alone, as the broker's start file search reads it (R§4.1): its raw
+    header fields and whether it passes the broker's checks, from the first few KiB (the whole
+    record when it is longer). The rest of the file is not read (``walked`` False)."""
+    loc = location(path)
+    s = SegmentSummary(segment=loc.name, path=loc.ref, file_start=file_start, file_size=file_size, walked=False)
+    try:
+        with FileReader(loc) as reader:
+            buf = reader.read_at(0, HEAD_BYTES)
+            if len(buf) >= 4:
+                total = struct.unpack_from(">i", buf, 0)[0]
+                if total > len(buf):
+                    buf = reader.read_at(0, total)
+    except OSError as exc:
+        raise UnreadableFileError(f"cannot read commitlog segment: {exc.strerror or exc}", str(loc)) from None
+    _first_record_fields(buf, len(buf), s)
+    impl = scanner_impl()
+    native = impl.__name__.endswith("_native")
+    _, n, _, _, _ = impl.scan(buf, file_start, 0, len(buf), 1, _native_opts(opts) if native else opts, ())
+    s.first_record_valid = n > 0
+    return s
 
 
 def summarize_segment(path: PathRef, opts: rf.ScanOptions) -> SegmentSummary:

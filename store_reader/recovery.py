@@ -38,6 +38,7 @@ from .store import Store
 from .storefs import PathRef, location
 
 if TYPE_CHECKING:
+    from .bounded import Segments
     from .repair import IndexPuts
 
 V49, V53, V54, V55 = "4.9", "5.3", "5.4", "5.5"
@@ -1015,7 +1016,8 @@ def _multi_dispatch_puts(config: BrokerConfig, broker_5x: bool, b: pa.RecordBatc
 def predict(store: Store, broker_version: str | None = None,
             summaries: Sequence[SegmentSummary] | None = None,
             records: RecordSource | None = None, puts: PutsSource | None = None,
-            on_cut: Callable[[Prediction], None] | None = None, scratch: str | None = None) -> Prediction:
+            on_cut: Callable[[Prediction], None] | None = None, scratch: str | None = None,
+            segments: "Segments | None" = None) -> Prediction:
     """The broker's recovery on ``store`` (R§1 phases 2-11) for ``broker_version``.
 
     Parameters
@@ -1039,6 +1041,11 @@ def predict(store: Store, broker_version: str | None = None,
     scratch
         The directory the replay writes the index files it builds in (a run's scan directory:
         executors read them there); default a temporary one, removed with the prediction.
+    segments
+        A bounded run (``store_reader.bounded``): instead of ``summaries``, the commitlog files
+        walked only where the broker's recovery reads them (its start file search, the files from
+        the start file on, the 4.9 reput's and the confirm offset's); ``segments.summaries`` holds
+        the rest unwalked.
     """
     version = resolve_version(broker_version or store.broker_version())
     broker_5x = is_5x(version)
@@ -1079,7 +1086,9 @@ def predict(store: Store, broker_version: str | None = None,
             queues.setdefault(key, ConsumeQueueState(*key, store.config.cq_file_size))
     pred.recovery_path = "abnormal" if store.abort_exists else "normal"
     pred.controller_mode = controller = broker_5x and store.config.enableControllerMode
-    if summaries is None:
+    if segments is not None:
+        summaries = segments.summaries
+    elif summaries is None:
         summaries = store.summaries(opts)
     ckpt = read_checkpoint(store.checkpoint_path)
     # 1. consume queues recover on their own, before the commitlog is looked at (R§2)
@@ -1092,10 +1101,16 @@ def predict(store: Store, broker_version: str | None = None,
     pred.max_phy_offset_of_consume_queue = cq_max
     # 2. start file and scan (R§4.1, R§4.2)
     abnormal = store.abort_exists
+    double_write = broker_5x and store.inventory.has(ROCKSDB_CQ_DOUBLE_WRITE) and \
+        store.inventory.rocksdb_cq_dir is not None            # an empty RocksDB queue is skipped
+    if segments is not None and summaries:
+        # the search reads first records only; the walk starts at the start file (R§4.1), or
+        # as far back as the double-write check looks
+        first = start_file(segments.heads, version, store.config, abnormal, ckpt, cq_max, rocksdb)
+        segments.walk_from(first - store.config.combineCQMaxExtraSearchCommitLogFiles if double_write else first)
     start, end, files, deleted = predict_commitlog(summaries, version, store.config, abnormal, ckpt, cq_max,
                                                    opts, rocksdb)
-    if broker_5x and summaries and store.inventory.has(ROCKSDB_CQ_DOUBLE_WRITE) and \
-            store.inventory.rocksdb_cq_dir is not None:     # an empty RocksDB queue is skipped
+    if double_write and summaries:
         check_double_write_start(summaries, start, store.config)
     pred.start_file = summaries[start].segment if summaries else None
     pred.max_phy_offset, pred.commitlog_files, pred.deleted_commitlog_files = end, files, deleted
@@ -1131,6 +1146,8 @@ def predict(store: Store, broker_version: str | None = None,
         pred.controller = correct_confirm_offset(ckpt.confirm_phy_offset, summaries[0].file_start, end,
                                                  last_confirm_valid)
         pred.confirm_offset = pred.controller.corrected
+        if segments is not None and pred.confirm_offset < end:
+            segments.walk_from(segments.index_of(pred.confirm_offset))
         pred.unconfirmed = records_between(store, summaries, pred.confirm_offset, end, opts, records)
     # 4. consume queue entries beyond the recovered end (R§4.5, R§5.2); [5.4] the CQ max is
     # taken after the scan's dispatch
@@ -1151,6 +1168,8 @@ def predict(store: Store, broker_version: str | None = None,
         pred.reput_from_offset = reput
         first = next(i for i, s in enumerate(summaries) if s.file_start + s.file_size > reput) \
             if reput < end else len(summaries)
+        if segments is not None:            # the reput reads on from the consume queues' max
+            segments.walk_from(first)
         dispatch_records(store, summaries, first, reput, end, None, queues, opts, dispatched,
                          records=records, puts=puts)
     # 6. queue tables and min offsets (R§7); 5.3.3 and 5.4.0 throw on a queue whose last file is

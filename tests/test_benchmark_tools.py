@@ -2,6 +2,7 @@
 counted once) and ``benchmarks/taskcpu.py``'s CPU per Spark task, on a real ``jobs.recover`` run."""
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import taskcpu  # noqa: E402
-from benchmarks.recover import Sampler  # noqa: E402
+from benchmarks.recover import Sampler, crash_arg  # noqa: E402
 from jobs import exchange  # noqa: E402
 from support import broker_conf, input_store  # noqa: E402
 
@@ -24,6 +25,16 @@ def _tree(rows: list[tuple[int, int, int, float, float]]) -> dict[int, float]:
     for pid, parent, tick, own, reaped in rows:
         s.parent[pid], s.last_tick[pid], s.own[pid], s.reaped[pid] = parent, tick, own, reaped
     return s.cpu_seconds
+
+
+def test_crash_words_make_the_store_the_issue_measures():
+    """``--crash kill9,torn-tail,fresh-checkpoint``: the common production crash of issue 36."""
+    from store_reader.synthetic import CrashSpec
+
+    assert crash_arg("kill9,torn-tail,fresh-checkpoint") == CrashSpec(abort=True, torn_tail=True,
+                                                                      stale_checkpoint=False)
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown crash word 'kill-9'"):
+        crash_arg("kill-9")
 
 
 def test_a_sampled_child_its_parent_reaped_counts_once():

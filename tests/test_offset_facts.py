@@ -82,7 +82,12 @@ def test_every_job_prints_the_audit_tables_counts(spark, store, tmp_path, capsys
     assert runs["consumer_offsets_at_risk"].to_pylist() == [sum(r["at_risk"] for r in rows)]
     assert _printed(audit_out) == expected, audit_out
 
+    # a bounded dry run does not count them (recovery.md §17); with the audit tables it audits
     assert recover_job.main([*base, "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert dry.startswith("DRY RUN: nothing was written") and "how many: jobs.audit" in dry
+    assert _printed(dry) == {}, dry
+    assert recover_job.main([*base, "--dry-run", "--audit-path", str(tmp_path / "dry-audit")]) == 0
     dry = capsys.readouterr().out
     assert dry.startswith("DRY RUN: nothing was written")
     assert _printed(dry) == expected, dry

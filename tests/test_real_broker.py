@@ -35,7 +35,7 @@ import pytest
 import oracle
 import support
 from jobs.recover import recover
-from store_reader import load_broker_config, open_store, recovery
+from store_reader import bounded, load_broker_config, open_store, recovery
 from store_reader.config import read_consumer_offsets
 from store_reader.exceptions import StoreReaderError
 
@@ -258,8 +258,9 @@ class Bench:
             _, r, _ = inputs[c.name].result()
             c.result["broker"] = r
             if c.name in repaired:
-                # the prediction as --dry-run makes it (the run's own index files are gone with its scratch)
-                pred = recovery.predict(open_store(c.store, c.conf), project_version(c.release))
+                # the prediction as --dry-run makes it, from the files the broker's restart reads
+                # (the run's own index files are gone with its scratch)
+                pred, _ = bounded.predict(open_store(c.store, c.conf), project_version(c.release))
                 c.result["recovery"] = recovery_differences(pred, r, c.store, c.conf)
                 if c.written:
                     c.result["lost"] = (len(lost_records(c.written, broker_queues(r))) if r["loadResult"] else None,
