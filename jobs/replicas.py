@@ -20,7 +20,6 @@ Exit codes: 0 every slave in sync, 1 a slave diverged, behind or ahead, 2 could 
 """
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 import logging
