@@ -208,11 +208,12 @@ class ConsumeQueueState:
     def entries(self) -> np.ndarray:
         """One entry per queue offset from min to max offset (what ``getIndexBuffer`` serves), each
         at its file's own offset: an offset no file holds (a file missing between two others, R§2)
-        is ``NO_FILE_ENTRY``."""
+        is ``NO_FILE_ENTRY``. In native byte order (pandas takes no big-endian columns)."""
+        native = CQ_ENTRY_DTYPE.newbyteorder("=")
         if not self.files:
-            return np.zeros(0, CQ_ENTRY_DTYPE)
+            return np.zeros(0, native)
         first = self.files[0].start // CQ_STORE_UNIT_SIZE
-        out = np.empty(max(0, self.max_offset - first), CQ_ENTRY_DTYPE)
+        out = np.empty(max(0, self.max_offset - first), native)
         out[:] = NO_FILE_ENTRY
         for f in self.files:
             at, n = f.start // CQ_STORE_UNIT_SIZE - first, f.wrote // CQ_STORE_UNIT_SIZE
