@@ -101,8 +101,8 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
         if not t.num_rows:
             continue
         rebuilt = rebuilt_entries(t)
-        rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key), key in plan.disk_queues,
-                              plan.scope, rebuilt)
+        rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key),
+                              key in plan.disk_queues or key in plan.disk_units, plan.scope, rebuilt)
         ranges.append((key, _disk_range(t), _rebuilt_range(t, rebuilt[0], plan.scope[0] if plan.scope else None)))
     yield "queue_findings", pa.Table.from_pylist(rows, schema=QUEUE_FINDING_ROWS)
     yield "ranges", ranges
