@@ -56,17 +56,7 @@ public final class DLedgerRun {
     }
 
     public static void main(String[] args) {
-        Json.claimStdout();
-        try {
-            if ("write".equals(args[0])) {
-                write(args);
-            } else {
-                restart(args);
-            }
-        } catch (Throwable e) {
-            e.printStackTrace();
-            Runtime.getRuntime().halt(1);
-        }
+        ModeRun.main(args, DLedgerRun::write, DLedgerRun::restart);
     }
 
     /** BROKER_CONF with dLegerPeers' port replaced by a free one, written beside the store. */

@@ -36,17 +36,7 @@ public final class ControllerRun {
     }
 
     public static void main(String[] args) {
-        Json.claimStdout();
-        try {
-            if ("write".equals(args[0])) {
-                write(args);
-            } else {
-                restart(args);
-            }
-        } catch (Throwable e) {
-            e.printStackTrace();
-            Runtime.getRuntime().halt(1);
-        }
+        ModeRun.main(args, ControllerRun::write, ControllerRun::restart);
     }
 
     static List<Object> epochs(AutoSwitchHAService ha) {

@@ -30,17 +30,7 @@ public final class DoubleWriteRun {
     }
 
     public static void main(String[] args) {
-        Json.claimStdout();
-        try {
-            if ("write".equals(args[0])) {
-                write(args);
-            } else {
-                restart(args);
-            }
-        } catch (Throwable e) {
-            e.printStackTrace();
-            Runtime.getRuntime().halt(1);
-        }
+        ModeRun.main(args, DoubleWriteRun::write, DoubleWriteRun::restart);
     }
 
     static Stores open(File root, File conf) throws Exception {

@@ -77,6 +77,21 @@ final class ModeStores {
     }
 
     /** topic -> queueId -> {minOffset, maxOffset, entries: [{q, phy, size, tags}]}. */
+    /** A queue's units from min to max as the broker reads them (ConsumeQueueInterface#get). */
+    static List<Object> entries(ConsumeQueueInterface cq, long min, long max) {
+        List<Object> entries = new ArrayList<>();
+        for (long off = min; off < max; off++) {
+            CqUnit u = cq.get(off);
+            Map<String, Object> e = new LinkedHashMap<>();
+            e.put("q", off);
+            e.put("phy", u == null ? null : u.getPos());
+            e.put("size", u == null ? null : u.getSize());
+            e.put("tags", u == null ? null : u.getTagsCode());
+            entries.add(e);
+        }
+        return entries;
+    }
+
     static Map<String, Map<String, Object>> queues(DefaultMessageStore store) throws Exception {
         Map<String, Map<String, Object>> out = new TreeMap<>();
         for (Map.Entry<String, ConcurrentMap<Integer, ConsumeQueueInterface>> t : store.getConsumeQueueTable().entrySet()) {
@@ -85,16 +100,7 @@ final class ModeStores {
                 long min = store.getMinOffsetInQueue(t.getKey(), qid);
                 long max = store.getMaxOffsetInQueue(t.getKey(), qid);
                 ConsumeQueueInterface cq = store.getConsumeQueue(t.getKey(), qid);
-                List<Object> entries = new ArrayList<>();
-                for (long off = min; off < max; off++) {
-                    CqUnit u = cq.get(off);
-                    Map<String, Object> e = new LinkedHashMap<>();
-                    e.put("q", off);
-                    e.put("phy", u == null ? null : u.getPos());
-                    e.put("size", u == null ? null : u.getSize());
-                    e.put("tags", u == null ? null : u.getTagsCode());
-                    entries.add(e);
-                }
+                List<Object> entries = entries(cq, min, max);
                 Map<String, Object> q = new LinkedHashMap<>();
                 q.put("minOffset", min);
                 q.put("maxOffset", max);

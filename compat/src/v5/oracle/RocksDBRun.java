@@ -1,7 +1,6 @@
 package oracle;
 
 import java.io.File;
-import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -12,7 +11,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import org.apache.rocketmq.store.DefaultMessageStore;
 import org.apache.rocketmq.store.RocksDBMessageStore;
 import org.apache.rocketmq.store.queue.ConsumeQueueInterface;
-import org.apache.rocketmq.store.queue.CqUnit;
 import org.apache.rocketmq.store.stats.BrokerStatsManager;
 
 /**
@@ -36,17 +34,7 @@ public final class RocksDBRun {
     }
 
     public static void main(String[] args) {
-        Json.claimStdout();
-        try {
-            if ("write".equals(args[0])) {
-                write(args);
-            } else {
-                restart(args);
-            }
-        } catch (Throwable e) {
-            e.printStackTrace();
-            Runtime.getRuntime().halt(1);
-        }
+        ModeRun.main(args, RocksDBRun::write, RocksDBRun::restart);
     }
 
     static DefaultMessageStore open(File root, File conf) throws Exception {
@@ -116,16 +104,7 @@ public final class RocksDBRun {
                 ConsumeQueueInterface cq = store.findConsumeQueue(topic, qid);
                 long min = store.getMinOffsetInQueue(topic, qid);
                 long max = store.getMaxOffsetInQueue(topic, qid);
-                List<Object> entries = new ArrayList<>();
-                for (long off = min; off < max; off++) {
-                    CqUnit u = cq.get(off);
-                    Map<String, Object> e = new LinkedHashMap<>();
-                    e.put("q", off);
-                    e.put("phy", u == null ? null : u.getPos());
-                    e.put("size", u == null ? null : u.getSize());
-                    e.put("tags", u == null ? null : u.getTagsCode());
-                    entries.add(e);
-                }
+                List<Object> entries = ModeStores.entries(cq, min, max);
                 if (max > 0 || min > 0) {
                     Map<String, Object> q = new LinkedHashMap<>();
                     q.put("minOffset", min);
