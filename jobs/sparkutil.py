@@ -227,6 +227,8 @@ def await_tasks(spark, group: str, timeout: float = 120.0) -> None:
     """Wait until no task of ``group``'s jobs runs any more. A cancelled or failed job returns to
     its caller at once while its running tasks end a little later (a killed Python worker after
     ``spark.python.task.killTimeout``): their output may only be removed after that."""
+    from py4j.protocol import Py4JError
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if stopping.jvm_gone():
@@ -237,7 +239,7 @@ def await_tasks(spark, group: str, timeout: float = 120.0) -> None:
                       for sid in (getattr(tracker.getJobInfo(job), "stageIds", None) or [])]
             if all(getattr(tracker.getStageInfo(sid), "numActiveTasks", 0) == 0 for sid in stages):
                 return
-        except Exception:
+        except (Py4JError, OSError):
             if stopping.jvm_gone() or stopping.received():
                 return  # the JVM went while it was asked
             raise
