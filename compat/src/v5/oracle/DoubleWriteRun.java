@@ -57,16 +57,7 @@ public final class DoubleWriteRun {
         store.start();
         List<Object> acked = ModeStores.put(store, rnd, 0, n);
         ModeStores.waitDispatched(store);
-        Map<String, Object> j = new LinkedHashMap<>();
-        j.put("written", acked);
-        j.put("maxPhyOffset", store.getMaxPhyOffset());
-        if ("shutdown".equals(args[5])) {
-            store.shutdown();
-            Json.emit(j);
-            System.exit(0);
-        }
-        Json.emit(j);
-        Runtime.getRuntime().halt(0);
+        ModeStores.endWrite(store, acked, args[5]);
     }
 
     static void restart(String[] args) throws Exception {
@@ -74,17 +65,6 @@ public final class DoubleWriteRun {
         Map<String, Object> j = new LinkedHashMap<>();
         j.put("recoveryPath", new File(root, "abort").exists() ? "abnormal" : "normal");
         DefaultMessageStore store = open(root, new File(args[2])).store;
-        boolean loaded = store.load();
-        j.put("loadResult", loaded);
-        if (loaded) {
-            store.start();
-            ModeStores.waitDispatched(store);
-            j.put("minPhyOffset", store.getMinPhyOffset());
-            j.put("maxPhyOffset", store.getMaxPhyOffset());
-            j.put("queues", ModeStores.queues(store));
-        }
-        store.shutdown();
-        Json.emit(j);
-        System.exit(0);
+        ModeStores.restarted(store, j, ModeStores::queues);
     }
 }

@@ -77,6 +77,43 @@ final class ModeStores {
     }
 
     /** topic -> queueId -> {minOffset, maxOffset, entries: [{q, phy, size, tags}]}. */
+    /** A write's end: the acked puts and the max phy offset printed, then a clean shutdown()
+     * ({@code how} "shutdown") or Runtime.halt as a kill -9 (the abort file stays). */
+    static void endWrite(DefaultMessageStore store, List<Object> acked, String how) {
+        Map<String, Object> j = new LinkedHashMap<>();
+        j.put("written", acked);
+        j.put("maxPhyOffset", store.getMaxPhyOffset());
+        if ("shutdown".equals(how)) {
+            store.shutdown();
+            Json.emit(j);
+            System.exit(0);
+        }
+        Json.emit(j);
+        Runtime.getRuntime().halt(0);
+    }
+
+    /** How a driver lists the queues a restarted store serves. */
+    interface Served {
+        Map<String, Map<String, Object>> queues(DefaultMessageStore store) throws Exception;
+    }
+
+    /** A restart: load(), start(), the reput waited for; into {@code j} the load result, min/max
+     * phy offset and the served queues; shutdown(), then {@code j} printed. */
+    static void restarted(DefaultMessageStore store, Map<String, Object> j, Served served) throws Exception {
+        boolean loaded = store.load();
+        j.put("loadResult", loaded);
+        if (loaded) {
+            store.start();
+            waitDispatched(store);
+            j.put("minPhyOffset", store.getMinPhyOffset());
+            j.put("maxPhyOffset", store.getMaxPhyOffset());
+            j.put("queues", served.queues(store));
+        }
+        store.shutdown();
+        Json.emit(j);
+        System.exit(0);
+    }
+
     /** A queue's units from min to max as the broker reads them (ConsumeQueueInterface#get). */
     static List<Object> entries(ConsumeQueueInterface cq, long min, long max) {
         List<Object> entries = new ArrayList<>();

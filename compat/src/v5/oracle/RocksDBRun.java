@@ -63,16 +63,7 @@ public final class RocksDBRun {
             acked.addAll(ModeStores.put(store, rnd, n, Integer.parseInt(args[6])));
             ModeStores.waitDispatched(store);
         }
-        Map<String, Object> j = new LinkedHashMap<>();
-        j.put("written", acked);
-        j.put("maxPhyOffset", store.getMaxPhyOffset());
-        if ("shutdown".equals(args[5])) {
-            store.shutdown();
-            Json.emit(j);
-            System.exit(0);
-        }
-        Json.emit(j);
-        Runtime.getRuntime().halt(0);
+        ModeStores.endWrite(store, acked, args[5]);
     }
 
     static void restart(String[] args) throws Exception {
@@ -80,18 +71,7 @@ public final class RocksDBRun {
         Map<String, Object> j = new LinkedHashMap<>();
         j.put("recoveryPath", new File(root, "abort").exists() ? "abnormal" : "normal");
         DefaultMessageStore store = open(root, new File(args[2]));
-        boolean loaded = store.load();
-        j.put("loadResult", loaded);
-        if (loaded) {
-            store.start();
-            ModeStores.waitDispatched(store);
-            j.put("minPhyOffset", store.getMinPhyOffset());
-            j.put("maxPhyOffset", store.getMaxPhyOffset());
-            j.put("queues", queues(store));
-        }
-        store.shutdown();
-        Json.emit(j);
-        System.exit(0);
+        ModeStores.restarted(store, j, RocksDBRun::queues);
     }
 
     /** topic -> queueId -> {minOffset, maxOffset, entries: [{q, phy, size, tags}]}, the non-empty ones. */
