@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 
 from store_reader import apply, bounded, open_store, publish, recovery, repair, scanned
+from store_reader.audit import offsets
 from store_reader.audit import state as audit_state
 from store_reader.exceptions import UnsupportedStoreError
 from store_reader.store import Store
@@ -108,7 +109,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         # recovery on the driver, its replay reading the records the scan kept
         with records_dir(run_id, scan_dir) as kept:
             if bounded_run and dry_run:
-                return _recover_bounded(store, version, run_id, keep_consumer_offsets, kept)
+                return _recover_bounded(store, version, run_id, keep_consumer_offsets, kept, count_offsets=True)
             if not dry_run:     # the answer first, from the files the broker's restart reads
                 _recover_bounded(store, version, run_id, keep_consumer_offsets, None, "predict")
             return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
@@ -180,10 +181,11 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
 
 
 def _recover_bounded(store: Store, version: str, run_id: str, keep_consumer_offsets: bool,
-                     scratch: str | None, name: str = "plan") -> RunReport:
+                     scratch: str | None, name: str = "plan", count_offsets: bool = False) -> RunReport:
     """A bounded dry run: the broker's predicted recovery from the files its restart reads, on the
     driver (``store_reader.bounded``; the replay's index files in ``scratch``, default a temporary
-    directory), logged as pass ``name``."""
+    directory), logged as pass ``name``; ``count_offsets``: and what it does to the committed
+    consumer offsets (the lost records' queue offsets read from the files past the cut)."""
     t = time.monotonic()
     pred, segments = bounded.predict(store, version, scratch=scratch)
     report = RunReport(run_id, str(store.root), None, version, pred, segments.summaries,
@@ -195,6 +197,10 @@ def _recover_bounded(store: Store, version: str, run_id: str, keep_consumer_offs
     report.log_pass(name, t, f"{pred.recovery_path} path, start {pred.start_file}, truncation point "
                     f"{pred.max_phy_offset}, {len(pred.deleted_commitlog_files)} files deleted, {lost} intact "
                     f"records lost behind a bad one; {walked} of {len(segments.summaries)} commitlog files walked")
+    if count_offsets and pred.load_result:
+        t = time.monotonic()
+        report.offset_rows = offsets.predicted_findings(store, pred, segments.summaries, segments.opts)
+        report.log_pass("consumer offsets", t, offsets.short(report.offset_facts))
     return report
 
 

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+
 from jobs import findings as fnd
 from jobs.salvage import print_reappended
 from store_reader import publish, recovery, scanned
@@ -61,11 +63,20 @@ class RunReport:
     html_report: str | None = None
     """The run's page (``jobs.htmlreport``), once written."""
 
+    offset_rows: pa.Table | None = None
+    """A bounded dry run's ``consumer_offset_findings`` rows (``audit.offsets``: from the prediction
+    alone, the repaired queues not known); a run that audits has its own in ``findings``."""
+
+    @property
+    def consumer_offsets(self) -> pa.Table | None:
+        """The committed offsets' rows: the audit's, else the bounded dry run's."""
+        return self.findings.tables.get("consumer_offset_findings") if self.findings is not None \
+            else self.offset_rows
+
     @property
     def offset_facts(self) -> list[offsets.OffsetFacts]:
         """The committed offsets' counts per file (``store_reader.audit.offsets``)."""
-        rows = self.findings.tables.get("consumer_offset_findings") if self.findings is not None else None
-        return offsets.offset_facts(rows)
+        return offsets.offset_facts(self.consumer_offsets)
     store_modes: str = "classic"
     """The modes the store uses (``inventory.Inventory.modes_text``)."""
 
@@ -141,8 +152,8 @@ def dry_run_header(report: RunReport) -> list[str]:
     target = report.out or "the --out directory"
     if report.keep_consumer_offsets:
         moved = "kept as they are"
-    elif report.findings is None:       # a bounded dry run: the audit counts them
-        moved = "moved where the repaired queues serve them (how many: jobs.audit)"
+    elif report.findings is None:       # a bounded dry run: only the audit rebuilds the queues
+        moved = "moved where the repaired queues serve them (how many: jobs.audit; the broker's own moves below)"
     else:
         moved = "moved " + offsets.per_file({f.source: f.repaired for f in report.offset_facts})
     return [f"DRY RUN: nothing was written{wrote}; the input store is never written.",
@@ -200,10 +211,10 @@ def print_report(report: RunReport, out=None) -> None:
           f"python -m jobs.audit --store {report.store} checks them (docs/spec/recovery.md §17)", file=out)
     p(f"  consume queues     {len(pred.consume_queues)} after the broker's recovery", file=out)
     facts = report.offset_facts
-    if report.findings is not None and pred.load_result:
+    if report.consumer_offsets is not None and pred.load_result:
         for i, line in enumerate(offsets.describe(facts)):
             p(f"  {'consumer offsets' if i == 0 else '':<18} {line}", file=out)
-        for r in offsets.moved_rows(report.findings.tables.get("consumer_offset_findings"))[:LIST_LIMIT]:
+        for r in offsets.moved_rows(report.consumer_offsets)[:LIST_LIMIT]:
             p(f"    {r['group']}@{r['topic']}/{r['queue_id']}: committed {r['committed_offset']} -> {r['status']}, "
               f"next {r['next_begin_offset']} (queue {r['min_after']}..{r['max_after']})", file=out)
     if report.written and report.keep_consumer_offsets:

@@ -191,8 +191,9 @@ def salvaged_rows(batch: pa.RecordBatch, segment: str, reason: str) -> pa.Table:
     return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, schema)], schema=schema)
 
 
-def _lost_batches(seg: LostSegment, end: int, opts: rf.ScanOptions, batch_size: int) -> Iterator[pa.RecordBatch]:
-    for rb in SegmentScan(seg.path, opts, columns=SCAN_COLUMNS, include_lost=True, batch_size=batch_size):
+def _lost_batches(seg: LostSegment, end: int, opts: rf.ScanOptions, batch_size: int,
+                  columns: Sequence[str] = SCAN_COLUMNS) -> Iterator[pa.RecordBatch]:
+    for rb in SegmentScan(seg.path, opts, columns=list(columns), include_lost=True, batch_size=batch_size):
         keep = lost_mask(rb, end)
         if keep.any():
             yield rb.filter(pa.array(keep))
@@ -204,6 +205,20 @@ def salvage_segment(seg: LostSegment, end: int, opts: rf.ScanOptions, batch_size
     batch of ``batch_size`` records in memory at a time)."""
     for b in _lost_batches(seg, end, opts, batch_size):
         yield salvaged_rows(b, seg.segment, seg.reason)
+
+
+# What a committed offset's count of skipped messages needs of a lost record (``audit.offsets``).
+QUEUE_COLUMNS = ("phy_offset", "stored_phy_offset", "topic", "queue_id", "queue_offset", "sys_flag",
+                 "body_crc_ok", "record_crc_ok")
+
+
+def lost_queue_offsets(segments: Sequence[LostSegment], end: int, opts: rf.ScanOptions) -> pa.Table:
+    """The lost records' queues and queue offsets, no bodies (``QUEUE_COLUMNS``): for a run that
+    does not audit (a bounded dry run), what the audit's ``lost_messages`` give the consumer
+    offsets' counts."""
+    parts = [pa.Table.from_batches([b]) for seg in segments
+             for b in _lost_batches(seg, end, opts, 65536, QUEUE_COLUMNS)]
+    return pa.concat_tables(parts) if parts else MESSAGE.arrow(list(QUEUE_COLUMNS)).empty_table()
 
 
 # What the re-append needs of a record it puts back (its bytes are read again as they are written).

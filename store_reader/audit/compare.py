@@ -11,13 +11,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.findings import INDEX_FINDING_ROW, QUEUE_FINDING_ROW
-from store_reader import dispatch, recovery
+from store_reader import recovery
 from store_reader.audit.index import entry_findings, header_problems, held
+from store_reader.audit.offsets import consumer_offset_findings
 from store_reader.audit.plan import AuditPlan
 from store_reader.audit.queues import BROKER, DISK, compare_queue, rebuilt_entries
 from store_reader.audit.records import entry_rows, timestamps
-from store_reader.config import (CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS, read_consumer_offsets,
-                                 read_rocksdb_consumer_offsets)
 from store_reader.consumequeue import PRE_BLANK_SIZE, CQEntries, decode_entries, read_queue_head, slot_of
 from store_reader.ranges import ascending, consecutive_runs
 from store_reader.store import Store
@@ -257,53 +256,6 @@ def flush_window(partials: list[pa.Table], windows: tuple[tuple[str, int], ...])
     return out.sort_by([("window", "ascending"), ("topic", "ascending"), ("queue_id", "ascending")])
 
 
-def _committed_offsets(store: Store) -> Iterator[tuple[str, pa.Table]]:
-    """Where the committed offsets are kept, and the offsets: ``config/consumerOffsets`` where the
-    broker reads them from RocksDB (``Inventory.offsets_in``; none without the database: its
-    manager starts empty), else ``consumerOffset.json`` and its ``.bak``."""
-    if store.inventory.offsets_in == "rocksdb":
-        path = store.config_dir / "consumerOffsets"
-        if path.is_dir():
-            yield ROCKSDB_CONSUMER_OFFSETS, read_rocksdb_consumer_offsets(path)
-        return
-    for source in CONSUMER_OFFSET_GENERATIONS:
-        path = store.config_dir / source
-        if path.is_file():
-            yield source, read_consumer_offsets(path).value
-
-
-def consumer_offset_findings(store: Store, pred: recovery.Prediction, disk_ranges: dict, rebuilt_ranges: dict,
-                             lost: pa.Table) -> pa.Table:
-    """Every committed offset (``consumerOffset.json`` and its ``.bak``, or RocksDB's): the queue before and after
-    recovery, the broker's pull status and corrected offset, and what the group loses or gets again."""
-    lost_by_queue: dict[tuple[str, int], np.ndarray] = {}
-    if lost.num_rows:
-        keep = dispatch.dispatchable(lost["sys_flag"].to_numpy())
-        for t, q, o in zip(np.asarray(lost["topic"].to_pylist(), dtype=object)[keep],
-                           lost["queue_id"].to_numpy()[keep], lost["queue_offset"].to_numpy()[keep]):
-            lost_by_queue.setdefault((t, int(q)), []).append(int(o))
-    rows = []
-    for source, offsets in _committed_offsets(store):
-        for c in recovery.consumer_offset_checks(pred, store.config, offsets):
-            key = (c.topic, c.queue_id)
-            before = disk_ranges.get(key, (0, 0))
-            repaired = rebuilt_ranges.get(key, (0, 0))
-            redelivered = c.committed_offset - c.next_begin_offset \
-                if c.status == "OFFSET_OVERFLOW_BADLY" else 0
-            skipped = c.next_begin_offset - c.committed_offset if c.status == "OFFSET_TOO_SMALL" else 0
-            skipped += sum(1 for o in lost_by_queue.get(key, ()) if o >= c.committed_offset)
-            rows.append({"source": source, "group": c.group, "topic": c.topic, "queue_id": c.queue_id,
-                         "committed_offset": c.committed_offset, "min_before": before[0],
-                         "max_before": before[1], "min_after": c.min_offset, "max_after": c.max_offset,
-                         "status": c.status, "next_begin_offset": c.next_begin_offset,
-                         "repaired_min": repaired[0], "repaired_max": repaired[1],
-                         "redelivered": max(redelivered, 0), "skipped": skipped,
-                         "at_risk": redelivered > 0 or skipped > 0})
-    return pa.Table.from_pylist(rows) if rows else pa.table({})
-
-
-
-
 def lost_table(parts: Iterable[pa.Table]) -> pa.Table:
     """The ``lost_messages`` rows from stage 1's parts, in phy order: the segments' rows arrive in
     it (each segment's in commitlog order, the segments in file order), so the bodies are only
@@ -336,6 +288,6 @@ def audit_tables(store: Store, pred: recovery.Prediction, plan: AuditPlan, resul
     out["flush_window"] = flush_window(by_kind["flush"], plan.windows)
     disk_ranges = {k: d for part in by_kind["ranges"] for k, d, _ in part if d is not None}
     rebuilt_ranges = {k: r for part in by_kind["ranges"] for k, _, r in part if r is not None}
-    out["consumer_offset_findings"] = consumer_offset_findings(store, pred, disk_ranges, rebuilt_ranges,
-                                                               out["lost_messages"])
+    out["consumer_offset_findings"] = consumer_offset_findings(store, pred, out["lost_messages"], disk_ranges,
+                                                               rebuilt_ranges)
     return out

@@ -2,9 +2,10 @@
 
 Every job that speaks of consumer offsets (``jobs.recover`` dry or real, ``--broker-version both``,
 ``jobs.audit``, the demo, the HTML report, the pass lines on stderr) takes its numbers from
-``offset_facts`` over the audit's ``consumer_offset_findings`` rows (``compare.consumer_offset_findings``:
-a row per committed offset of ``consumerOffset.json`` and of its ``.bak``) and words them with
-``describe``. The definitions, per file:
+``offset_facts`` over the ``consumer_offset_findings`` rows (``consumer_offset_findings``: a row per
+committed offset of ``consumerOffset.json`` and of its ``.bak``; the audit's, or a bounded dry run's
+from the prediction alone, ``predicted_findings``) and words them with ``describe``. The
+definitions, per file:
 
 - committed: the offsets the file holds (its rows);
 - moved: a pull at the committed offset answers PULL_OFFSET_MOVED and the consumer persists the
@@ -27,11 +28,18 @@ it would do if the live file were lost.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 
-from store_reader.config import CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS
+from store_reader import dispatch, recovery, salvage
+from store_reader import recordformat as rf
+from store_reader.commitlog import SegmentSummary
+from store_reader.config import (CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS, read_consumer_offsets,
+                                 read_rocksdb_consumer_offsets)
 from store_reader.consumequeue import range_status
+from store_reader.store import Store
 
 # GetMessageStatus answered with PULL_OFFSET_MOVED on a master (R§9.2)
 MOVED_STATUSES = ("NO_MESSAGE_IN_QUEUE", "OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY")
@@ -54,8 +62,9 @@ class OffsetFacts:
     redelivered: int = 0
     skipped: int = 0
     at_risk: int = 0
-    repaired: int = 0
-    """Offsets a repaired store carries moved (against the repaired queues' range)."""
+    repaired: int | None = 0
+    """Offsets a repaired store carries moved (against the repaired queues' range); None where the
+    repaired queues are not known (a bounded dry run: only the audit rebuilds them)."""
 
     @property
     def fallback(self) -> bool:
@@ -65,6 +74,65 @@ class OffsetFacts:
         return {"file": self.source, "committed": self.committed, "groupsMoved": self.groups,
                 "queuesMoved": self.queues, "redelivered": self.redelivered, "skipped": self.skipped,
                 "atRisk": self.at_risk, "movedInRepairedStore": self.repaired}
+
+
+def committed_offsets(store: Store) -> Iterator[tuple[str, pa.Table]]:
+    """Where the committed offsets are kept, and the offsets: ``config/consumerOffsets`` where the
+    broker reads them from RocksDB (``Inventory.offsets_in``; none without the database: its
+    manager starts empty), else ``consumerOffset.json`` and its ``.bak``."""
+    if store.inventory.offsets_in == "rocksdb":
+        path = store.config_dir / "consumerOffsets"
+        if path.is_dir():
+            yield ROCKSDB_CONSUMER_OFFSETS, read_rocksdb_consumer_offsets(path)
+        return
+    for source in CONSUMER_OFFSET_GENERATIONS:
+        path = store.config_dir / source
+        if path.is_file():
+            yield source, read_consumer_offsets(path).value
+
+
+def consumer_offset_findings(store: Store, pred: recovery.Prediction, lost: pa.Table,
+                             disk_ranges: dict | None = None, rebuilt_ranges: dict | None = None) -> pa.Table:
+    """Every committed offset (``consumerOffset.json`` and its ``.bak``, or RocksDB's): the queue before and after
+    recovery, the broker's pull status and corrected offset, and what the group loses or gets again.
+    What the broker does needs the prediction and the lost records' queue offsets (``lost``: topic,
+    queue_id, queue_offset, sys_flag) alone; the queues on disk and as repaired come from the audit
+    (None: not known, their columns null, as in a bounded dry run)."""
+    lost_by_queue: dict[tuple[str, int], list[int]] = {}
+    if lost.num_rows:
+        keep = dispatch.dispatchable(lost["sys_flag"].to_numpy())
+        for t, q, o in zip(np.asarray(lost["topic"].to_pylist(), dtype=object)[keep],
+                           lost["queue_id"].to_numpy()[keep], lost["queue_offset"].to_numpy()[keep]):
+            lost_by_queue.setdefault((t, int(q)), []).append(int(o))
+    unknown = (None, None)
+    rows = []
+    for source, offsets in committed_offsets(store):
+        for c in recovery.consumer_offset_checks(pred, store.config, offsets):
+            key = (c.topic, c.queue_id)
+            before = unknown if disk_ranges is None else disk_ranges.get(key, (0, 0))
+            repaired = unknown if rebuilt_ranges is None else rebuilt_ranges.get(key, (0, 0))
+            redelivered = c.committed_offset - c.next_begin_offset \
+                if c.status == "OFFSET_OVERFLOW_BADLY" else 0
+            skipped = c.next_begin_offset - c.committed_offset if c.status == "OFFSET_TOO_SMALL" else 0
+            skipped += sum(1 for o in lost_by_queue.get(key, ()) if o >= c.committed_offset)
+            rows.append({"source": source, "group": c.group, "topic": c.topic, "queue_id": c.queue_id,
+                         "committed_offset": c.committed_offset, "min_before": before[0],
+                         "max_before": before[1], "min_after": c.min_offset, "max_after": c.max_offset,
+                         "status": c.status, "next_begin_offset": c.next_begin_offset,
+                         "repaired_min": repaired[0], "repaired_max": repaired[1],
+                         "redelivered": max(redelivered, 0), "skipped": skipped,
+                         "at_risk": redelivered > 0 or skipped > 0})
+    return pa.Table.from_pylist(rows) if rows else pa.table({})
+
+
+def predicted_findings(store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
+                       opts: rf.ScanOptions) -> pa.Table:
+    """``consumer_offset_findings`` from the prediction alone (a bounded dry run, no audit): the
+    lost records' queue offsets read from the files past the cut (which the broker's restart walks
+    too), the queues on disk and as repaired not known."""
+    end = pred.max_phy_offset
+    lost = salvage.lost_segments(summaries, end, salvage.cut_segment(pred))
+    return consumer_offset_findings(store, pred, salvage.lost_queue_offsets(lost, end, opts))
 
 
 def offset_facts(rows: pa.Table | None) -> list[OffsetFacts]:
@@ -78,9 +146,9 @@ def offset_facts(rows: pa.Table | None) -> list[OffsetFacts]:
         if not mine:
             continue
         moved = [r for r in mine if moved_at_next_pull(r["status"], r["committed_offset"], r["next_begin_offset"])]
-        repaired = sum(1 for r in mine if r["repaired_max"] is not None
-                       and range_status(r["repaired_min"], r["repaired_max"], r["committed_offset"])[1]
-                       != r["committed_offset"])
+        repaired = None if mine[0]["repaired_max"] is None else \
+            sum(1 for r in mine if range_status(r["repaired_min"], r["repaired_max"], r["committed_offset"])[1]
+                != r["committed_offset"])
         out.append(OffsetFacts(source, committed=len(mine), groups=len({r["group"] for r in moved}),
                                queues=len(moved), redelivered=sum(r["redelivered"] for r in mine),
                                skipped=sum(r["skipped"] for r in mine),
