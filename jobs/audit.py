@@ -207,7 +207,8 @@ def history(audit_path: str, store_id: str) -> list[dict]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = console.parser("jobs.audit", __doc__, "0 clean, 1 findings (an operator should look), 2 could not "
                         "audit (unreadable or unsupported store), with one error: line on stderr",
-                        "python -m jobs.audit --store /data/store --broker-config broker.conf --audit-path /data/audit")
+                        "python -m jobs.audit --store /data/store --broker-config broker.conf --audit-path /data/audit",
+                        "docs/audit-and-tables.md")
     ap.add_argument("--store", required=True, help="store root (storePathRootDir); never written")
     ap.add_argument("--audit-path", help="directory or URI of the Delta audit tables")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")

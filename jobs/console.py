@@ -138,11 +138,12 @@ def _write_all(fd: int, data: bytes) -> bool:
     return True
 
 
-def parser(prog: str, doc: str | None, exit_codes: str, example: str) -> argparse.ArgumentParser:
+def parser(prog: str, doc: str | None, exit_codes: str, example: str, page: str) -> argparse.ArgumentParser:
     """A job's argument parser: the first line of its docstring as description (without reST
-    markup), then after the options its exit codes and one example."""
+    markup), then after the options its exit codes, one example and its page in ``docs/`` (which
+    holds the same epilog: tests/test_readme_commands.py)."""
     first = re.sub(r"``(.*?)``", r"\1", (doc or "").strip().split("\n")[0])
     epilog = textwrap.fill(f"exit codes: {exit_codes}", 78, subsequent_indent="  ")
     return argparse.ArgumentParser(prog=prog, description=first,
-                                   epilog=f"{epilog}\n\nexample:\n  {example}",
+                                   epilog=f"{epilog}\n\nexample:\n  {example}\n\nmore: {page}",
                                    formatter_class=argparse.RawDescriptionHelpFormatter)

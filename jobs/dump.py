@@ -256,9 +256,10 @@ def dump_commitlog_file(p: Printer, view: StoreView, target: Path, args: argpars
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = console.parser("python -m jobs.dump", __doc__, "0 printed (with --verify: no anomaly), 1 anomalies "
+    ap = console.parser("jobs.dump", __doc__, "0 printed (with --verify: no anomaly), 1 anomalies "
                         "found, 2 could not read (missing, unreadable, not a store file)",
-                        "python -m jobs.dump /data/store --verify --broker-config broker.conf")
+                        "python -m jobs.dump /data/store --verify --broker-config broker.conf",
+                        "docs/audit-and-tables.md")
     ap.add_argument("path", help="a store file (commitlog, consume queue, index, checkpoint, "
                                  "config/*.json) or a store directory")
     ap.add_argument("--deep", action="store_true", help="decode every field (properties, hosts, ...)")

@@ -208,7 +208,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = console.parser("jobs.recover", __doc__, "0 done (a repaired store written, or the dry run printed); "
                         "2 could not recover (bad input, disk full, an output another run holds), with one "
                         "error: line on stderr",
-                        "python -m jobs.recover --store /data/store --broker-config broker.conf --dry-run")
+                        "python -m jobs.recover --store /data/store --broker-config broker.conf --dry-run",
+                        "docs/recovery.md")
     which = ap.add_mutually_exclusive_group(required=True)
     which.add_argument("--store", help="store root (storePathRootDir); required, or --demo")
     which.add_argument("--demo", metavar="DIR",

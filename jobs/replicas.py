@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = console.parser("jobs.replicas", __doc__, "0 every slave in sync, 1 a slave diverged, behind or ahead, "
                         "2 could not compare (bad input)",
                         "python -m jobs.replicas --master /data/master/store --slave /data/slave/store "
-                        "--audit-path /data/audit")
+                        "--audit-path /data/audit", "docs/audit-and-tables.md")
     ap.add_argument("--master", required=True, help="the master's store root")
     ap.add_argument("--slave", required=True, action="append", help="a slave's store root (repeatable)")
     ap.add_argument("--audit-path", required=True,

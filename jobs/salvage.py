@@ -170,7 +170,8 @@ def print_report(r: SalvageReport, out=None) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = console.parser("jobs.salvage", __doc__, "0 done (also when nothing is lost: an empty file), 2 could "
                         "not salvage, with one error: line on stderr",
-                        "python -m jobs.salvage --store /data/store --broker-config broker.conf --out lost.jsonl")
+                        "python -m jobs.salvage --store /data/store --broker-config broker.conf --out lost.jsonl",
+                        "docs/salvage.md")
     ap.add_argument("--store", required=True, help="store root (storePathRootDir), a path or URI")
     ap.add_argument("--out", required=True, help="the file to write (must not exist)")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")

@@ -8,27 +8,26 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh || exit $?
-# System packages two kinds of tests need, installed when missing as root with apt-get (said on the
-# console first); elsewhere those tests skip, saying why:
-#   xfsprogs  mkfs.xfs: the placement tests clone commitlog files on a real reflink filesystem (XFS
-#             on a loop device)
-#   chromium  a real browser: the HTML report test renders the page headless and screenshots it
+# System packages three kinds of tests need, installed when missing, as root with apt-get; the
+# console says which and why before anything is installed. Elsewhere those tests skip, saying why.
+declare -A why=(
+    [xfsprogs]="mkfs.xfs: the placement tests clone commitlog files on a real reflink filesystem (XFS on a loop device)"
+    [chromium]="a real browser: the report page test renders the page headless and screenshots it"
+    [strace]="the kill campaigns (test_apply_kills.py, test_salvage.py) kill real processes at chosen syscalls"
+)
 missing=()
 command -v mkfs.xfs >/dev/null 2>&1 || missing+=(xfsprogs)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v strace >/dev/null 2>&1 || missing+=(strace)
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing with apt-get for the tests: ${missing[*]} (see scripts/test.sh)"
+    echo "installing with apt-get (as root) what some tests need:"
+    for p in "${missing[@]}"; do echo "  $p: ${why[$p]}"; done
     apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
         { apt-get update -q >/dev/null 2>&1 &&
           apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; } ||
         echo "note: ${missing[*]} could not be installed; the tests that need them will skip"
-fi
-# The kill campaigns (tests/test_apply_kills.py, test_salvage.py) kill real processes at chosen
-# syscalls with strace's fault injection: installed the same way when missing.
-if [ "$(id -u)" = 0 ] && ! command -v strace >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    apt-get install -y -q strace >/dev/null 2>&1 ||
-        { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q strace >/dev/null 2>&1; } ||
-        echo "note: strace could not be installed; the syscall kill campaigns will skip"
+elif [ ${#missing[@]} -gt 0 ]; then
+    echo "note: not installed (apt-get as root would install them): ${missing[*]}; the tests that need them skip"
 fi
 echo "== real-broker oracle (rocketmq-store release jars) =="
 bash scripts/build_oracle.sh || exit 1

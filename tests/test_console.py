@@ -157,3 +157,9 @@ def test_help_gives_exit_codes_and_an_example(job):
     required = re.findall(r"(--[a-z-]+) [A-Z_]+", re.sub(r"\[[^]]*\]|\([^)]*\)", "", usage))
     example = text.rsplit("example:\n", 1)[1]
     assert all(opt in example for opt in required), (required, example)
+    # its page in docs/ says the same: the epilog word for word, and every option
+    page = re.search(r"^more: (docs/[\w-]+\.md)$", text, re.M).group(1)
+    doc = (ROOT / page).read_text(encoding="utf-8")
+    assert text[text.index("exit codes: "):].strip() in doc, page
+    options = set(re.findall(r"^  (?:-\w, )?(--[a-z][\w-]*)", text, re.M)) - {"--help"}
+    assert [o for o in sorted(options) if not re.search(rf"(?<![\w-]){o}(?![\w-])", doc)] == [], page
