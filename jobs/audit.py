@@ -5,7 +5,7 @@
     python -m jobs.audit ...              (embedded local Spark, settings from spark-conf/local.conf)
     spark-submit --properties-file spark-conf/cluster.conf --load-spark-defaults jobs/audit.py ...
                  (cluster: executors run the archive of scripts/build_env_archive.sh, see
-                  spark-conf/cluster.conf.example and README "Running on a cluster")
+                  spark-conf/cluster.conf.example and docs/remote-stores-and-clusters.md)
 
 Reads the store and never writes into it or takes its lock: safe on a live broker's store or on a
 snapshot. What a restart of the broker would do is predicted (``store_reader.recovery``), and the

@@ -35,7 +35,7 @@ whole files), ``--json`` prints JSON lines (field names of ``schemas.MESSAGE`` f
 Verification (``--verify``; ``--verify-index-only`` runs only the index part)
 ------------------------------------------------------------------------------
 The checks are ``store_reader.audit`` (the Spark audit calls the same ones); every finding kind,
-its meaning and severity is in README.md, "Finding kinds" (``store_reader.audit.kinds``). An
+its meaning and severity is in docs/finding-kinds.md (``store_reader.audit.kinds``). An
 *anomaly* is something in the files the broker acts on when it loads and recovers this store,
 reported with file, byte position and, for commitlog bytes, phy offset; entry-level anomalies of one
 kind are grouped into runs of consecutive entries (first position and count), at most ``MAX_RUNS``

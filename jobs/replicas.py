@@ -5,7 +5,7 @@
     python -m jobs.replicas ...           (embedded local Spark, settings from spark-conf/local.conf)
     spark-submit --properties-file spark-conf/cluster.conf --load-spark-defaults jobs/replicas.py ...
                  (cluster: executors run the archive of scripts/build_env_archive.sh, see
-                  spark-conf/cluster.conf.example and README "Running on a cluster")
+                  spark-conf/cluster.conf.example and docs/remote-stores-and-clusters.md)
 
 Passes (functions the notebooks can call):
   1. open the stores on the driver (read-only; the ``lock`` is never taken) and pair their commitlog

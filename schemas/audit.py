@@ -74,7 +74,7 @@ SEGMENTS = audit_table("segments", SEGMENT.fields + (
 ))
 
 QUEUE_FINDINGS = audit_table("queue_findings", (
-    F("kind", "string", doc="store_reader.audit.kinds (README: Finding kinds)"),
+    F("kind", "string", doc="store_reader.audit.kinds (docs/finding-kinds.md)"),
     F("topic", "string"),
     F("queue_id", "int32"),
     F("from_offset", "int64", doc="first queue offset of the run"),
@@ -86,7 +86,7 @@ QUEUE_FINDINGS = audit_table("queue_findings", (
 ))
 
 INDEX_FINDINGS = audit_table("index_findings", (
-    F("kind", "string", doc="store_reader.audit.kinds (README: Finding kinds)"),
+    F("kind", "string", doc="store_reader.audit.kinds (docs/finding-kinds.md)"),
     F("index", "string", doc="on_disk | recovered: the index files as they are, or after the "
                              "broker's recovery"),
     F("file", "string", nullable=True, doc="index file name; null for a file the broker would create"),
@@ -154,7 +154,7 @@ FLUSH_WINDOW = audit_table("flush_window", (
 ))
 
 STORE_FINDINGS = audit_table("store_findings", (
-    F("kind", "string", doc="store_reader.audit.kinds (README: Finding kinds), named as "
+    F("kind", "string", doc="store_reader.audit.kinds (docs/finding-kinds.md), named as "
                             "jobs.dump --verify names them: layout.load_problem, cq.file_size, "
                             "checkpoint.*, config.undecodable, commitlog.bad_record, "
                             "commitlog.no_eof_marker, note.*"),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# spark-submit from the clone (README, "Recovering a store after a crash"): the .venv's Spark and
+# spark-submit from the clone (docs/recovery.md): the .venv's Spark and
 # Python (bare `.venv/bin/spark-submit` looks for SPARK_HOME with the python3 on PATH, which lacks
 # pyspark: "Could not find valid SPARK_HOME"), the embedded default's settings (spark-conf/local.conf:
 # without them spark-submit runs the jobs with Spark's own defaults, 2-3 times slower on a small

@@ -1,6 +1,6 @@
 """Spark-free library that knows the bytes of a RocketMQ broker store.
 
-Entry point: ``open_store(path, broker_config)``; see README for the API. Never imports pyspark
+Entry point: ``open_store(path, broker_config)``; see docs/development.md for the API. Never imports pyspark
 (except ``datasource``, which ``register`` imports only when called).
 """
 from typing import Any

@@ -38,7 +38,7 @@ def spark():
 
 class S3Server:
     """A real S3-compatible server (``moto_server``) on 127.0.0.1: ``endpoint`` and the ``env`` a
-    job needs to reach it (what README "Stores on object storage" documents)."""
+    job needs to reach it (what docs/remote-stores-and-clusters.md documents)."""
 
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
@@ -47,7 +47,7 @@ class S3Server:
                     "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
 
     def with_options(self, uri: str) -> str:
-        """``uri`` with the server in its query (README "Stores on object storage"): all a job
+        """``uri`` with the server in its query (docs/remote-stores-and-clusters.md): all a job
         needs to reach it, with nothing in its environment (``bare_env``)."""
         host = self.endpoint.split("://", 1)[1]
         return f"{uri}?scheme=http&endpoint_override={host}&region=us-east-1"

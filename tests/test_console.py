@@ -123,7 +123,7 @@ def test_dry_run_console(store, tmp_path):
 def test_spark_submit_console(store, tmp_path):
     """``spark-submit`` merges the Python driver's stderr into its stdout (Spark's PythonRunner):
     the job puts stderr back (``jobs.console.separate_streams``), so the report is stdout alone
-    there too. Run as the README shows it from the clone (``scripts/submit.sh``: the .venv's Spark,
+    there too. Run as docs/recovery.md shows it from the clone (``scripts/submit.sh``: the .venv's Spark,
     spark-conf/log4j2.properties, the java launcher's start-up warning dropped), from elsewhere."""
     submit = [str(ROOT / "scripts" / "submit.sh"), str(ROOT / "jobs" / "recover.py"),
               "--store", str(store), "--broker-config", CONF]

@@ -1,5 +1,5 @@
 """One checking engine, one vocabulary (store_reader/audit): every kind jobs.dump --verify or the
-audit can report is in ``kinds.KINDS`` and the README's table; dump's JSON names each finding's
+audit can report is in ``kinds.KINDS`` and the table of docs/finding-kinds.md; dump's JSON names each finding's
 kind; the audit's record-free checks (``store_file_findings``) report exactly what dump --verify
 reports for them on every fixture; both engines judge an index header by one rule set."""
 from __future__ import annotations
@@ -38,8 +38,8 @@ def _verify_json(store: Path, conf: Path) -> list[dict]:
 
 
 def test_readme_table_is_the_vocabulary():
-    """README.md's "Finding kinds" table is ``kinds.markdown_table()``, row for row."""
-    assert kinds.markdown_table() in (ROOT / "README.md").read_text(encoding="utf-8")
+    """docs/finding-kinds.md's table is ``kinds.markdown_table()``, row for row."""
+    assert kinds.markdown_table() in (ROOT / "docs" / "finding-kinds.md").read_text(encoding="utf-8")
 
 
 def test_every_kind_a_check_names_is_in_the_vocabulary():

@@ -1,6 +1,6 @@
 """Every job and the ``rocketmq`` data source on an ``s3://`` store, against a real S3-compatible
 server (``moto_server``, the session fixture ``s3_server`` in conftest.py), each job a real process
-configured either through the environment README documents (``AWS_ENDPOINT_URL`` ...) or through
+configured either through the environment docs/remote-stores-and-clusters.md documents (``AWS_ENDPOINT_URL`` ...) or through
 the store URI's own options (``?scheme=http&endpoint_override=...``) with no ``AWS_*`` variable in
 its environment at all. Whatever a job reports on S3 must equal what it reports on the same store
 read locally: the prediction, the repaired store's manifest digests, the audit rows (also written to

@@ -1,5 +1,5 @@
-"""The checks, Spark-free, and their one vocabulary of finding kinds (``kinds``; README: Finding
-kinds). ``jobs.dump --verify`` runs them on one machine (``verify_store``); the Spark audit
+"""The checks, Spark-free, and their one vocabulary of finding kinds (``kinds``;
+docs/finding-kinds.md). ``jobs.dump --verify`` runs them on one machine (``verify_store``); the Spark audit
 (``jobs.findings``: ``jobs.audit`` and the audit inside ``jobs.recover``) calls the same functions
 from its tasks and its driver (``queues.compare_queue``, ``index.header_problems``,
 ``index.entry_findings``, ``files.store_file_findings``).

@@ -1,5 +1,5 @@
 """The one vocabulary of finding kinds: what ``jobs.dump --verify``, ``jobs.audit`` and the audit
-inside ``jobs.recover`` report, and what each kind means (README, "Finding kinds", is this table).
+inside ``jobs.recover`` report, and what each kind means (docs/finding-kinds.md is this table).
 
 A kind lives in one audit table (``queue_findings``, ``index_findings``, ``store_findings``) and has
 one severity: ``anomaly`` (something the broker acts on or gets wrong: the audit exits 1, dump
@@ -218,7 +218,7 @@ def finding_kind(name: str) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of finding kinds (``tests`` hold the README to it)."""
+    """The table of docs/finding-kinds.md (``tests`` hold the page to it)."""
     aliases: dict[str, list[str]] = {}
     for dump_name, kind in DUMP_ALIASES.items():
         aliases.setdefault(kind, []).append(dump_name)
