@@ -159,13 +159,11 @@ def _local_dir() -> str:
 
     def remove() -> None:
         if os.getpid() == owner:
-            # a session still running (a notebook's kernel at its shutdown): its JVM removes its
-            # block manager's directories as it stops; removed under it instead, it prints
-            # "Failed to delete: .../blockmgr-..." with a stack trace
-            context = getattr(sys.modules.get("pyspark"), "SparkContext", None)
-            if context is not None and context._active_spark_context is not None:
-                with contextlib.suppress(Exception):
-                    context._active_spark_context.stop()
+            # a session still running, or its JVM (a notebook's kernel at its shutdown): the JVM
+            # removes its block manager's and temporary directories as it stops and exits; removed
+            # under it instead, it prints "Failed to delete: ..." with a stack trace
+            with contextlib.suppress(Exception):
+                stopping.stop_spark(stopped_too=True)
             shutil.rmtree(path, ignore_errors=True)
             os.close(fd)
     atexit.register(remove)

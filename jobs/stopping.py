@@ -169,9 +169,11 @@ def stops_on_signals() -> Iterator[None]:
             logging.getLogger(name).removeFilter(quiet)
 
 
-def stop_spark() -> None:
+def stop_spark(stopped_too: bool = False) -> None:
     """Stop the active SparkContext and its driver JVM, waiting for the JVM to exit (it would
-    otherwise outlive this process, or die mid-task printing Java stack traces)."""
+    otherwise outlive this process, or die mid-task printing Java stack traces). ``stopped_too``:
+    also the JVM of a context stopped already (a notebook's ``spark.stop()``), which lives on
+    until this process exits and then deletes Spark's directories in its shutdown hooks."""
     if "pyspark" not in sys.modules:
         return
     from pyspark import SparkContext
@@ -179,15 +181,16 @@ def stop_spark() -> None:
     from jobs.taskerrors import clear_progress_bar
 
     sc = SparkContext._active_spark_context
-    if sc is None:
+    if sc is None and not stopped_too:
         return
-    proc = getattr(getattr(sc, "_gateway", None), "proc", None)
-    try:
-        clear_progress_bar()
-        sc.stop()
-    except BaseException:           # a JVM that is gone cannot be asked; it is stopped anyway
-        pass
-    if proc is None:
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if sc is not None:
+        try:
+            clear_progress_bar()
+            sc.stop()
+        except BaseException:       # a JVM that is gone cannot be asked; it is stopped anyway
+            pass
+    if proc is None or proc.poll() is not None:
         return
     try:
         proc.stdin.close()          # the gateway's lifeline: the JVM exits when it closes

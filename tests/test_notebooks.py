@@ -13,8 +13,10 @@ a temporary ``JUPYTER_PATH`` so no other Jupyter installation's ``python3`` can 
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
 import re
 import sys
 from collections import Counter
@@ -87,10 +89,15 @@ def execute(name: str, case: Audited, kernel: str, out_dir: Path) -> tuple[nbfor
     import papermill as pm
 
     executed = out_dir / f"{name}.ipynb"
-    pm.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(executed), kernel_name=kernel,
-                        parameters={"store_path": case.store, "audit_path": case.audit,
-                                    "broker_config": case.broker_config, "out_dir": str(out_dir)},
-                        cwd=str(NOTEBOOKS), progress_bar=False)
+    with kernel_stderr(out_dir / f"{name}.stderr") as err:
+        pm.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(executed), kernel_name=kernel,
+                            parameters={"store_path": case.store, "audit_path": case.audit,
+                                        "broker_config": case.broker_config, "out_dir": str(out_dir)},
+                            cwd=str(NOTEBOOKS), progress_bar=False)
+    # the kernel's shutdown (Jupyter interrupts it, asks it to stop, then SIGTERMs its process group
+    # after 2.5 s): no interrupt caught in a handler, no JVM shutdown hook racing the driver's cleanup
+    printed_err = err.read_text(encoding="utf-8", errors="replace")
+    assert "KeyboardInterrupt" not in printed_err and "Failed to delete" not in printed_err, printed_err
     nb = nbformat.read(executed, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert any("injected-parameters" in c.metadata.get("tags", []) for c in code)
@@ -102,6 +109,19 @@ def execute(name: str, case: Audited, kernel: str, out_dir: Path) -> tuple[nbfor
     assert not re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|ERROR|INFO) |\[Stage \d", printed, re.M), printed
     with open(out_dir / "summary.json", encoding="utf-8") as fh:
         return nb, json.load(fh)[name]
+
+
+@contextlib.contextmanager
+def kernel_stderr(path: Path):
+    """File descriptor 2 of this process, which the kernel and its JVM inherit, into ``path``."""
+    saved = os.dup(2)
+    try:
+        with open(path, "wb") as fh:
+            os.dup2(fh.fileno(), 2)
+            yield path
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def run_rows(case: Audited, table: str) -> pa.Table:
