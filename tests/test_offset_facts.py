@@ -20,7 +20,10 @@ import support
 from jobs import audit as audit_job
 from jobs import recover as recover_job
 from jobs.deltasink import read_table
+from store_reader import bounded, open_store, recovery, salvage
 from store_reader import config as cf
+from store_reader.audit import offsets
+from store_reader.commitlog import summarize_segment
 
 CASE = ("rocketmq-5.3.3", "torn-middle-crc")
 LIVE, BAK = cf.CONSUMER_OFFSET_GENERATIONS
@@ -137,3 +140,27 @@ def test_demo_prints_the_audit_tables_counts_and_a_rerun_replaces_its_rows(spark
     assert _printed(printed) == {s: v for s, v in _expected(rows).items() if v[0]}, printed
     assert runs["consumer_offsets_at_risk"].to_pylist() == [sum(r["at_risk"] for r in rows)]
     assert f"  report             {tmp_path / 'report.html'}" in printed.splitlines()
+
+
+BROKER_COLUMNS = ("source", "group", "topic", "queue_id", "committed_offset", "min_after", "max_after", "status",
+                  "next_begin_offset", "redelivered", "skipped", "at_risk")
+
+
+@pytest.mark.parametrize("case", [(v, s) for v in ("rocketmq-4.9.7", "rocketmq-5.3.3")
+                                  for s in ("crash-tail", "torn-middle-crc", "torn-middle-magic",
+                                            "crash-ckpt-mid-torn-crc", "oldest-deleted", "clean")],
+                         ids=support.case_id)
+def test_the_bounded_rows_are_a_full_walks(case):
+    """What the broker does to each committed offset, from the bounded prediction (the lost records
+    read only where a walked file can hold them), is what the prediction over every file and the
+    lost records of every file past the cut give (the audit's inputs). No Spark."""
+    store = open_store(support.input_store(*case), support.broker_conf(*case))
+    pred, segments = bounded.predict(store)
+    rows = offsets.predicted_findings(store, pred, segments.summaries, segments.opts).to_pylist()
+    full = recovery.predict(store, pred.broker_version)
+    summaries = [summarize_segment(f.path, segments.opts) for f in store.commitlog_files]
+    lost = salvage.lost_queue_offsets(salvage.lost_segments(summaries, full.max_phy_offset, salvage.cut_segment(full)),
+                                      full.max_phy_offset, segments.opts)
+    expected = offsets.consumer_offset_findings(store, full, lost).to_pylist()
+    assert rows and [{k: r[k] for k in BROKER_COLUMNS} for r in rows] == \
+        [{k: r[k] for k in BROKER_COLUMNS} for r in expected]

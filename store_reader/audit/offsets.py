@@ -131,7 +131,10 @@ def predicted_findings(store: Store, pred: recovery.Prediction, summaries: Seque
     lost records' queue offsets read from the files past the cut (which the broker's restart walks
     too), the queues on disk and as repaired not known."""
     end = pred.max_phy_offset
-    lost = salvage.lost_segments(summaries, end, salvage.cut_segment(pred))
+    # a walked file holds lost records only behind a bad record or in valid data past the cut (the
+    # torn last file of a kill -9 usually neither: not read again)
+    holding = [s for s in summaries if not s.walked or s.records_after_cut or s.end_phy_offset > end]
+    lost = salvage.lost_segments(holding, end, salvage.cut_segment(pred))
     return consumer_offset_findings(store, pred, salvage.lost_queue_offsets(lost, end, opts))
 
 
