@@ -39,6 +39,7 @@ from .storefs import PathRef, location
 
 if TYPE_CHECKING:
     from .bounded import Segments
+    from .dledger import DLedgerRecovery
     from .repair import IndexPuts
 
 V49, V53, V54, V55 = "4.9", "5.3", "5.4", "5.5"
@@ -576,6 +577,8 @@ class Prediction:
     """Controller mode: the records kept past the confirm offset, undispatched while fenced."""
     compensated: dict[str, int] = field(default_factory=dict)
     """Controller mode: queue offsets advanced past the records after the confirm offset."""
+    dledger: "DLedgerRecovery | None" = None
+    """A DLedger store: DLedger's own recovery (``dledger.DLedgerRecovery``) the broker's follows."""
 
     @property
     def broker_5x(self) -> bool:

@@ -38,13 +38,15 @@ import org.apache.rocketmq.store.dledger.DLedgerCommitLog;
  * of BROKER_CONF in the store's parent directory).
  * write: load(), start() (DLedgerCommitLog#start = DLedgerServer#startup: the election), waits
  *   for LEADER, PUTS puts through DefaultMessageStore#putMessage planned by Random(SEED) (topics
- *   DLA (4 queues), DLB (2), DLC (1); TAGS, KEYS, UNIQ_KEY; bodies 20-1500 bytes), then END:
+ *   DLA (4 queues), DLB (2), DLC (1); TAGS, KEYS, UNIQ_KEY; bodies 20-1500 bytes), GroupX's
+ *   committed offsets on every queue (oracle.Write#commitOffsets), then END:
  *   shutdown (a clean shutdown()) or halt (Runtime.halt after a seeded 0-300 ms, as a kill -9).
  * restart, each STORE_DIR in turn in this JVM (a store whose recovery calls System.exit ends it):
  *   load() (DLedgerMmapFileStore#load + #recover inside DLedgerCommitLog#recover), the
  *   DLedger state after it; start(), then what the broker's DLedgerRoleChangeHandler waits for as
  *   LEADER (committedIndex = ledgerEndIndex, no dispatch lag), recoverTopicQueueTable(); the
- *   state and every queue (oracle.Restart#queues); a clean shutdown() and the DLedger checkpoint
+ *   state, every queue, queryMessage answers and the consumer offsets' pulls (oracle.Restart's
+ *   queues, index, consumerOffsets); a clean shutdown() and the DLedger checkpoint
  *   and currterm files it leaves.
  * Prints one Json document (restart: {"runs": [one per store]}).
  */
@@ -156,6 +158,8 @@ public final class DLedgerRun {
             }
             acked.add(r);
         }
+        // GroupX's offsets from a Random of their own: the puts and the halt's pause stay as before
+        Write.commitOffsets(root, store, new Random(seed + 1), TOPICS, QUEUES, TOPICS.length);
         Map<String, Object> j = new LinkedHashMap<>();
         j.put("written", acked);
         j.put("end", end);
@@ -215,7 +219,13 @@ public final class DLedgerRun {
         j.put("committedAndDispatched", caughtUp);
         store.recoverTopicQueueTable();    // as DLedgerRoleChangeHandler does before changeToMaster
         j.put("afterCommit", state(store));
-        j.put("queues", Restart.queues(store, root, true));
+        j.put("recoveryPath", (Boolean) j.get("abortFile") ? "abnormal" : "normal");
+        j.put("minPhyOffset", store.getMinPhyOffset());
+        j.put("maxPhyOffset", store.getMaxPhyOffset());
+        Map<String, Map<String, Object>> queues = Restart.queues(store, root, true);
+        j.put("queues", queues);
+        j.put("index", Restart.index(store, queues, 200, s.config.getMaxMsgsNumBatch()));
+        j.put("consumerOffsets", Restart.consumerOffsets(store, root));
         long t1 = System.nanoTime();
         store.shutdown();
         j.put("shutdownSeconds", (System.nanoTime() - t1) / 1e9);
