@@ -485,9 +485,9 @@ def broker_restart(store, rec: DLedgerRecovery, version: str, scratch: str | Non
     import pyarrow as pa
 
     from .checkpoint import read_checkpoint
-    from .recovery import (V53, V55, Dispatched, ScratchDir, _dispatch_to_queues, correct_min_offset_throws,
-                           dispatch_records, index_files_at_load, load_consume_queues, predict_index,
-                           resolve_version, since)
+    from .recovery import (V53, V55, Dispatched, ScratchDir, _dispatch_to_queues, add_delay_level_queues,
+                           correct_min_offset_throws, dispatch_records, index_files_at_load,
+                           load_consume_queues, predict_index, resolve_version, since)
 
     version = resolve_version(version)
     if store.abort_exists and since(version, V55) and store.config.enableAcceleratedRecovery:
@@ -499,6 +499,8 @@ def broker_restart(store, rec: DLedgerRecovery, version: str, scratch: str | Non
     queues, problems = load_consume_queues(store, broker_5x)
     if problems:
         raise problems[0]
+    if not broker_5x:
+        add_delay_level_queues(store.config, queues)
     for q in queues.values():
         q.recover()
     cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)

@@ -232,13 +232,63 @@ def test_restart_predicted_exactly(restarted, version, damage):
         assert broker.dispatched_past_end or (broker.cq_truncated_at is None and version == "5.5.1")
 
 
+@pytest.mark.parametrize("damage", DAMAGE, ids=lambda d: d.__name__ if d else "halted")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_audits_broker_view_is_the_real_restart(restarted, written, version, damage):
+    """``dledger.predict``, the prediction the classic audit compares the store with, against the
+    real broker after its restart: min/max phy offset, every queue's range and entries, queryMessage
+    answers from the index files, and what a pull at each committed consumer offset gets."""
+    from tests.test_real_broker import recovery_differences
+
+    store, rec, copy, got = restarted[version][damage.__name__ if damage else "halted"]
+    pred = dledger.predict(store, version)
+    if rec.refused is not None:
+        assert not pred.load_result and pred.load_problems == [rec.refused]
+        return
+    assert len(got["index"]) > 100 and got["consumerOffsets"]["checks"]
+    assert recovery_differences(pred, got, store.root, written[0] / "broker.conf") == []
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.5.1"])
+def test_audit_job_on_a_damaged_store_and_on_the_one_the_broker_left(restarted, written, spark, version):
+    """``jobs.audit`` (the classic engine on the DLedger records): on a store whose log DLedger
+    cuts at a term going back, the lost messages are exactly the acknowledged ones the real broker
+    no longer serves after its restart, and the DLedger findings are the store's; on the store the
+    broker left, no queue, lost or store anomaly (the index's only finding: the last record indexed
+    again, as the broker's restart does, ``duplicate_entry``)."""
+    from jobs import audit as audit_job
+    from store_reader.audit import Findings
+    from store_reader.audit.dledger import dledger_findings
+
+    from tests.test_real_broker import broker_queues
+
+    store, rec, copy, got = restarted[version]["term_goes_back"]
+    assert rec.refused is None
+    conf = str(written[0] / "broker.conf")
+    run = audit_job.run_audit(spark, str(store.root), None, conf, version)
+    served = {e[0] for _, _, entries in broker_queues(got).values() for e in entries}
+    acked = {w["phy"] for w in written[1][version][1]["written"] if "phy" in w}
+    lost = set(run.findings.tables["lost_messages"]["phy_offset"].to_pylist())
+    assert lost and lost == acked - served
+    own = Findings()
+    dledger_findings(store, rec, own)
+    kinds = run.findings.tables["store_findings"]["kind"].to_pylist()
+    assert sorted(k for k in kinds if k.startswith("dledger.")) == sorted(a.kind for a in own.anomalies)
+    after = audit_job.run_audit(spark, str(copy), None, conf, version)
+    t = after.findings.tables
+    assert t["queue_findings"].num_rows == 0 and t["lost_messages"].num_rows == 0
+    assert "anomaly" not in t["store_findings"]["severity"].to_pylist()
+    assert set(t["index_findings"]["kind"].to_pylist()) <= {"duplicate_entry"}
+
+
 @pytest.mark.parametrize("conf_kind", ["broker.conf", "defaults"])
 def test_real_store_read_by_the_reading_jobs_and_refused_by_the_others(written, spark, tmp_path, capsys,
                                                                         conf_kind):
-    """The real 5.3.3 store (no ``commitlog/``): recover, audit and dump --verify name it in one
-    line and exit 2, never with the missing-commitlog advice; the dry run, the what-if, dump and
-    salvage read it (exit 0); with its broker.conf or one without the DLedger keys (the directory
-    alone says DLedger)."""
+    """The real 5.3.3 store (no ``commitlog/``): recover with --out names it in one line and exits
+    2, never with the missing-commitlog advice; the dry run, the what-if, dump, dump --verify,
+    audit and salvage read it (dump --verify and audit exit 1: its entries past the committed
+    index); with its broker.conf or one without the DLedger keys (the directory alone says
+    DLedger)."""
     base, stores = written
     root = stores["5.3.3"][0]
     assert not (root / "commitlog").exists()
@@ -250,8 +300,6 @@ def test_real_store_read_by_the_reading_jobs_and_refused_by_the_others(written, 
     for job, run in {
         "recover": lambda: recover_job.main(["--store", str(root), "--out", str(tmp_path / "out"),
                                              "--broker-config", str(conf)]),
-        "audit": lambda: audit_job.main(["--store", str(root), "--broker-config", str(conf)]),
-        "dump --verify": lambda: dump.main([str(root), "--verify", "--broker-config", str(conf)]),
     }.items():
         assert run() == 2, job
         err = [x for x in capsys.readouterr().err.splitlines() if "error: " in x]
@@ -265,6 +313,13 @@ def test_real_store_read_by_the_reading_jobs_and_refused_by_the_others(written, 
     }.items():
         assert run() == 0, (job, capsys.readouterr().err[-500:])
         assert "ledger" in capsys.readouterr().out or job == "salvage", job
+    for job, run in {
+        "audit": lambda: audit_job.main(["--store", str(root), "--broker-config", str(conf)]),
+        "dump --verify": lambda: dump.main([str(root), "--verify", "--broker-config", str(conf)]),
+    }.items():
+        assert run() == 1, (job, capsys.readouterr().err[-500:])
+        out = capsys.readouterr().out
+        assert "dledger" in out and "error" not in out, job
 
 
 @pytest.mark.parametrize("damage", [None, torn_body, index_units_lost, index_files_lost],
