@@ -540,7 +540,14 @@ def broker_restart(store, rec: DLedgerRecovery, version: str, scratch: str | Non
         for q in queues.values():
             q.truncate_dirty_logic_files(cut)
     first = store.commitlog_files[0].start if store.commitlog_files else 0
-    out.reput_from = max([first] + [q.max_physic_offset for q in queues.values()])
+    if broker_5x and not store.config.recheckReputOffsetFromCq:
+        # [5.3+] start(): the reput from getConfirmOffset(), DLedgerCommitLog#getMaxOffset: the
+        # committed position after load, else where the data files begin (recheckReputOffsetFromCq
+        # off, its default); the repeats by phy are then no CQ put, but the record at the index's
+        # endPhyOffset is indexed again
+        out.reput_from = rec.committed_pos if rec.committed_pos > 0 else first
+    else:
+        out.reput_from = max([first] + [q.max_physic_offset for q in queues.values()])
     if rec.last_entry_end > out.reput_from:
         reput = dataclasses.replace(opts, check_crc=False)
         dispatch_records(store, store.summaries(reput), 0, out.reput_from, rec.last_entry_end, None,

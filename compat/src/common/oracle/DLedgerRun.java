@@ -113,6 +113,35 @@ public final class DLedgerRun {
         return s;
     }
 
+    /** Put i of a run planned by rnd (topic, queue, body, TAGS, KEYS, UNIQ_KEY): what the store answered. */
+    static Map<String, Object> put(DefaultMessageStore store, Random rnd, int i) throws Exception {
+        int t = rnd.nextInt(3);
+        MessageExt m = Compat.newMessage();
+        m.setTopic(TOPICS[t]);
+        m.setQueueId(rnd.nextInt(QUEUES[t]));
+        byte[] body = new byte[20 + rnd.nextInt(1480)];
+        rnd.nextBytes(body);
+        m.setBody(body);
+        MessageAccessor.putProperty(m, MessageConst.PROPERTY_TAGS, "T" + (i % 5));
+        MessageAccessor.putProperty(m, MessageConst.PROPERTY_KEYS, "K" + i + " G" + (i % 20));
+        MessageClientIDSetter.setUniqID(m);
+        Write.hosts(m);
+        Compat.seal(m);
+        PutMessageResult res = Compat.put(store, m);
+        AppendMessageResult a = res.getAppendMessageResult();
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("i", i);
+        r.put("topic", m.getTopic());
+        r.put("queueId", m.getQueueId());
+        r.put("status", String.valueOf(res.getPutMessageStatus()));
+        if (res.isOk() && a != null) {
+            r.put("phy", a.getWroteOffset());
+            r.put("size", a.getWroteBytes());
+            r.put("queueOffset", a.getLogicsOffset());
+        }
+        return r;
+    }
+
     static void write(String[] args) throws Exception {
         File root = new File(args[1]).getAbsoluteFile();
         root.mkdirs();
@@ -132,31 +161,7 @@ public final class DLedgerRun {
         Random rnd = new Random(seed);
         List<Object> acked = new ArrayList<>();
         for (int i = 0; i < puts; i++) {
-            int t = rnd.nextInt(3);
-            MessageExt m = Compat.newMessage();
-            m.setTopic(TOPICS[t]);
-            m.setQueueId(rnd.nextInt(QUEUES[t]));
-            byte[] body = new byte[20 + rnd.nextInt(1480)];
-            rnd.nextBytes(body);
-            m.setBody(body);
-            MessageAccessor.putProperty(m, MessageConst.PROPERTY_TAGS, "T" + (i % 5));
-            MessageAccessor.putProperty(m, MessageConst.PROPERTY_KEYS, "K" + i + " G" + (i % 20));
-            MessageClientIDSetter.setUniqID(m);
-            Write.hosts(m);
-            Compat.seal(m);
-            PutMessageResult res = Compat.put(store, m);
-            AppendMessageResult a = res.getAppendMessageResult();
-            Map<String, Object> r = new LinkedHashMap<>();
-            r.put("i", i);
-            r.put("topic", m.getTopic());
-            r.put("queueId", m.getQueueId());
-            r.put("status", String.valueOf(res.getPutMessageStatus()));
-            if (res.isOk() && a != null) {
-                r.put("phy", a.getWroteOffset());
-                r.put("size", a.getWroteBytes());
-                r.put("queueOffset", a.getLogicsOffset());
-            }
-            acked.add(r);
+            acked.add(put(store, rnd, i));
         }
         // GroupX's offsets from a Random of their own: the puts and the halt's pause stay as before
         Write.commitOffsets(root, store, new Random(seed + 1), TOPICS, QUEUES, TOPICS.length);
