@@ -149,9 +149,10 @@ def recover(store) -> DLedgerRecovery:
         index.close()
 
 
-def entries_with_units(store) -> Iterator[tuple[Any, int, tuple, tuple | None]]:
+def entries_with_units(store) -> Iterator[tuple[Any, int, tuple, tuple | None, Any]]:
     """Every entry of the data files by its header, file by file whatever ``recover`` keeps:
-    (data file, position in it, header, the index unit of the header's index or None). A file's
+    (data file, position in it, header, the index unit of the header's index or None, the file's
+    bytes: valid until the next entry of another file). A file's
     entries end at DLedger's blank, unwritten space or a header that does not frame an entry
     there (magic, size, pos)."""
     if store.dledger is None:
@@ -169,7 +170,7 @@ def entries_with_units(store) -> Iterator[tuple[Any, int, tuple, tuple | None]]:
                 if magic != rf.DLEDGER_MAGIC or size <= rf.DLEDGER_HEADER_SIZE or pos != f.start + p \
                         or p + size > len(buf):
                     break
-                yield f, p, h, _unit(index, entry_index) if entry_index >= 0 else None
+                yield f, p, h, _unit(index, entry_index) if entry_index >= 0 else None, buf
                 p += size
     finally:
         data.close()

@@ -23,7 +23,7 @@ def dledger_findings(store, rec: dledger.DLedgerRecovery, found: Findings) -> No
         committed = int(rec.checkpoint_committed_index)
     except (TypeError, ValueError):
         pass
-    for f, p, h, unit in dledger.entries_with_units(store):
+    for f, p, h, unit, _ in dledger.entries_with_units(store):
         magic, size, entry_index, _, pos = h[:5]
         if unit is None or (unit[0], unit[1], unit[2]) != (magic, pos, size):
             bad.append((entry_index, h, unit))

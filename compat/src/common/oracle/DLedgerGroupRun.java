@@ -25,7 +25,7 @@ import org.apache.rocketmq.store.DefaultMessageStore;
  * DefaultMessageStore on BASE/&lt;id&gt; (broker.conf enableDLegerCommitLog=true):
  *
  *   oracle.DLedgerGroupRun write   BASE BROKER_CONF PUTS SEED
- *   oracle.DLedgerGroupRun restart BASE BROKER_CONF
+ *   oracle.DLedgerGroupRun restart BASE BROKER_CONF PUTS ID,ID[,ID]
  *
  * The members' ports in dLegerPeers are not stored on disk: each run writes a conf per member with
  * free ones (BASE/&lt;id&gt;.group.conf).
@@ -33,9 +33,10 @@ import org.apache.rocketmq.store.DefaultMessageStore;
  *   all; one follower B shut down cleanly; PUTS more acked by L and the other follower A; A shut
  *   down cleanly; 2 puts on L alone (appended, never acked by a quorum); L halted (a kill -9).
  *   Prints the roles (leader, a, b) and each member's log as it ended.
- * restart: A and B start (only A can win: its log is the longer), then L once A leads; waits until
- *   L's log ends where A's does; prints each member's log (every entry: index, term, pos, size,
- *   the body's CRC-32) and state, then shuts the three down.
+ * restart: the members named start and elect; PUTS puts on the leader (Random(PUTS)); waits until
+ *   every started member's log ends where the leader's does, all committed; prints each started
+ *   member's log (every entry: index, term, pos, size, the body's CRC-32) and state, then shuts
+ *   them down cleanly.
  */
 public final class DLedgerGroupRun {
     static final String[] IDS = {"n0", "n1", "n2"};
@@ -164,18 +165,17 @@ public final class DLedgerGroupRun {
     static void restart(String[] args) throws Exception {
         File base = new File(args[1]).getAbsoluteFile();
         File[] confs = confs(base, new File(args[2]));
-        String a = args[3];
-        String b = args[4];
-        String l = args[5];
-        Map<String, File> conf = new LinkedHashMap<>();
-        for (int i = 0; i < IDS.length; i++) {
-            conf.put(IDS[i], confs[i]);
-        }
+        int puts = Integer.parseInt(args[3]);
         Map<String, DefaultMessageStore> up = new LinkedHashMap<>();
-        up.put(a, open(base, conf.get(a), a));
-        up.put(b, open(base, conf.get(b), b));
+        for (String id : args[4].split(",")) {
+            up.put(id, open(base, confs[Arrays.asList(IDS).indexOf(id)], id));
+        }
         String first = leader(up);
-        up.put(l, open(base, conf.get(l), l));
+        Random rnd = new Random(puts);
+        List<Object> acked = new ArrayList<>();
+        for (int i = 0; i < puts; i++) {
+            acked.add(DLedgerRun.put(up.get(first), rnd, i));
+        }
         DLedgerMmapFileStore lead = log(up.get(first));
         long deadline = System.currentTimeMillis() + 60_000L;
         boolean caughtUp = false;
@@ -191,10 +191,11 @@ public final class DLedgerGroupRun {
         }
         Map<String, Object> j = new LinkedHashMap<>();
         j.put("leader", first);
+        j.put("written", acked);
         j.put("caughtUp", caughtUp);
         Map<String, Object> logs = new LinkedHashMap<>();
-        for (String id : IDS) {
-            logs.put(id, entries(up.get(id)));
+        for (Map.Entry<String, DefaultMessageStore> e : up.entrySet()) {
+            logs.put(e.getKey(), entries(e.getValue()));
         }
         j.put("logs", logs);
         for (DefaultMessageStore s : up.values()) {
