@@ -62,11 +62,11 @@ def group(request, tmp_path_factory):
     r3 = oracle.run(v, "oracle.DLedgerGroupRun", "restart", g, base / "broker.conf", 0, ",".join(IDS))
     assert r3["caughtUp"]
     reported = {lead: _log(w["leaderLog"]), a: _log(r2["logs"][a]), b: _log(r2["logs"][b])}
-    return members, reported, r3, lead, a, b
+    return members, reported, r3, lead, a, b, snap
 
 
 def test_each_members_log_is_read_as_the_member_holds_it(group):
-    members, reported, _, *_ = group
+    members, reported, *_ = group
     for m in members:
         assert {i: (e.term, e.pos, e.size) for i, e in m.entries.items()} == \
             {i: x[:3] for i, x in reported[m.name].items()}, m.name
@@ -74,7 +74,7 @@ def test_each_members_log_is_read_as_the_member_holds_it(group):
 
 
 def test_candidates_divergence_and_entries_on_one_member_only(group):
-    members, reported, r3, lead, a, b = group
+    members, reported, r3, lead, a, b, _ = group
     c = dr.compare_group(members)
     # A and B hold the new term's entries: either can win, L cannot (neither votes for it)
     assert sorted(c.candidates) == sorted([a, b]) and r3["leader"] in c.candidates
@@ -90,7 +90,7 @@ def test_candidates_divergence_and_entries_on_one_member_only(group):
 def test_the_winners_truncation_is_what_the_real_followers_lose(group):
     """The real winner's comparison: each follower's entries that step 3 replaced or removed are
     exactly the ones predicted dropped, the rest kept as they were, the leader's appended after."""
-    members, reported, r3, lead, a, b = group
+    members, reported, r3, lead, a, b, _ = group
     c = dr.compare_group(members)
     after = {n: _log(r3["logs"][n]) for n in IDS}
     winner = r3["leader"]
@@ -102,3 +102,17 @@ def test_the_winners_truncation_is_what_the_real_followers_lose(group):
         assert t.appended_from == min([k for k in after[t.follower] if before.get(k) != after[t.follower][k]]
                                       + [max(after[t.follower]) + 1])
     assert next(t for t in c.truncations[winner] if t.follower == lead).dropped == c.only_on[lead] != []
+
+
+def test_the_replicas_job_prints_the_comparison(group, capsys):
+    """``jobs.replicas --member``: the same comparison as JSON, exit 1 (the logs differ)."""
+    from jobs import replicas as replicas_job
+
+    members, *_, snap = group
+    argv = [a for n in IDS for a in ("--member", f"{snap / n}={snap / n}.group.conf")]
+    assert replicas_job.main(argv + ["--json"]) == 1
+    import json
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(dr.compare_group(members).as_dict()))
+    assert replicas_job.main(argv) == 1
+    out = capsys.readouterr().out
+    assert "can win an election (of 3)" in out and " entries (" in out
