@@ -50,7 +50,7 @@ from store_reader import scanned as scanned_records
 from store_reader.audit import offsets
 from store_reader.audit import state as audit_state
 from store_reader.commitlog import SegmentSummary
-from store_reader.exceptions import StoreReaderError
+from store_reader.exceptions import StoreReaderError, UnsupportedStoreError
 from store_reader.store import Store
 
 log = logging.getLogger("jobs.audit")
@@ -116,6 +116,10 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     store = open_store(store_path, broker_config, read_dledger=True)
     version = recovery.resolve_version(broker_version or store.broker_version())
     store_id = store_id_for(str(store.root))
+    if since_last and store.dledger is not None:
+        # its record findings, judged inside the scanned range, differ from a full run's
+        raise UnsupportedStoreError("--since-last on a DLedger store: not the same findings as a full "
+                                    "run; audit it without --since-last", str(store.dledger))
     if since_last and not audit_path:
         raise StoreReaderError("--since-last needs --audit-path (the state lives in its tables)", store_path)
     for target, what in ((audit_path, "audit path"), (scan_dir, "scan dir")):
@@ -135,6 +139,7 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
         summaries = [by_name.get(f.name) or carried[f.name] for f in store.commitlog_files]
         if store.dledger is not None:      # DLedger's recovery first, then the broker's (R§16)
             pred = dledger.predict(store, version, scratch=kept)
+            dledger.check_auditable(store, pred)
         else:
             pred = recovery.predict(store, version, summaries=summaries,
                                     records=scanned_records.prefix_source(scan.records, opts),

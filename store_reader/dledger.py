@@ -600,3 +600,16 @@ def predict(store, version: str, scratch: str | None = None):
     pred.index_files = b.index_files
     pred.checkpoint = b.checkpoint
     return pred
+
+
+def check_auditable(store, pred) -> None:
+    """The audit's views hold no queue entry past the log's end; a broker that serves such entries
+    (5.5 keeps them unless the checkpoint's logicsPhysicalOffset reaches the end, R§16.2) is
+    refused by name: their records are past what DLedger keeps, and the audit would call them lost."""
+    past = sorted(f"{t}/{q}" for (t, q), cq in pred.consume_queues.items() if cq.max_physic_offset > pred.max_phy_offset)
+    if past:
+        raise UnsupportedStoreError(
+            f"the {pred.broker_version} broker would serve consume queue entries past DLedger's end "
+            f"{pred.max_phy_offset} ({', '.join(past[:3])}{' ...' if len(past) > 3 else ''}): records DLedger "
+            "truncated, still served; the audit does not predict them (jobs.recover --dry-run lists them)",
+            str(store.dledger / "data"))

@@ -21,6 +21,7 @@ import pytest
 
 from store_reader import dledger, open_store
 from store_reader import recordformat as rf
+from store_reader.exceptions import UnsupportedStoreError
 
 pytestmark = [pytest.mark.slow, pytest.mark.oracle]
 
@@ -252,19 +253,28 @@ def test_the_audits_broker_view_is_the_real_restart(restarted, written, version,
 @pytest.mark.parametrize("version", ["4.9.7", "5.5.1"])
 def test_audit_job_on_a_damaged_store_and_on_the_one_the_broker_left(restarted, written, spark, version):
     """``jobs.audit`` (the classic engine on the DLedger records): on a store whose log DLedger
-    cuts at a term going back, the lost messages are exactly the acknowledged ones the real broker
-    no longer serves after its restart, and the DLedger findings are the store's; on the store the
-    broker left, no queue, lost or store anomaly (the index's only finding: the last record indexed
-    again, as the broker's restart does, ``duplicate_entry``)."""
+    cuts at intact entries (a term going back, or a damaged header where the term's damage makes
+    the broker exit), the lost messages are exactly the acknowledged ones the real broker no longer
+    serves after its restart, and the DLedger findings are the store's; on the store the broker
+    left, the same messages lost in the files DLedger kept and no store anomaly; its queue findings only the entries past the log's end
+    that its consume queue files still hold past their write position (a queue's recovery reads
+    them back, the truncation removes them again), its index finding only the last record indexed
+    again (``duplicate_entry``), as the broker's restart does. 5.5.1 keeps the queue entries past
+    the log's end and serves them: the audit refuses that store by name."""
     from jobs import audit as audit_job
     from store_reader.audit import Findings
     from store_reader.audit.dledger import dledger_findings
 
     from tests.test_real_broker import broker_queues
 
-    store, rec, copy, got = restarted[version]["term_goes_back"]
-    assert rec.refused is None
+    store, rec, copy, got = next(restarted[version][n] for n in ("term_goes_back", "header_damaged")
+                                 if restarted[version][n][1].refused is None)
     conf = str(written[0] / "broker.conf")
+    if version == "5.5.1":
+        # its queues keep the entries past the log's end, served from bytes DLedger truncated
+        with pytest.raises(UnsupportedStoreError, match="past DLedger's end"):
+            audit_job.run_audit(spark, str(store.root), None, conf, version)
+        return
     run = audit_job.run_audit(spark, str(store.root), None, conf, version)
     served = {e[0] for _, _, entries in broker_queues(got).values() for e in entries}
     acked = {w["phy"] for w in written[1][version][1]["written"] if "phy" in w}
@@ -276,7 +286,13 @@ def test_audit_job_on_a_damaged_store_and_on_the_one_the_broker_left(restarted, 
     assert sorted(k for k in kinds if k.startswith("dledger.")) == sorted(a.kind for a in own.anomalies)
     after = audit_job.run_audit(spark, str(copy), None, conf, version)
     t = after.findings.tables
-    assert t["queue_findings"].num_rows == 0 and t["lost_messages"].num_rows == 0
+    # DLedger's truncation leaves the bytes past its end in the files it keeps: the same intact
+    # messages there, lost again (the files wholly past the end it deleted)
+    gone = min([int(n) for n in rec.data_files_deleted], default=2**63)
+    assert set(t["lost_messages"]["phy_offset"].to_pylist()) == {p for p in lost if p < gone}
+    q = t["queue_findings"]
+    assert set(q["kind"].to_pylist()) <= {"removed_beyond_truncation"}
+    assert min(q["phy_from"].to_pylist(), default=after.prediction.max_phy_offset) >= after.prediction.max_phy_offset
     assert "anomaly" not in t["store_findings"]["severity"].to_pylist()
     assert set(t["index_findings"]["kind"].to_pylist()) <= {"duplicate_entry"}
 
@@ -295,7 +311,8 @@ def test_real_store_read_by_the_reading_jobs_and_refused_by_the_others(written, 
     conf = base / "broker.conf"
     if conf_kind == "defaults":
         conf = tmp_path / "plain.conf"
-        conf.write_text(f"mappedFileSizeCommitLog={FILE_SIZE}\nmappedFileSizeConsumeQueue=2000\n")   # no DLedger key
+        conf.write_text("".join(x + "\n" for x in CONF.splitlines() if not x.startswith("dLeger")
+                                and not x.startswith("enableDLeger")))      # no DLedger key
     from jobs import audit as audit_job, dump, recover as recover_job, salvage as salvage_job
     for job, run in {
         "recover": lambda: recover_job.main(["--store", str(root), "--out", str(tmp_path / "out"),
