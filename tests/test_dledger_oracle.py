@@ -258,8 +258,9 @@ def test_audit_job_on_a_damaged_store_and_on_the_one_the_broker_left(restarted, 
     serves after its restart, and the DLedger findings are the store's; on the store the broker
     left, the same messages lost in the files DLedger kept and no store anomaly; its queue findings only the entries past the log's end
     that its consume queue files still hold past their write position (a queue's recovery reads
-    them back, the truncation removes them again), its index finding only the last record indexed
-    again (``duplicate_entry``), as the broker's restart does. 5.5.1 keeps the queue entries past
+    them back, the truncation removes them again), its index findings only the last record indexed
+    again (``duplicate_entry``) and the keys its restart did not index again (``unfindable_key``),
+    as the broker's restart does. 5.5.1 keeps the queue entries past
     the log's end and serves them: the audit refuses that store by name."""
     from jobs import audit as audit_job
     from store_reader.audit import Findings
@@ -294,7 +295,13 @@ def test_audit_job_on_a_damaged_store_and_on_the_one_the_broker_left(restarted, 
     assert set(q["kind"].to_pylist()) <= {"removed_beyond_truncation"}
     assert min(q["phy_from"].to_pylist(), default=after.prediction.max_phy_offset) >= after.prediction.max_phy_offset
     assert "anomaly" not in t["store_findings"]["severity"].to_pylist()
-    assert set(t["index_findings"]["kind"].to_pylist()) <= {"duplicate_entry"}
+    ix = t["index_findings"].to_pylist()
+    assert {r["kind"] for r in ix} <= {"duplicate_entry", "unfindable_key"}
+    # keys the broker's restart never indexed again (its index files dropped at an abnormal load,
+    # the reput from the queues' max): missing on disk, and the next restart's index the same
+    lenses = {lens: sorted((r["topic"], r["phy_from"], r["phy_to"], r["count"]) for r in ix
+                           if r["kind"] == "unfindable_key" and r["index"] == lens) for lens in ("on_disk", "recovered")}
+    assert lenses["on_disk"] == lenses["recovered"]
 
 
 @pytest.mark.parametrize("conf_kind", ["broker.conf", "defaults"])
