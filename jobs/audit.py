@@ -45,12 +45,12 @@ from jobs import whatif
 from jobs.deltasink import read_table, store_id_for, table_uri
 from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
 from jobs.taskerrors import reports_store_errors
-from store_reader import open_store, publish, recovery
+from store_reader import dledger, open_store, publish, recovery
 from store_reader import scanned as scanned_records
 from store_reader.audit import offsets
 from store_reader.audit import state as audit_state
 from store_reader.commitlog import SegmentSummary
-from store_reader.exceptions import StoreReaderError
+from store_reader.exceptions import StoreReaderError, UnsupportedStoreError
 from store_reader.store import Store
 
 log = logging.getLogger("jobs.audit")
@@ -113,9 +113,13 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     (``jobs.scan.records_dir``)."""
     started = time.monotonic()
     audited_at = dt.datetime.now(dt.timezone.utc)
-    store = open_store(store_path, broker_config)
+    store = open_store(store_path, broker_config, read_dledger=True)
     version = recovery.resolve_version(broker_version or store.broker_version())
     store_id = store_id_for(str(store.root))
+    if since_last and store.dledger is not None:
+        # its record findings, judged inside the scanned range, differ from a full run's
+        raise UnsupportedStoreError("--since-last on a DLedger store: not the same findings as a full "
+                                    "run; audit it without --since-last", str(store.dledger))
     if since_last and not audit_path:
         raise StoreReaderError("--since-last needs --audit-path (the state lives in its tables)", store_path)
     for target, what in ((audit_path, "audit path"), (scan_dir, "scan dir")):
@@ -133,9 +137,13 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
         scanned = scan.summaries
         by_name = {s.segment: s for s in scanned}
         summaries = [by_name.get(f.name) or carried[f.name] for f in store.commitlog_files]
-        pred = recovery.predict(store, version, summaries=summaries,
-                                records=scanned_records.prefix_source(scan.records, opts),
-                                puts=scanned_records.prefix_puts(scan.records), scratch=kept)
+        if store.dledger is not None:      # DLedger's recovery first, then the broker's (R§16)
+            pred = dledger.predict(store, version, scratch=kept)
+            dledger.check_auditable(store, pred)
+        else:
+            pred = recovery.predict(store, version, summaries=summaries,
+                                    records=scanned_records.prefix_source(scan.records, opts),
+                                    puts=scanned_records.prefix_puts(scan.records), scratch=kept)
         passes.append(("scan + plan", time.monotonic() - t, ""))
         log.info("pass %-22s %7.2fs  %d of %d segments scanned, truncation point %d", "scan + plan",
                  passes[-1][1], len(scanned), len(summaries), pred.max_phy_offset)

@@ -174,10 +174,9 @@ def report(p: Printer, found: Findings, view: StoreView | None = None) -> int:
     return rc
 
 
-def _open(root: Path | StoreLocation, broker_config: str | None, verify: bool = False) -> StoreView:
-    # a DLedger store is listed through the DLedger framing; its verification (the classic audit)
-    # would mispredict it, so that refuses it by name
-    return StoreView(open_store(root, broker_config, read_dledger=not verify))
+def _open(root: Path | StoreLocation, broker_config: str | None) -> StoreView:
+    # a DLedger store is listed and verified through the DLedger framing and recovery
+    return StoreView(open_store(root, broker_config, read_dledger=True))
 
 
 def _broker_config(root: Path | StoreLocation, broker_config: str | None) -> BrokerConfig:
@@ -206,7 +205,7 @@ def run(args: argparse.Namespace, p: Printer) -> int:
         raise CannotRead(_missing(target), target)
     verify = args.verify or args.verify_index_only
     if target.is_dir():
-        view = _open(target, args.broker_config, verify)
+        view = _open(target, args.broker_config)
         dump_overview(p, view)
         return report(p, verify_store(view, args.verify_index_only), view) if verify else EXIT_OK
     sf = classify_path(target)
@@ -214,7 +213,7 @@ def run(args: argparse.Namespace, p: Printer) -> int:
         raise UnreadableFileError("cannot read: permission denied", target)
     # a commitlog segment is read with the store's scan options; the rest needs the store only
     # to be verified against it
-    view = _open(sf.root, args.broker_config, verify) if verify or sf.kind == "commitlog" else None
+    view = _open(sf.root, args.broker_config) if verify or sf.kind == "commitlog" else None
     if sf.kind == "commitlog":
         assert view is not None
         dump_commitlog_file(p, view, target, args)

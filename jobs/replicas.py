@@ -3,6 +3,8 @@
     spark-submit jobs/replicas.py --master STORE --slave STORE [--slave STORE ...] --audit-path URI
                                   [--broker-config FILE] [--range-size 1MiB]
     python -m jobs.replicas ...           (embedded local Spark, settings from spark-conf/local.conf)
+    python -m jobs.replicas --member STORE=BROKER_CONF --member ... [--group-size N] [--json]
+                 (a DLedger group's members: no Spark, printed; store_reader.dledgerreplicas)
     spark-submit --properties-file spark-conf/cluster.conf --load-spark-defaults jobs/replicas.py ...
                  (cluster: executors run the archive of scripts/build_env_archive.sh, see
                   spark-conf/cluster.conf.example and docs/remote-stores-and-clusters.md)
@@ -225,6 +227,37 @@ def print_summary(comparisons: Sequence[replicas.ReplicaComparison], run_id: str
       + (f"; findings in {table}" if table else ""))
 
 
+
+def dledger_group(members: list[str], group_size: int | None, as_json: bool) -> int:
+    """The members of one DLedger group compared (``store_reader.dledgerreplicas``): 0 when their
+    logs are equal, 1 when they differ."""
+    import json
+
+    from store_reader import dledgerreplicas
+
+    read = []
+    for spec in members:
+        root, conf = spec.split("=", 1)
+        store = open_store(root, conf, read_dledger=True)
+        read.append(dledgerreplicas.read_member(store.config.dLegerSelfId, store))
+    c = dledgerreplicas.compare_group(read, group_size)
+    if as_json:
+        print(json.dumps(c.as_dict(), indent=2))
+    else:
+        for m in c.members:
+            print(f"{m.name}: entries {m.begin}..{m.end}, last term {m.rec.ledger_end_term}, committed "
+                  f"index {m.rec.committed_index}, {len(c.only_on[m.name])} entries no other member holds")
+        for (a, b), i in c.divergence.items():
+            print(f"  {a} / {b}: " + ("equal" if i is None else f"diverge at index {i}"))
+        print(f"can win an election (of {c.group_size}): {', '.join(c.candidates) or 'none'}")
+        for leader, ts in c.truncations.items():
+            for t in ts:
+                what = (f"truncated at {t.truncate_index}, drops {len(t.dropped)} entries "
+                        f"({t.dropped[0]}..{t.dropped[-1]})" if t.dropped else "nothing dropped")
+                print(f"  if {leader} leads: {t.follower} {what}, appended from {t.appended_from}")
+    return 0 if all(i is None for i in c.divergence.values()) else 1
+
+
 @reports_store_errors("could not compare: ")
 def main(argv: list[str] | None = None) -> int:
     from jobs.sparkutil import configure_logging, get_spark
@@ -234,13 +267,23 @@ def main(argv: list[str] | None = None) -> int:
                         "2 could not compare (bad input)",
                         "python -m jobs.replicas --master /data/master/store --slave /data/slave/store "
                         "--audit-path /data/audit", "docs/audit-and-tables.md")
-    ap.add_argument("--master", required=True, help="the master's store root")
-    ap.add_argument("--slave", required=True, action="append", help="a slave's store root (repeatable)")
-    ap.add_argument("--audit-path", required=True,
-                    help="root of the Delta audit tables (replica_findings is written under it)")
+    ap.add_argument("--master", help="the master's store root")
+    ap.add_argument("--slave", action="append", help="a slave's store root (repeatable)")
+    ap.add_argument("--audit-path", help="root of the Delta audit tables (replica_findings is written under it)")
     ap.add_argument("--broker-config", help="broker.conf (mappedFileSizeCommitLog, CRC check, ...)")
     ap.add_argument("--range-size", default="1MiB", help="bytes per checksummed range (default 1MiB)")
+    ap.add_argument("--member", action="append", metavar="STORE=BROKER_CONF",
+                    help="a DLedger group's member: its store root and its broker.conf (its dLegerSelfId); "
+                         "repeatable, instead of --master/--slave (no Spark, no table: printed)")
+    ap.add_argument("--group-size", type=int, help="DLedger: the peers in dLegerPeers (default: the members given)")
+    ap.add_argument("--json", action="store_true", help="DLedger: print the comparison as JSON")
     args = ap.parse_args(argv)
+    if args.member:
+        if args.master or args.slave or len(args.member) < 2 or any("=" not in m for m in args.member):
+            ap.error("--member STORE=BROKER_CONF at least twice, without --master/--slave")
+        return dledger_group(args.member, args.group_size, args.json)
+    if not (args.master and args.slave and args.audit_path):
+        ap.error("--master, --slave and --audit-path are required (or --member for a DLedger group)")
     range_size = parse_size(args.range_size)
     if range_size <= 0:
         ap.error("--range-size must be positive")

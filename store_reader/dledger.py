@@ -149,9 +149,10 @@ def recover(store) -> DLedgerRecovery:
         index.close()
 
 
-def entries_with_units(store) -> Iterator[tuple[Any, int, tuple, tuple | None]]:
+def entries_with_units(store) -> Iterator[tuple[Any, int, tuple, tuple | None, Any]]:
     """Every entry of the data files by its header, file by file whatever ``recover`` keeps:
-    (data file, position in it, header, the index unit of the header's index or None). A file's
+    (data file, position in it, header, the index unit of the header's index or None, the file's
+    bytes: valid until the next entry of another file). A file's
     entries end at DLedger's blank, unwritten space or a header that does not frame an entry
     there (magic, size, pos)."""
     if store.dledger is None:
@@ -169,7 +170,7 @@ def entries_with_units(store) -> Iterator[tuple[Any, int, tuple, tuple | None]]:
                 if magic != rf.DLEDGER_MAGIC or size <= rf.DLEDGER_HEADER_SIZE or pos != f.start + p \
                         or p + size > len(buf):
                     break
-                yield f, p, h, _unit(index, entry_index) if entry_index >= 0 else None
+                yield f, p, h, _unit(index, entry_index) if entry_index >= 0 else None, buf
                 p += size
     finally:
         data.close()
@@ -383,6 +384,14 @@ class BrokerRestart:
     reput_from: int = 0
     queues: dict = field(default_factory=dict)
     """(topic, queue id) -> ``recovery.ConsumeQueueState`` after the reput."""
+    min_phy_offset: int = 0
+    """``DLedgerCommitLog#getMinOffset``: where the first data file starts."""
+    load_problems: list[str] = field(default_factory=list)
+    """[5.3, 5.4] ``correctMinOffset`` throwing on a queue whose last file is empty (R§7)."""
+    index_files: list = field(default_factory=list)
+    """``recovery.PredictedIndexFile``: the index files after the dispatch (R§8)."""
+    checkpoint: Any = None
+    """The broker's checkpoint after the dispatch (``recovery.predict``'s step 8)."""
 
     def served(self) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
         """(topic, queue id) -> [(queue offset, phy offset, size)] from min to max offset (an
@@ -467,16 +476,19 @@ def _abnormal_walk(store, data: _Files, start: int, opts: rf.ScanOptions, column
         p += rf.DLEDGER_BODY_OFFSET + size
 
 
-def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
-    """The consume queues a one-member group's broker serves once it has recovered ``store``,
-    committed every surviving entry and dispatched them (R§16.2-§16.4): the queues as loaded and
-    recovered (R§2), [5.3+, abnormal path] the dispatching walk, the truncation of every queue
-    past the recovered end, then the reput from the queues' max phy offset to the committed end."""
+def broker_restart(store, rec: DLedgerRecovery, version: str, scratch: str | None = None) -> BrokerRestart:
+    """The consume queues and index files a one-member group's broker serves once it has recovered
+    ``store``, committed every surviving entry and dispatched them (R§16.2-§16.4): the queues as
+    loaded and recovered (R§2), the index files ``IndexService#load`` keeps (R§8), [5.3+, abnormal
+    path] the dispatching walk, the truncation of every queue past the recovered end, then the reput
+    from the queues' max phy offset to the committed end, and the min offsets (R§7). ``scratch``:
+    where the index files it builds are written (``recovery.ScratchDir``)."""
     import pyarrow as pa
 
     from .checkpoint import read_checkpoint
-    from .recovery import (V53, V55, Dispatched, _dispatch_to_queues, dispatch_records, load_consume_queues,
-                           resolve_version, since)
+    from .recovery import (V53, V55, Dispatched, ScratchDir, _dispatch_to_queues, add_delay_level_queues,
+                           correct_min_offset_throws, dispatch_records, index_files_at_load,
+                           load_consume_queues, predict_index, resolve_version, since)
 
     version = resolve_version(version)
     if store.abort_exists and since(version, V55) and store.config.enableAcceleratedRecovery:
@@ -488,6 +500,8 @@ def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
     queues, problems = load_consume_queues(store, broker_5x)
     if problems:
         raise problems[0]
+    if not broker_5x:
+        add_delay_level_queues(store.config, queues)
     for q in queues.values():
         q.recover()
     cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
@@ -495,6 +509,9 @@ def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
     opts = store.scan_options(broker_5x=broker_5x)
     cut = rec.process_offset
     ckpt = read_checkpoint(store.checkpoint_path)
+    kept_index, index_dispatch = index_files_at_load(store, store.abort_exists, ckpt.index_msg_timestamp,
+                                                     ScratchDir(scratch))
+    dispatched = Dispatched(index=index_dispatch)
     # the recovery's dispatchFromPhyOffset: the CQs' max phy offset; [5.5, abnormal path] the
     # checkpoint's logicsPhysicalOffset (ConsumeQueueStore#getDispatchFromPhyOffset)
     dispatch_from = ckpt.logics_physical_offset if since(version, V55) and store.abort_exists else cq_max
@@ -517,16 +534,82 @@ def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
             t = pa.concat_tables(walked)
             out.dispatched_past_end = int((t["phy_offset"].to_numpy() >= rec.last_entry_end).sum())
             for b in t.to_batches():
-                _dispatch_to_queues(store.config, True, b, queues, Dispatched(), False)
+                dispatched.add(b)
+                _dispatch_to_queues(store.config, True, b, queues, dispatched, False)
     if dispatch_from >= cut:
         out.cq_truncated_at = cut
         for q in queues.values():
             q.truncate_dirty_logic_files(cut)
     first = store.commitlog_files[0].start if store.commitlog_files else 0
-    out.reput_from = max([first] + [q.max_physic_offset for q in queues.values()])
+    if broker_5x and not store.config.recheckReputOffsetFromCq:
+        # [5.3+] start(): the reput from getConfirmOffset(), DLedgerCommitLog#getMaxOffset: the
+        # committed position after load, else where the data files begin (recheckReputOffsetFromCq
+        # off, its default); the repeats by phy are then no CQ put, but the record at the index's
+        # endPhyOffset is indexed again
+        out.reput_from = rec.committed_pos if rec.committed_pos > 0 else first
+    else:
+        out.reput_from = max([first] + [q.max_physic_offset for q in queues.values()])
     if rec.last_entry_end > out.reput_from:
         reput = dataclasses.replace(opts, check_crc=False)
         dispatch_records(store, store.summaries(reput), 0, out.reput_from, rec.last_entry_end, None,
-                         queues, reput, Dispatched())
+                         queues, reput, dispatched)
+    out.min_phy_offset = store.commitlog_files[0].start if store.commitlog_files else 0
+    if broker_5x and not since(version, V55):
+        out.load_problems = [str(p) for p in correct_min_offset_throws(queues)]
+    for q in queues.values():
+        q.correct_min_offset(out.min_phy_offset, version)
     out.queues = queues
+    out.index_files, index_msg_ts = predict_index(kept_index, ckpt.index_msg_timestamp, dispatched)
+    out.checkpoint = dataclasses.replace(
+        ckpt, index_msg_timestamp=index_msg_ts,
+        logics_msg_timestamp=(dispatched.last_cq_store_timestamp if dispatched.last_cq_store_timestamp
+                              is not None else ckpt.logics_msg_timestamp),
+        logics_physical_offset=(dispatched.last_cq_phy_offset if since(version, V55) and
+                                dispatched.last_cq_phy_offset is not None else ckpt.logics_physical_offset))
     return out
+
+
+def predict(store, version: str, scratch: str | None = None):
+    """The broker's restart of a DLedger store as a ``recovery.Prediction`` (what the classic
+    audit compares the store with): DLedger's recovery (``recover``), then ``broker_restart``.
+    The commitlog files are the data files DLedger keeps, written to its processOffset; the max
+    phy offset is the end of the last surviving entry, which the one-member group commits."""
+    from .recovery import CommitLogFileState, Prediction, resolve_version
+
+    version = resolve_version(version)
+    rec = recover(store)
+    pred = Prediction(broker_version=version, load_result=rec.refused is None,
+                      load_problems=[rec.refused] if rec.refused else [], dledger=rec,
+                      recovery_path="abnormal" if store.abort_exists else "normal", start_file=rec.start_file)
+    size = store.config.mappedFileSizeCommitLog
+    deleted = set(rec.data_files_deleted)
+    pred.commitlog_files = [CommitLogFileState(f.name, f.start, size, min(size, rec.process_offset - f.start))
+                            for f in store.commitlog_files if f.name not in deleted]
+    pred.deleted_commitlog_files = list(rec.data_files_deleted)
+    pred.max_phy_offset = rec.last_entry_end
+    if rec.refused is not None:
+        return pred
+    b = broker_restart(store, rec, version, scratch)
+    pred.min_phy_offset = b.min_phy_offset
+    pred.load_problems += b.load_problems
+    pred.load_result = not b.load_problems
+    pred.max_phy_offset_of_consume_queue = b.max_phy_offset_of_consume_queue
+    pred.reput_from_offset = b.reput_from
+    pred.cq_truncated = b.cq_truncated_at is not None
+    pred.consume_queues = b.queues
+    pred.index_files = b.index_files
+    pred.checkpoint = b.checkpoint
+    return pred
+
+
+def check_auditable(store, pred) -> None:
+    """The audit's views hold no queue entry past the log's end; a broker that serves such entries
+    (5.5 keeps them unless the checkpoint's logicsPhysicalOffset reaches the end, R§16.2) is
+    refused by name: their records are past what DLedger keeps, and the audit would call them lost."""
+    past = sorted(f"{t}/{q}" for (t, q), cq in pred.consume_queues.items() if cq.max_physic_offset > pred.max_phy_offset)
+    if past:
+        raise UnsupportedStoreError(
+            f"the {pred.broker_version} broker would serve consume queue entries past DLedger's end "
+            f"{pred.max_phy_offset} ({', '.join(past[:3])}{' ...' if len(past) > 3 else ''}): records DLedger "
+            "truncated, still served; the audit does not predict them (jobs.recover --dry-run lists them)",
+            str(store.dledger / "data"))

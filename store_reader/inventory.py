@@ -272,8 +272,8 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
         refuse((dledger or "commitlog",
                 "a DLedger store (enableDLegerCommitLog): its commitlog is DLedger's entry log "
                 f"({dledger or 'dledger-<selfId>'}/data); this project reads it and predicts its "
-                "restart (dump, recover --dry-run, salvage, the rocketmq data source) but does not "
-                "audit or repair it"))
+                "restart and audits it (dump, dump --verify, audit, recover --dry-run, salvage, the "
+                "rocketmq data source) but does not repair it"))
     if ROCKSDB_CQ in modes:
         where = inv.rocksdb_cq_dir or "consumequeue"
         # [5.5] RocksDBConsumeQueueStore opens consumequeue_rocksdb/ with

@@ -39,6 +39,7 @@ from .storefs import PathRef, location
 
 if TYPE_CHECKING:
     from .bounded import Segments
+    from .dledger import DLedgerRecovery
     from .repair import IndexPuts
 
 V49, V53, V54, V55 = "4.9", "5.3", "5.4", "5.5"
@@ -502,6 +503,14 @@ def load_consume_queues(store: Store, broker_5x: bool) -> tuple[dict[tuple[str, 
     return queues, problems
 
 
+def add_delay_level_queues(config: BrokerConfig, queues: dict[tuple[str, int], ConsumeQueueState]) -> None:
+    """4.9's ``ScheduleMessageService#load`` (correctDelayOffset) looks up the schedule queue of
+    every delay level, which creates the empty ones (OBSERVATIONS 15)."""
+    for level in range(1, len(config.delay_levels_ms) + 1):
+        key = (rf.SCHEDULE_TOPIC, level - 1)
+        queues.setdefault(key, ConsumeQueueState(*key, config.cq_file_size))
+
+
 def load_rocksdb_consume_queues(store: Store) -> tuple[dict[tuple[str, int], ConsumeQueueState], int]:
     """The RocksDB consume queue (``RocksDBConsumeQueueStore#load``, R§15.1) as the queues a file
     store would hold: per queue the units up to its ``max`` offset key (what
@@ -576,6 +585,8 @@ class Prediction:
     """Controller mode: the records kept past the confirm offset, undispatched while fenced."""
     compensated: dict[str, int] = field(default_factory=dict)
     """Controller mode: queue offsets advanced past the records after the confirm offset."""
+    dledger: "DLedgerRecovery | None" = None
+    """A DLedger store: DLedger's own recovery (``dledger.DLedgerRecovery``) the broker's follows."""
 
     @property
     def broker_5x(self) -> bool:
@@ -1080,11 +1091,7 @@ def predict(store: Store, broker_version: str | None = None,
     pred = Prediction(broker_version=version, load_result=not problems,
                       load_problems=[str(p) for p in problems])
     if not broker_5x:
-        # 4.9.7's ScheduleMessageService#load (correctDelayOffset) looks up the schedule queue of
-        # every delay level, which creates the empty ones (OBSERVATIONS 15).
-        for level in range(1, len(store.config.delay_levels_ms) + 1):
-            key = (rf.SCHEDULE_TOPIC, level - 1)
-            queues.setdefault(key, ConsumeQueueState(*key, store.config.cq_file_size))
+        add_delay_level_queues(store.config, queues)
     pred.recovery_path = "abnormal" if store.abort_exists else "normal"
     pred.controller_mode = controller = broker_5x and store.config.enableControllerMode
     if segments is not None:

@@ -142,9 +142,12 @@ def test_dump_and_dry_run_report_the_prediction(tmp_path, capsys):
     sides = [r for r in out if r["type"] == "dledger_broker"]
     assert [s["version"] for s in sides] == ["4.9", "5.3"]
     assert all(sum(q["max"] - q["min"] for q in s["queues"].values()) == N for s in sides)
-    # the audit (dump --verify) is the classic one: refused by name
-    assert dump.main([str(tmp_path), "--verify"]) == 2
-    assert "a DLedger store" in capsys.readouterr().err
+    # dump --verify: the classic checks on the DLedger records (this store has no consume queue,
+    # index file or checkpoint) and the DLedger ones (every entry committed: none)
+    assert dump.main([str(tmp_path), "--verify", "--json"]) == 1
+    found = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert sorted(r["kind"] for r in found if r["type"] == "anomaly") == [
+        "checkpoint.missing", "cq.all_missing", "index.all_missing"]
 
 
 @pytest.mark.spark
@@ -219,3 +222,20 @@ def test_the_findings_name_units_that_disagree_and_entries_past_the_committed_in
     assert [(r["finding"], r["severity"]) for r in rows if r["type"] == "anomaly"] == [
         ("dledger.unit_disagrees", "anomaly"), ("dledger.unit_disagrees", "anomaly"),
         ("dledger.beyond_committed", "info")]
+
+
+@pytest.mark.spark
+def test_the_audit_runs_and_since_last_is_refused_by_name(spark, tmp_path, capsys):
+    """``jobs.audit`` on a DLedger store: the DLedger findings among its store findings; with
+    ``--since-last`` (its record findings would differ from a full run's) one error line, exit 2."""
+    from jobs import audit as audit_job
+    root = tmp_path / "store"
+    write_store(root, N, committed=N - 8)
+    conf = str(root / "broker.conf")
+    full = audit_job.run_audit(spark, str(root), None, conf)
+    assert "dledger.beyond_committed" in full.findings.tables["store_findings"]["kind"].to_pylist()
+    assert full.prediction.max_phy_offset > 0 and full.prediction.dledger is not None
+    assert audit_job.main(["--store", str(root), "--broker-config", conf, "--audit-path",
+                           str(tmp_path / "audit"), "--since-last"]) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error: ")]
+    assert len(err) == 1 and "--since-last on a DLedger store" in err[0]

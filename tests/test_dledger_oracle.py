@@ -21,6 +21,7 @@ import pytest
 
 from store_reader import dledger, open_store
 from store_reader import recordformat as rf
+from store_reader.exceptions import UnsupportedStoreError
 
 pytestmark = [pytest.mark.slow, pytest.mark.oracle]
 
@@ -232,26 +233,97 @@ def test_restart_predicted_exactly(restarted, version, damage):
         assert broker.dispatched_past_end or (broker.cq_truncated_at is None and version == "5.5.1")
 
 
+@pytest.mark.parametrize("damage", DAMAGE, ids=lambda d: d.__name__ if d else "halted")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_audits_broker_view_is_the_real_restart(restarted, written, version, damage):
+    """``dledger.predict``, the prediction the classic audit compares the store with, against the
+    real broker after its restart: min/max phy offset, every queue's range and entries, queryMessage
+    answers from the index files, and what a pull at each committed consumer offset gets."""
+    from tests.test_real_broker import recovery_differences
+
+    store, rec, copy, got = restarted[version][damage.__name__ if damage else "halted"]
+    pred = dledger.predict(store, version)
+    if rec.refused is not None:
+        assert not pred.load_result and pred.load_problems == [rec.refused]
+        return
+    assert len(got["index"]) > 100 and got["consumerOffsets"]["checks"]
+    assert recovery_differences(pred, got, store.root, written[0] / "broker.conf") == []
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.5.1"])
+def test_audit_job_on_a_damaged_store_and_on_the_one_the_broker_left(restarted, written, spark, version):
+    """``jobs.audit`` (the classic engine on the DLedger records): on a store whose log DLedger
+    cuts at intact entries (a term going back, or a damaged header where the term's damage makes
+    the broker exit), the lost messages are exactly the acknowledged ones the real broker no longer
+    serves after its restart, and the DLedger findings are the store's; on the store the broker
+    left, the same messages lost in the files DLedger kept and no store anomaly; its queue findings only the entries past the log's end
+    that its consume queue files still hold past their write position (a queue's recovery reads
+    them back, the truncation removes them again), its index findings only the last record indexed
+    again (``duplicate_entry``) and the keys its restart did not index again (``unfindable_key``),
+    as the broker's restart does. 5.5.1 keeps the queue entries past
+    the log's end and serves them: the audit refuses that store by name."""
+    from jobs import audit as audit_job
+    from store_reader.audit import Findings
+    from store_reader.audit.dledger import dledger_findings
+
+    from tests.test_real_broker import broker_queues
+
+    store, rec, copy, got = next(restarted[version][n] for n in ("term_goes_back", "header_damaged")
+                                 if restarted[version][n][1].refused is None)
+    conf = str(written[0] / "broker.conf")
+    if version == "5.5.1":
+        # its queues keep the entries past the log's end, served from bytes DLedger truncated
+        with pytest.raises(UnsupportedStoreError, match="past DLedger's end"):
+            audit_job.run_audit(spark, str(store.root), None, conf, version)
+        return
+    run = audit_job.run_audit(spark, str(store.root), None, conf, version)
+    served = {e[0] for _, _, entries in broker_queues(got).values() for e in entries}
+    acked = {w["phy"] for w in written[1][version][1]["written"] if "phy" in w}
+    lost = set(run.findings.tables["lost_messages"]["phy_offset"].to_pylist())
+    assert lost and lost == acked - served
+    own = Findings()
+    dledger_findings(store, rec, own)
+    kinds = run.findings.tables["store_findings"]["kind"].to_pylist()
+    assert sorted(k for k in kinds if k.startswith("dledger.")) == sorted(a.kind for a in own.anomalies)
+    after = audit_job.run_audit(spark, str(copy), None, conf, version)
+    t = after.findings.tables
+    # DLedger's truncation leaves the bytes past its end in the files it keeps: the same intact
+    # messages there, lost again (the files wholly past the end it deleted)
+    gone = min([int(n) for n in rec.data_files_deleted], default=2**63)
+    assert set(t["lost_messages"]["phy_offset"].to_pylist()) == {p for p in lost if p < gone}
+    q = t["queue_findings"]
+    assert set(q["kind"].to_pylist()) <= {"removed_beyond_truncation"}
+    assert min(q["phy_from"].to_pylist(), default=after.prediction.max_phy_offset) >= after.prediction.max_phy_offset
+    assert "anomaly" not in t["store_findings"]["severity"].to_pylist()
+    ix = t["index_findings"].to_pylist()
+    assert {r["kind"] for r in ix} <= {"duplicate_entry", "unfindable_key"}
+    # keys the broker's restart never indexed again (its index files dropped at an abnormal load,
+    # the reput from the queues' max): missing on disk, and the next restart's index the same
+    lenses = {lens: sorted((r["topic"], r["phy_from"], r["phy_to"], r["count"]) for r in ix
+                           if r["kind"] == "unfindable_key" and r["index"] == lens) for lens in ("on_disk", "recovered")}
+    assert lenses["on_disk"] == lenses["recovered"]
+
+
 @pytest.mark.parametrize("conf_kind", ["broker.conf", "defaults"])
 def test_real_store_read_by_the_reading_jobs_and_refused_by_the_others(written, spark, tmp_path, capsys,
                                                                         conf_kind):
-    """The real 5.3.3 store (no ``commitlog/``): recover, audit and dump --verify name it in one
-    line and exit 2, never with the missing-commitlog advice; the dry run, the what-if, dump and
-    salvage read it (exit 0); with its broker.conf or one without the DLedger keys (the directory
-    alone says DLedger)."""
+    """The real 5.3.3 store (no ``commitlog/``): recover with --out names it in one line and exits
+    2, never with the missing-commitlog advice; the dry run, the what-if, dump, dump --verify,
+    audit and salvage read it (dump --verify and audit exit 1: its entries past the committed
+    index); with its broker.conf or one without the DLedger keys (the directory alone says
+    DLedger)."""
     base, stores = written
     root = stores["5.3.3"][0]
     assert not (root / "commitlog").exists()
     conf = base / "broker.conf"
     if conf_kind == "defaults":
         conf = tmp_path / "plain.conf"
-        conf.write_text(f"mappedFileSizeCommitLog={FILE_SIZE}\nmappedFileSizeConsumeQueue=2000\n")   # no DLedger key
+        conf.write_text("".join(x + "\n" for x in CONF.splitlines() if not x.startswith("dLeger")
+                                and not x.startswith("enableDLeger")))      # no DLedger key
     from jobs import audit as audit_job, dump, recover as recover_job, salvage as salvage_job
     for job, run in {
         "recover": lambda: recover_job.main(["--store", str(root), "--out", str(tmp_path / "out"),
                                              "--broker-config", str(conf)]),
-        "audit": lambda: audit_job.main(["--store", str(root), "--broker-config", str(conf)]),
-        "dump --verify": lambda: dump.main([str(root), "--verify", "--broker-config", str(conf)]),
     }.items():
         assert run() == 2, job
         err = [x for x in capsys.readouterr().err.splitlines() if "error: " in x]
@@ -265,6 +337,13 @@ def test_real_store_read_by_the_reading_jobs_and_refused_by_the_others(written, 
     }.items():
         assert run() == 0, (job, capsys.readouterr().err[-500:])
         assert "ledger" in capsys.readouterr().out or job == "salvage", job
+    for job, run in {
+        "audit": lambda: audit_job.main(["--store", str(root), "--broker-config", str(conf)]),
+        "dump --verify": lambda: dump.main([str(root), "--verify", "--broker-config", str(conf)]),
+    }.items():
+        assert run() == 1, (job, capsys.readouterr().err[-500:])
+        out = capsys.readouterr().out
+        assert "dledger" in out and "error" not in out, job
 
 
 @pytest.mark.parametrize("damage", [None, torn_body, index_units_lost, index_files_lost],

@@ -105,7 +105,7 @@ def recovery_differences(pred: recovery.Prediction, r: dict, store_root: Path, c
         elif a != b:
             at = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
             diffs.append(f"{key[0]}/{key[1]} entry {a_lo + at}: project {a[at]}, broker {b[at]}")
-    cfg = open_store(store_root, conf).config
+    cfg = open_store(store_root, conf, read_dledger=True).config
     for q in r.get("index", []):
         got = recovery.query_message(pred, cfg, q["topic"], q["key"])
         if got != q["phyOffsets"]:

@@ -21,6 +21,7 @@ from its tasks and its driver (``queues.compare_queue``, ``index.header_problems
 from __future__ import annotations
 
 from store_reader.audit.commitlog import verify_commitlog, verify_process_state
+from store_reader.audit.dledger import dledger_findings
 from store_reader.audit.files import (verify_checkpoint, verify_config, verify_controller,
                                       verify_inventory)
 from store_reader.audit.index import verify_index
@@ -48,6 +49,8 @@ def verify_store(view: StoreView, index_only: bool = False) -> Findings:
         controller = view.controller_state()
         if controller is not None:
             verify_controller(view.store, found, *controller)
+        if view.store.dledger is not None:
+            dledger_findings(view.store, view.dledger_recovery, found)
     return found
 
 

@@ -10,9 +10,9 @@ from store_reader.audit.report import Findings, report_runs
 
 
 def dledger_findings(store, rec: dledger.DLedgerRecovery, found: Findings) -> None:
-    """``dledger.unit_disagrees``: entries whose index unit (absent, or its magic, pos or size)
-    disagrees with the entry's header, which DLedger's recovery rewrites only from the first such
-    entry of its walk on; ``dledger.beyond_committed``: entries past the checkpoint's
+    """Of the entries DLedger's recovery keeps (``rec``): ``dledger.unit_disagrees``, entries whose
+    index unit (absent, or its magic, pos or size) disagrees with the entry's header, which
+    DLedger's recovery rewrites only from the first such entry of its walk on; ``dledger.beyond_committed``: entries past the checkpoint's
     committedIndex, which a new leader of a larger group may truncate."""
     unit_size = rf.DLEDGER_INDEX_UNIT.size
     index_dir = store.dledger / "index"
@@ -23,8 +23,10 @@ def dledger_findings(store, rec: dledger.DLedgerRecovery, found: Findings) -> No
         committed = int(rec.checkpoint_committed_index)
     except (TypeError, ValueError):
         pass
-    for f, p, h, unit in dledger.entries_with_units(store):
+    for f, p, h, unit, _ in dledger.entries_with_units(store):
         magic, size, entry_index, _, pos = h[:5]
+        if not (rec.ledger_begin_index <= entry_index <= rec.ledger_end_index and pos + size <= rec.last_entry_end):
+            continue        # not in the log DLedger's recovery keeps (bytes past its end)
         if unit is None or (unit[0], unit[1], unit[2]) != (magic, pos, size):
             bad.append((entry_index, h, unit))
         if entry_index > committed:

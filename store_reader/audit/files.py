@@ -11,6 +11,7 @@ import pyarrow as pa
 from schemas.findings import STORE_FINDING_ROW
 from store_reader.audit.commitlog import (PredictedCut, segment_findings, verify_commitlog_sequence,
                                           verify_layout)
+from store_reader.audit.dledger import dledger_findings
 from store_reader.audit.queues import verify_queue_files
 from store_reader.audit.report import Findings, join_path, norm_path
 from store_reader.audit.timer import timer_findings, timer_queue_range
@@ -125,7 +126,8 @@ def store_file_findings(store: Store, broker_5x: bool | None = None,
     size, a missing or short checkpoint, config files the broker cannot use. ``broker_5x``: whose
     load rules apply (default: what the store looks like). With the segments' scan ``summaries``
     and the broker's predicted recovery, also dump's commitlog findings
-    (``commitlog.segment_findings``: bad records, missing end-of-file markers, their notes)."""
+    (``commitlog.segment_findings``: bad records, missing end-of-file markers, their notes), and a
+    DLedger store's own (``dledger.dledger_findings``: data against index units, uncommitted entries)."""
     found = Findings()
     verify_inventory(store, found)
     verify_commitlog_sequence(store, found)
@@ -139,6 +141,8 @@ def store_file_findings(store: Store, broker_5x: bool | None = None,
         segment_findings(summaries, cut, store.scan_options(broker_5x=five).check_crc, found)
         if five and prediction.load_result:
             timer_findings(store, prediction.max_phy_offset, timer_queue_range(prediction), found)
+    if prediction is not None and prediction.dledger is not None:
+        dledger_findings(store, prediction.dledger, found)
     if prediction is not None and prediction.controller is not None:
         u = prediction.unconfirmed
         verify_controller(store, found, prediction.controller, u.records if u else 0,

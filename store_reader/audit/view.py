@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store_reader import dledger
 from store_reader import recordformat as rf
 from store_reader import recovery
 from store_reader.checkpoint import read_checkpoint
@@ -107,6 +108,7 @@ class StoreView:
         self._summaries: list[SegmentSummary] | None = None
         self._records: RecordTable | None = None
         self._recovery: tuple[int, int, int, int] | None = None
+        self._dledger: dledger.DLedgerRecovery | None = None
         self._queues: dict[tuple[str, int], QueueRecords] | None = None
         self.errors: list[StoreReaderError] = []
         """Files the shared passes could not read (reported with the verification)."""
@@ -155,12 +157,26 @@ class StoreView:
                 # without every queue the broker's CQ max is unknown: -1 checks nothing as dispatched
                 self.errors.append(exc)
                 cq_max = -1
-            start, end, files, _ = recovery.predict_commitlog(
-                self.summaries, self.version, self.config, self.store.abort_exists, ckpt, cq_max, self.opts,
-                rocksdb)
-            min_phy = files[0].start if files else -1
+            if self.store.dledger is not None:
+                # DLedger's recovery decides where the log ends (R§16.1): its last entry's end
+                rec = self.dledger_recovery
+                kept = [s for s in self.summaries if s.segment not in set(rec.data_files_deleted)]
+                start = next((i for i, s in enumerate(self.summaries) if s.segment == rec.start_file), 0)
+                end, min_phy = rec.last_entry_end, kept[0].file_start if kept else -1
+            else:
+                start, end, files, _ = recovery.predict_commitlog(
+                    self.summaries, self.version, self.config, self.store.abort_exists, ckpt, cq_max,
+                    self.opts, rocksdb)
+                min_phy = files[0].start if files else -1
             self._recovery = (start, min_phy, end, cq_max)
         return self._recovery
+
+    @property
+    def dledger_recovery(self) -> "dledger.DLedgerRecovery":
+        """A DLedger store: ``DLedgerMmapFileStore#recover`` on it (once)."""
+        if self._dledger is None:
+            self._dledger = dledger.recover(self.store)
+        return self._dledger
 
     @property
     def start_index(self) -> int:

@@ -38,13 +38,15 @@ import org.apache.rocketmq.store.dledger.DLedgerCommitLog;
  * of BROKER_CONF in the store's parent directory).
  * write: load(), start() (DLedgerCommitLog#start = DLedgerServer#startup: the election), waits
  *   for LEADER, PUTS puts through DefaultMessageStore#putMessage planned by Random(SEED) (topics
- *   DLA (4 queues), DLB (2), DLC (1); TAGS, KEYS, UNIQ_KEY; bodies 20-1500 bytes), then END:
+ *   DLA (4 queues), DLB (2), DLC (1); TAGS, KEYS, UNIQ_KEY; bodies 20-1500 bytes), GroupX's
+ *   committed offsets on every queue (oracle.Write#commitOffsets), then END:
  *   shutdown (a clean shutdown()) or halt (Runtime.halt after a seeded 0-300 ms, as a kill -9).
  * restart, each STORE_DIR in turn in this JVM (a store whose recovery calls System.exit ends it):
  *   load() (DLedgerMmapFileStore#load + #recover inside DLedgerCommitLog#recover), the
  *   DLedger state after it; start(), then what the broker's DLedgerRoleChangeHandler waits for as
  *   LEADER (committedIndex = ledgerEndIndex, no dispatch lag), recoverTopicQueueTable(); the
- *   state and every queue (oracle.Restart#queues); a clean shutdown() and the DLedger checkpoint
+ *   state, every queue, queryMessage answers and the consumer offsets' pulls (oracle.Restart's
+ *   queues, index, consumerOffsets); a clean shutdown() and the DLedger checkpoint
  *   and currterm files it leaves.
  * Prints one Json document (restart: {"runs": [one per store]}).
  */
@@ -111,6 +113,35 @@ public final class DLedgerRun {
         return s;
     }
 
+    /** Put i of a run planned by rnd (topic, queue, body, TAGS, KEYS, UNIQ_KEY): what the store answered. */
+    static Map<String, Object> put(DefaultMessageStore store, Random rnd, int i) throws Exception {
+        int t = rnd.nextInt(3);
+        MessageExt m = Compat.newMessage();
+        m.setTopic(TOPICS[t]);
+        m.setQueueId(rnd.nextInt(QUEUES[t]));
+        byte[] body = new byte[20 + rnd.nextInt(1480)];
+        rnd.nextBytes(body);
+        m.setBody(body);
+        MessageAccessor.putProperty(m, MessageConst.PROPERTY_TAGS, "T" + (i % 5));
+        MessageAccessor.putProperty(m, MessageConst.PROPERTY_KEYS, "K" + i + " G" + (i % 20));
+        MessageClientIDSetter.setUniqID(m);
+        Write.hosts(m);
+        Compat.seal(m);
+        PutMessageResult res = Compat.put(store, m);
+        AppendMessageResult a = res.getAppendMessageResult();
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("i", i);
+        r.put("topic", m.getTopic());
+        r.put("queueId", m.getQueueId());
+        r.put("status", String.valueOf(res.getPutMessageStatus()));
+        if (res.isOk() && a != null) {
+            r.put("phy", a.getWroteOffset());
+            r.put("size", a.getWroteBytes());
+            r.put("queueOffset", a.getLogicsOffset());
+        }
+        return r;
+    }
+
     static void write(String[] args) throws Exception {
         File root = new File(args[1]).getAbsoluteFile();
         root.mkdirs();
@@ -130,32 +161,10 @@ public final class DLedgerRun {
         Random rnd = new Random(seed);
         List<Object> acked = new ArrayList<>();
         for (int i = 0; i < puts; i++) {
-            int t = rnd.nextInt(3);
-            MessageExt m = Compat.newMessage();
-            m.setTopic(TOPICS[t]);
-            m.setQueueId(rnd.nextInt(QUEUES[t]));
-            byte[] body = new byte[20 + rnd.nextInt(1480)];
-            rnd.nextBytes(body);
-            m.setBody(body);
-            MessageAccessor.putProperty(m, MessageConst.PROPERTY_TAGS, "T" + (i % 5));
-            MessageAccessor.putProperty(m, MessageConst.PROPERTY_KEYS, "K" + i + " G" + (i % 20));
-            MessageClientIDSetter.setUniqID(m);
-            Write.hosts(m);
-            Compat.seal(m);
-            PutMessageResult res = Compat.put(store, m);
-            AppendMessageResult a = res.getAppendMessageResult();
-            Map<String, Object> r = new LinkedHashMap<>();
-            r.put("i", i);
-            r.put("topic", m.getTopic());
-            r.put("queueId", m.getQueueId());
-            r.put("status", String.valueOf(res.getPutMessageStatus()));
-            if (res.isOk() && a != null) {
-                r.put("phy", a.getWroteOffset());
-                r.put("size", a.getWroteBytes());
-                r.put("queueOffset", a.getLogicsOffset());
-            }
-            acked.add(r);
+            acked.add(put(store, rnd, i));
         }
+        // GroupX's offsets from a Random of their own: the puts and the halt's pause stay as before
+        Write.commitOffsets(root, store, new Random(seed + 1), TOPICS, QUEUES, TOPICS.length);
         Map<String, Object> j = new LinkedHashMap<>();
         j.put("written", acked);
         j.put("end", end);
@@ -215,7 +224,13 @@ public final class DLedgerRun {
         j.put("committedAndDispatched", caughtUp);
         store.recoverTopicQueueTable();    // as DLedgerRoleChangeHandler does before changeToMaster
         j.put("afterCommit", state(store));
-        j.put("queues", Restart.queues(store, root, true));
+        j.put("recoveryPath", (Boolean) j.get("abortFile") ? "abnormal" : "normal");
+        j.put("minPhyOffset", store.getMinPhyOffset());
+        j.put("maxPhyOffset", store.getMaxPhyOffset());
+        Map<String, Map<String, Object>> queues = Restart.queues(store, root, true);
+        j.put("queues", queues);
+        j.put("index", Restart.index(store, queues, 200, s.config.getMaxMsgsNumBatch()));
+        j.put("consumerOffsets", Restart.consumerOffsets(store, root));
         long t1 = System.nanoTime();
         store.shutdown();
         j.put("shutdownSeconds", (System.nanoTime() - t1) / 1e9);

@@ -96,7 +96,7 @@ public final class Write {
                 }
             }
         }
-        commitOffsets(root, store, rnd);
+        commitOffsets(root, store, rnd, TOPICS, QUEUES, 3);
         long pause = "inflight".equals(end) ? 0 : rnd.nextInt(301);
         Thread.sleep(pause);
         Map<String, Object> j = new LinkedHashMap<>();
@@ -213,23 +213,24 @@ public final class Write {
 
     /**
      * A consumer group's committed offsets, persisted as the broker's ConsumerOffsetManager does:
-     * GroupX on every queue of TopicA, TopicB and %RETRY%GroupX, at a seeded offset from 0 to 3
-     * past the queue's end (a consumer ahead of what a crash keeps).
+     * GroupX on every queue of the first n topics (here TopicA, TopicB and %RETRY%GroupX), at a
+     * seeded offset from 0 to 3 past the queue's end (a consumer ahead of what a crash keeps).
      */
-    static void commitOffsets(File root, DefaultMessageStore store, Random rnd) throws Exception {
+    static void commitOffsets(File root, DefaultMessageStore store, Random rnd, String[] topics, int[] queues,
+                              int n) throws Exception {
         ConsumerOffsets offsets = new ConsumerOffsets(new File(new File(root, "config"), "consumerOffset.json").getPath());
-        for (int t = 0; t < 3; t++) {
+        for (int t = 0; t < n; t++) {
             ConcurrentMap<Integer, Long> byQueue = new ConcurrentHashMap<>();
-            for (int q = 0; q < QUEUES[t]; q++) {
+            for (int q = 0; q < queues[t]; q++) {
                 long max;
                 try {
-                    max = store.getMaxOffsetInQueue(TOPICS[t], q);
+                    max = store.getMaxOffsetInQueue(topics[t], q);
                 } catch (Exception e) {    // 5.x declares ConsumeQueueException
                     throw new IllegalStateException(e);
                 }
                 byQueue.put(q, (long) rnd.nextInt((int) max + 4));
             }
-            offsets.table.put(TOPICS[t] + "@GroupX", byQueue);
+            offsets.table.put(topics[t] + "@GroupX", byQueue);
         }
         offsets.persist();
     }
