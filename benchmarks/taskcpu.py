@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOG_ENV = "ROCKETMQ_BENCH_TASK_CPU_LOG"
+# set to a directory: each task also runs under cProfile, its stats in <dir>/<stage>-<partition>.prof
+PROFILE_ENV = "ROCKETMQ_BENCH_TASK_PROFILE"
 # the project's own code, in this tree or another one (a baseline worktree)
 _PROJECT = tuple(f"{os.sep}{d}{os.sep}" for d in ("jobs", "store_reader"))
 
@@ -105,14 +107,25 @@ def _log_tasks(path: str) -> None:
             last["context"] = context
         set_context(cls, context)
 
+    profile_dir = os.environ.get(PROFILE_ENV)
+
     def run(infile, outfile):
         last.clear()
         peak_known = reset_peak_rss()
+        profile = None
+        if profile_dir:
+            import cProfile
+            profile = cProfile.Profile(time.process_time)   # CPU, not wall: the machine may be shared
+            profile.enable()
         cpu, wall = time.process_time(), time.perf_counter()
         try:
             return main(infile, outfile)
         finally:
             context = last.get("context")
+            if profile is not None:
+                profile.disable()
+                profile.dump_stats(os.path.join(profile_dir, f"{context.stageId() if context else -1}-"
+                                                f"{context.partitionId() if context else -1}.prof"))
             steps = " | ".join(project_steps(last["func"])) if "func" in last else ""
             with open(path, "a") as f:
                 f.write(f"{context.stageId() if context else -1} {context.partitionId() if context else -1} "
@@ -148,9 +161,13 @@ if __name__ == "__main__":
     else:                                   # Spark starts the daemon: python -m <this> pyspark.worker
         import gc
 
-        from pyspark import daemon
-
+        # jobs.pydaemon first, as when Spark runs it: it takes the JVM's pyspark.zip off sys.path
+        # before pyspark is imported. Imported after pyspark (from the zip), the zip's package
+        # importers stayed, and every new worker's importlib.invalidate_caches() (pyspark's
+        # setup_spark_files) re-read the zip's directory once per package: CPU the job's own
+        # workers do not spend, counted in each stage's first tasks.
         import jobs.pydaemon  # noqa: F401  (its imports and its worker wrapper, before the fork)
+        from pyspark import daemon
 
         _log_tasks(os.environ[LOG_ENV])
         gc.freeze()
