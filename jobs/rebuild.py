@@ -153,13 +153,16 @@ def index_put_counts(spark, store: Store, summaries: Sequence[SegmentSummary], e
 
 
 def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_dir: str,
-                        counts: list[tuple[int, int]], records: dict[str, str] | None = None
-                        ) -> list[IndexHeader]:
+                        counts: list[tuple[int, int]], records: dict[str, str] | None = None,
+                        digests: dict[str, str] | None = None) -> list[IndexHeader]:
     """Fresh index files under ``index_dir`` from every record below ``end`` (``counts``: from
-    ``index_put_counts``); returns their headers in creation order.
+    ``index_put_counts``); returns their headers in creation order. ``digests``: given each
+    file's SHA-256 by name.
 
-    One task per index file reads the commitlog files its puts come from and writes the file
-    (memory: the hash slots and a few batches), so nothing per record reaches the driver."""
+    One task per index file reads the commitlog files its puts come from, writes the file
+    (memory: the hash slots and a few batches) and hashes it, so nothing per record reaches the
+    driver and the driver reads no index file (a store's index files grow with its records:
+    400+ MB each)."""
     cfg = store.config
     if not cfg.messageIndexEnable or not counts:
         return []
@@ -170,8 +173,16 @@ def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_di
     if not tasks:
         return []
     kept = kept_puts(records)
-    written = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: repair.write_index_file_part(
-        os.path.join(index_dir, f".building-{t[0]:06d}"), t[1], opts, end, cfg, t[0] == 0, kept)).collect()
-    for w, name in zip(written, repair.name_index_files(written)):
+
+    def write(task) -> tuple[repair.WrittenIndexFile, str]:
+        w = repair.write_index_file_part(os.path.join(index_dir, f".building-{task[0]:06d}"), task[1], opts, end,
+                                         cfg, task[0] == 0, kept)
+        return w, repair.sha256_file(w.path)
+
+    done = spark.sparkContext.parallelize(tasks, len(tasks)).map(write).collect()
+    written = [w for w, _ in done]
+    for (w, digest), name in zip(done, repair.name_index_files(written)):
         os.rename(w.path, os.path.join(index_dir, name))
+        if digests is not None:
+            digests[name] = digest
     return [w.header for w in written]

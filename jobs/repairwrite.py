@@ -111,10 +111,12 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             def index_files(counts: list[tuple[int, int]], t: float):
                 index_submitted.set()  # the queue job builds its RDD first: this job is queued ahead
                 passes.check()
-                headers = rebuild_index_files(spark, store, end, version_5x, str(tmp / "index"), counts, records)
+                digests: dict[str, str] = {}       # hashed by the tasks that wrote them
+                headers = rebuild_index_files(spark, store, end, version_5x, str(tmp / "index"), counts, records,
+                                              digests)
                 report.log_pass("rebuild index", t, f"{len(headers)} files, "
                                 f"{sum(h.index_count - 1 for h in headers)} entries")
-                return headers, _digests(tmp, "index")
+                return headers, {f"index/{name}": d for name, d in digests.items()}
 
             def consume_queues():
                 passes.wait(index_submitted)

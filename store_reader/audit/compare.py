@@ -16,7 +16,7 @@ from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.offsets import consumer_offset_findings
 from store_reader.audit.plan import AuditPlan
 from store_reader.audit.queues import BROKER, DISK, compare_queue, rebuilt_entries
-from store_reader.audit.records import entry_rows, timestamps
+from store_reader.audit.records import entry_rows, flush_grouped, timestamps
 from store_reader.consumequeue import PRE_BLANK_SIZE, CQEntries, decode_entries, read_queue_head, slot_of
 from store_reader.ranges import ascending, consecutive_runs
 from store_reader.store import Store
@@ -238,12 +238,10 @@ LOST_ORDER = ["phy_offset", "segment", "reason", "topic", "queue_id", "queue_off
 
 
 def flush_window(partials: list[pa.Table], windows: tuple[tuple[str, int], ...]) -> pa.Table:
-    """The per-batch flush partials summed per (window, queue)."""
+    """The flush partials (``flush_sums`` of each segment) summed per (window, queue)."""
     if not partials:
         return pa.table({})
-    g = pa.concat_tables(partials).group_by(["window", "topic", "queue_id"]).aggregate([
-        ("queue_offset_count", "sum"), ("queue_offset_min", "min"), ("queue_offset_max", "max"),
-        ("phy_from_min", "min"), ("phy_to_max", "max"), ("ts_min", "min"), ("ts_max", "max")])
+    g = flush_grouped(partials)
     stamps = dict(windows)
     stamp = [stamps[w] for w in g["window"].to_pylist()]
     out = pa.table({

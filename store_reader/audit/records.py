@@ -165,6 +165,24 @@ def _flush_partials(rb: pa.RecordBatch, plan: AuditPlan) -> list[pa.Table]:
     return out
 
 
+_FLUSH_SUMS = [("queue_offset_count", "sum"), ("queue_offset_min", "min"), ("queue_offset_max", "max"),
+               ("phy_from_min", "min"), ("phy_to_max", "max"), ("ts_min", "min"), ("ts_max", "max")]
+
+
+def flush_grouped(partials: list[pa.Table]) -> pa.Table:
+    """Flush partials aggregated per (window, queue): ``<column>_<sum|min|max>`` columns."""
+    return pa.concat_tables(partials).group_by(["window", "topic", "queue_id"]).aggregate(_FLUSH_SUMS)
+
+
+def flush_sums(partials: list[pa.Table]) -> pa.Table:
+    """A segment's flush partials summed per (window, queue), as partials again: a stage-1 task
+    sends the driver one row per window and queue of its file, not one per batch of records (the
+    driver's share stays O(files x queues) however many records a file holds)."""
+    g = flush_grouped(partials)
+    names = {f"{c}_{f}": c for c, f in _FLUSH_SUMS}
+    return g.rename_columns([names.get(n, n) for n in g.column_names])
+
+
 def _topic_codes(topics: pa.Array, rows: np.ndarray, topic_no: dict[str, int]) -> np.ndarray:
     """The number in ``topic_no`` of the topic at each of ``rows``, topics new to it numbered in
     the order the rows first name them."""
@@ -218,7 +236,7 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
     if lost_rows:
         yield plan.driver_key, ("lost", pa.concat_tables(lost_rows))
     if flush:
-        yield plan.driver_key, ("flush", pa.concat_tables(flush))
+        yield plan.driver_key, ("flush", flush_sums(flush))
 
 
 def index_source_items(source: int, plan: AuditPlan, first: int = 1, end: int | None = None
