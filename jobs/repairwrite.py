@@ -34,7 +34,7 @@ from jobs import salvage as salvage_job
 from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
 from jobs.recoverreport import RunReport, manifest
 from jobs.sparkutil import Passes, await_tasks
-from store_reader import placement, publish, recovery, repair, scanned, timerrecovery
+from store_reader import placement, publish, recovery, repair, rocksdbcq, scanned, timerrecovery
 from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
 
@@ -184,6 +184,14 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                 report.timer_store = timer.as_dict()
                 report.log_pass("timer store", t, f"{timer.units_kept} of {timer.units_in} units kept, "
                                 f"queue offset {timer.queue_offset}")
+        if pred.rocksdb_beside_max_phy_offset is not None:
+            # [5.4+] double-write: the RocksDB queue as the broker's recovery leaves it (R§15.2)
+            t = time.monotonic()
+            where = recovery.combined_rocksdb_dir(cfg, pred.broker_version)
+            puts = repair.rocksdb_puts(tmp, cfg, pred.dispatched_from if pred.dispatched_from is not None else end)
+            rocksdbcq.write_consume_queue(os.path.join(store.root, where), str(tmp / where), puts, end)
+            report.log_pass("rocksdb consume queue", t, f"{sum(map(len, puts.values()))} units put from phy "
+                            f"{pred.dispatched_from}, max phy offset {end}")
         if not report.keep_consumer_offsets:
             ranges = {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"]) for r in
                       queues.select(["topic", "queue_id", "min_offset", "max_offset"]).to_pylist()}

@@ -16,6 +16,7 @@ import json
 import mmap
 import os
 import shutil
+import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -883,6 +884,45 @@ def copy_controller_files(store: Store, dest_root: Path, end: int) -> None:
                 (dest_root / name).write_bytes(location(src).read_bytes())
     elif kept:
         (dest_root / EPOCH_FILE).write_bytes(epoch_file_bytes(kept))
+
+
+def rocksdb_puts(out_dir: Path, cfg: BrokerConfig, from_phy: int
+                 ) -> dict[tuple[str, int], list[tuple[int, int, int, int, int]]]:
+    """What a 5.4+ broker's recovery puts into the RocksDB consume queue beside the file one
+    (R§15.2): every record it dispatches, from ``from_phy`` on, as (queue offset, phy, size, tags
+    code, store timestamp) per queue: the repaired file queues' entries there (fillers left out:
+    no record is dispatched for them), each record's STORETIMESTAMP read from the repaired commitlog."""
+    from .consumequeue import list_queue_files, list_queues, read_queue_slots, slot_of
+
+    commitlog = out_dir / "commitlog"
+    size = cfg.mappedFileSizeCommitLog
+    puts: dict[tuple[str, int], list[tuple[int, int, int, int, int]]] = {}
+    handles: dict[int, Any] = {}
+    try:
+        for ref in list_queues(out_dir):
+            units = []
+            for f in list_queue_files(ref.path, cfg.cq_file_size, rocketmq5=True):
+                slots = read_queue_slots(f.path)
+                keep = np.flatnonzero((slots["phy_offset"] >= from_phy) & (slots["size"] > 0) &
+                                      (slots["size"] != FILLER_SIZE))
+                for i in keep:
+                    phy = int(slots["phy_offset"][i])
+                    start = phy - phy % size
+                    if start not in handles:
+                        handles[start] = open(commitlog / cq_file_name(start), "rb")
+                    fh = handles[start]
+                    fh.seek(phy - start + rf.SYSFLAG_POS)
+                    sys_flag, = struct.unpack(">i", fh.read(4))
+                    fh.seek(phy - start + rf.store_timestamp_pos(sys_flag))
+                    ts, = struct.unpack(">q", fh.read(8))
+                    units.append((slot_of(f.start) + int(i), phy, int(slots["size"][i]),
+                                  int(slots["tags_code"][i]), ts))
+            if units:
+                puts[(ref.topic, ref.queue_id)] = units
+    finally:
+        for fh in handles.values():
+            fh.close()
+    return puts
 
 
 def copy_config(src_root: Path | StoreLocation, dest_root: Path) -> list[str]:
