@@ -475,14 +475,20 @@ def broker_restart(store, rec: DLedgerRecovery, version: str) -> BrokerRestart:
     import pyarrow as pa
 
     from .checkpoint import read_checkpoint
-    from .recovery import (V53, V55, Dispatched, _dispatch_to_queues, dispatch_records, load_consume_queues,
-                           resolve_version, since)
+    from .recovery import (V53, V54, V55, Dispatched, _dispatch_to_queues, dispatch_records,
+                           load_consume_queues, resolve_version, since)
 
     version = resolve_version(version)
     if store.abort_exists and since(version, V55) and store.config.enableAcceleratedRecovery:
         # the dispatch offset the recovery starts from would be checked against it: not modelled
         raise UnsupportedStoreError("enableAcceleratedRecovery=true: a DLedger store's abnormal recovery "
                                     "under the broker 5.5 rules is not predicted", store.config.source)
+    if since(version, V54) and store.config.rocksdbCQDoubleWriteEnable:
+        # DLedgerCommitLog's start-file search and dispatch go through CombineConsumeQueueStore
+        raise UnsupportedStoreError("rocksdbCQDoubleWriteEnable=true on a DLedger store: a 5.4+ broker's "
+                                    "DLedger recovery then looks back for its RocksDB consume queue too "
+                                    "(CombineConsumeQueueStore), which this tool models for the commitlog "
+                                    "only (R§15.2)", store.config.source)
     broker_5x = since(version, V53)
     out = BrokerRestart(version, "abnormal" if store.abort_exists else "normal")
     queues, problems = load_consume_queues(store, broker_5x)

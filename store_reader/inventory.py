@@ -287,7 +287,7 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
             where = next(d for d in rocksdb_in if d != served)
         elif rocksdb_store:
             inv.rocksdb_cq_dir = served
-            why = None      # read (rocksdbcq) and predicted (R§15.1); its repair is refused by name
+            why = None      # read (rocksdbcq), predicted and repaired (R§15.1)
         elif config.rocksdbCQDoubleWriteEnable:
             why = ("consume queues served from RocksDB (rocksdbCQDoubleWriteEnable with "
                    f"combineCQPreferCQType={config.combineCQPreferCQType}, combineAssignOffsetCQType="

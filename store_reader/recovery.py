@@ -549,6 +549,10 @@ def combined_rocksdb_max(store: Store, version: str) -> int | None:
     from .rocksdbcq import stored_max_phy_offset
 
     served = combined_rocksdb_dir(cfg, version)
+    if not location(store.root).is_local:
+        raise UnsupportedStoreError("a RocksDB consume queue beside the file ones (rocksdbCQDoubleWriteEnable) "
+                                    "on a remote store: it is read through rocksdict, from a local directory "
+                                    "only (R§15.2)", f"{str(store.root).rstrip('/')}/{served}")
     other = "consumequeue" if served != "consumequeue" else "consumequeue_rocksdb"
     # [5.5] a database in the other directory stops the RocksDBConsumeQueueStore constructor
     if since(version, V55) and os.path.isfile(os.path.join(store.root, other, "CURRENT")):

@@ -212,12 +212,13 @@ def _offset_key(topic: bytes, kind: bytes, qid: int) -> bytes:
 
 
 def write_consume_queue(src: str | None, dst: str, puts: dict[tuple[str, int], list[tuple[int, int, int, int, int]]],
-                        max_phy_offset: int) -> None:
+                        max_keys: dict[tuple[str, int], tuple[int, int]], max_phy_offset: int) -> None:
     """A RocksDB consume queue at ``dst`` (a directory of the repaired store, never the input):
     the database files of ``src`` copied (None or no ``CURRENT``: a new database), then what the
-    broker's dispatch puts (``RocksDBConsumeQueueStore#putMessagePosition``): per queue its units
-    (queue offset, phy, size, tags code, store timestamp), the queue's ``max`` key at its last
-    unit, and ``CHECKPOINT_TOPIC`` = ``max_phy_offset`` (R§15.2)."""
+    broker's restart writes: per queue the units its dispatch puts
+    (``RocksDBConsumeQueueStore#putMessagePosition``: queue offset, phy, size, tags code, store
+    timestamp), each queue's ``max`` key (phy, queue offset) as the puts and the truncation
+    (``correctMaxCqOffset``) leave it, and ``CHECKPOINT_TOPIC`` = ``max_phy_offset`` (R§15.2)."""
     try:
         from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch
     except ImportError as exc:
@@ -248,8 +249,8 @@ def write_consume_queue(src: str | None, dst: str, puts: dict[tuple[str, int], l
                 t = topic.encode()
                 for off, phy, size, tags, ts in units:
                     batch.put(_unit_key(t, qid, off), _UNIT.pack(phy, size, tags, ts), default)
-                if units:
-                    batch.put(_offset_key(t, b"max", qid), _OFFSET.pack(units[-1][1], units[-1][0]), offset)
+            for (topic, qid), (phy, off) in max_keys.items():
+                batch.put(_offset_key(topic.encode(), b"max", qid), _OFFSET.pack(phy, off), offset)
             batch.put(_offset_key(CHECKPOINT_TOPIC.encode(), b"max", 0), struct.pack(">q", max_phy_offset), offset)
             db.write(batch)
             db.flush()
