@@ -105,6 +105,11 @@ def check_repairable(store: Store, pred: Prediction, summaries: Sequence[Segment
         raise StoreReaderError("--salvage in controller mode: the re-appended records would lie past "
                                "the confirm offset, which the broker does not dispatch while fenced "
                                "and a slave truncates", store.root / EPOCH_FILE)
+    rocksdb = pred.rocksdb_beside_max_phy_offset is not None or store.inventory.cq_served_by == "rocksdb"
+    if salvage and rocksdb:
+        raise UnsupportedStoreError("--salvage with a RocksDB consume queue: the re-appended records lie past "
+                                    "the end its repaired database is written for (R§15.2)",
+                                    os.path.join(str(store.root), store.inventory.rocksdb_cq_dir or "consumequeue"))
     if pred.rocksdb_beside_max_phy_offset is not None and pred.controller_mode:
         raise UnsupportedStoreError("rocksdbCQDoubleWriteEnable=true in controller mode: what a 5.4+ "
                                     "broker's RocksDB consume queue holds past the confirm offset is not "

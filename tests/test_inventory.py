@@ -327,3 +327,7 @@ def test_double_write_start_file_moves_back_for_the_rocksdb_queue(tmp_path):
     assert p54.deleted_commitlog_files == [f.name for f in files[11:]]
     assert (p55.start_file, p55.max_phy_offset) == (p53.start_file, p53.max_phy_offset) == \
         (plain.start_file, plain.max_phy_offset)
+    from store_reader import repair
+
+    with pytest.raises(UnsupportedStoreError, match="--salvage with a RocksDB consume queue"):
+        repair.check_repairable(store, p54, store.summaries(store.scan_options(True)), salvage=True)
