@@ -89,12 +89,11 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     # absolute: Spark tasks write under it, whatever their working directory
     out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
     store = open_store(store_path, broker_config)
-    if not dry_run and out is not None and store.inventory.cq_served_by == "rocksdb":
+    if not dry_run and out is not None and store.inventory.offsets_in == "rocksdb" and not keep_consumer_offsets:
         raise UnsupportedStoreError(
-            "consume queues kept in RocksDB (storeType=defaultRocksDB): this project reads and "
-            "predicts them (--dry-run, audit) but does not write a RocksDB consume queue, and a "
-            "repaired store with file consume queues is not what this broker loads (R§15.1)",
-            os.path.join(store.root, store.inventory.rocksdb_cq_dir or "consumequeue"))
+            "committed consumer offsets kept in RocksDB (storeType=defaultRocksDB): this project reads "
+            "them but does not rewrite them; pass --keep-consumer-offsets (the broker moves an offset "
+            "past its queue's end at the consumer's next pull)", os.path.join(store.root, "config", "consumerOffsets"))
     repair.check_recoverable(store, commitlog_gone, replacing=backup is not None)
     with publish.claim_outputs(store.root, None if dry_run else out, overwrite,
                                backup if not dry_run else None, audit_path,

@@ -34,7 +34,7 @@ from jobs import salvage as salvage_job
 from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
 from jobs.recoverreport import RunReport, manifest
 from jobs.sparkutil import Passes, await_tasks
-from store_reader import placement, publish, recovery, repair, scanned, timerrecovery
+from store_reader import consumequeue, placement, publish, recovery, repair, rocksdbcq, scanned, timerrecovery
 from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
 
@@ -186,6 +186,21 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                 report.timer_store = timer.as_dict()
                 report.log_pass("timer store", t, f"{timer.units_kept} of {timer.units_in} units kept, "
                                 f"queue offset {timer.queue_offset}")
+        served_rocksdb = store.inventory.cq_served_by == "rocksdb"
+        if pred.rocksdb_beside_max_phy_offset is not None or served_rocksdb:
+            # the RocksDB queue as the broker's restart leaves it: [5.4+] beside the file queues
+            # (R§15.2), or the only one (R§15.1), whose file queues, built above, are then dropped
+            t = time.monotonic()
+            where = store.inventory.rocksdb_cq_dir or "consumequeue" if served_rocksdb else \
+                recovery.combined_rocksdb_dir(cfg, pred.broker_version)
+            puts, max_keys = repair.rocksdb_puts(tmp, cfg, pred.dispatched_from if pred.dispatched_from is not None
+                                                 else end)
+            if served_rocksdb:
+                for ref in consumequeue.list_queues(tmp):
+                    shutil.rmtree(os.path.dirname(ref.path), ignore_errors=True)
+            rocksdbcq.write_consume_queue(os.path.join(store.root, where), str(tmp / where), puts, max_keys, end)
+            report.log_pass("rocksdb consume queue", t, f"{sum(map(len, puts.values()))} units put from phy "
+                            f"{pred.dispatched_from}, max phy offset {end}")
         if not report.keep_consumer_offsets:
             ranges = {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"]) for r in
                       queues.select(["topic", "queue_id", "min_offset", "max_offset"]).to_pylist()}

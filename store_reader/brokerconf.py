@@ -57,6 +57,7 @@ class BrokerConfig:
     combineCQPreferCQType: str = "default"
     combineAssignOffsetCQType: str = "default"
     combineCQMaxExtraSearchCommitLogFiles: int = 3
+    combineCQUseRocksdbForLmq: bool = False      # [5.5] the RocksDB queue must match (R§15.2)
     configManagerVersion: str = "v1"
     useSingleRocksDBForAllConfigs: bool = False  # [5.4] v1 RocksDB configs in one config/metadata
     enableDLegerCommitLog: bool = False

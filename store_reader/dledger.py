@@ -486,7 +486,7 @@ def broker_restart(store, rec: DLedgerRecovery, version: str, scratch: str | Non
     import pyarrow as pa
 
     from .checkpoint import read_checkpoint
-    from .recovery import (V53, V55, Dispatched, ScratchDir, _dispatch_to_queues, add_delay_level_queues,
+    from .recovery import (V53, V54, V55, Dispatched, ScratchDir, _dispatch_to_queues, add_delay_level_queues,
                            correct_min_offset_throws, dispatch_records, index_files_at_load,
                            load_consume_queues, predict_index, resolve_version, since)
 
@@ -495,6 +495,12 @@ def broker_restart(store, rec: DLedgerRecovery, version: str, scratch: str | Non
         # the dispatch offset the recovery starts from would be checked against it: not modelled
         raise UnsupportedStoreError("enableAcceleratedRecovery=true: a DLedger store's abnormal recovery "
                                     "under the broker 5.5 rules is not predicted", store.config.source)
+    if since(version, V54) and store.config.rocksdbCQDoubleWriteEnable:
+        # DLedgerCommitLog's start-file search and dispatch go through CombineConsumeQueueStore
+        raise UnsupportedStoreError("rocksdbCQDoubleWriteEnable=true on a DLedger store: a 5.4+ broker's "
+                                    "DLedger recovery then looks back for its RocksDB consume queue too "
+                                    "(CombineConsumeQueueStore), which this tool models for the commitlog "
+                                    "only (R§15.2)", store.config.source)
     broker_5x = since(version, V53)
     out = BrokerRestart(version, "abnormal" if store.abort_exists else "normal")
     queues, problems = load_consume_queues(store, broker_5x)

@@ -287,7 +287,7 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
             where = next(d for d in rocksdb_in if d != served)
         elif rocksdb_store:
             inv.rocksdb_cq_dir = served
-            why = None      # read (rocksdbcq) and predicted (R§15.1); its repair is refused by name
+            why = None      # read (rocksdbcq), predicted and repaired (R§15.1)
         elif config.rocksdbCQDoubleWriteEnable:
             why = ("consume queues served from RocksDB (rocksdbCQDoubleWriteEnable with "
                    f"combineCQPreferCQType={config.combineCQPreferCQType}, combineAssignOffsetCQType="
@@ -300,14 +300,6 @@ def _decide(inv: Inventory, config: BrokerConfig, modes: set[str], rocksdb_in: l
                    "queue the broker serves is not known (pass the broker's broker.conf)")
         if why is not None:
             refuse((where, why))
-    if ROCKSDB_CQ_DOUBLE_WRITE in modes and ROCKSDB_MESSAGE in modes:
-        # rocksdbstore/ is made by every 5.4+ store: its CombineConsumeQueueStore dispatches again
-        # from the lowest dispatch point of its queues (getDispatchFromPhyOffset), the RocksDB one's
-        # included, and the index takes the last indexed record's keys again
-        refuse((inv.rocksdb_cq_dir or "consumequeue",
-                "RocksDB double-write on a 5.4+ broker (rocksdbCQDoubleWriteEnable, rocksdbstore/): "
-                "its recovery dispatches again from where the RocksDB consume queue ends, which this "
-                "project does not model"))
     if BATCH_CQ in modes:
         refuse(("batchconsumequeue", "batch consume queues (batchconsumequeue/, queue.type=BatchCQ "
                 "topics): this project rebuilds only classic consume queues"))

@@ -539,6 +539,39 @@ def load_rocksdb_consume_queues(store: Store) -> tuple[dict[tuple[str, int], Con
     return queues, db.max_phy_offset
 
 
+def combined_rocksdb_dir(cfg: BrokerConfig, version: str) -> str:
+    """Where a 5.4+ double-write store keeps its RocksDB consume queue: [5.5]
+    ``consumequeue_rocksdb/`` with ``useSeparateStorePathForRocksdbCQ``, else (and [5.4] always)
+    ``consumequeue/``, beside the topic directories."""
+    return "consumequeue_rocksdb" if since(version, V55) and cfg.useSeparateStorePathForRocksdbCQ else "consumequeue"
+
+
+def combined_rocksdb_max(store: Store, version: str) -> int | None:
+    """[5.4+] ``rocksdbCQDoubleWriteEnable`` with the file consume queue served
+    (``CombineConsumeQueueStore``, R§15.2): the max phy offset of the RocksDB queue loaded beside
+    it, read from the directory that release opens (0 when there is none yet: the broker creates
+    it empty); None when no RocksDB queue is loaded beside the file one."""
+    cfg = store.config
+    if not (since(version, V54) and store.inventory.has(ROCKSDB_CQ_DOUBLE_WRITE)) or "defaultrocksdb" not in \
+            [t.strip().lower() for t in cfg.combineCQLoadingCQTypes.split(";")]:
+        return None
+    from .rocksdbcq import stored_max_phy_offset
+
+    served = combined_rocksdb_dir(cfg, version)
+    if not location(store.root).is_local:
+        raise UnsupportedStoreError("a RocksDB consume queue beside the file ones (rocksdbCQDoubleWriteEnable) "
+                                    "on a remote store: it is read through rocksdict, from a local directory "
+                                    "only (R§15.2)", f"{str(store.root).rstrip('/')}/{served}")
+    other = "consumequeue" if served != "consumequeue" else "consumequeue_rocksdb"
+    # [5.5] a database in the other directory stops the RocksDBConsumeQueueStore constructor
+    if since(version, V55) and os.path.isfile(os.path.join(store.root, other, "CURRENT")):
+        raise UnsupportedStoreError(
+            f"a RocksDB consume queue in {other}/ but useSeparateStorePathForRocksdbCQ="
+            f"{str(cfg.useSeparateStorePathForRocksdbCQ).lower()} opens {served}/: a 5.5 broker refuses to start "
+            "on it (find RocksDBConsumeQueue in original/separate path)", os.path.join(store.root, other))
+    return stored_max_phy_offset(os.path.join(store.root, served))
+
+
 # -- the commitlog side -------------------------------------------------------------------------------
 
 @dataclass
@@ -571,6 +604,11 @@ class Prediction:
     commitlog_files: list[CommitLogFileState] = field(default_factory=list)
     deleted_commitlog_files: list[str] = field(default_factory=list)
     max_phy_offset_of_consume_queue: int = -1
+    rocksdb_beside_max_phy_offset: int | None = None
+    """[5.4+] double-write: the max phy offset of the RocksDB queue beside the served file one (R§15.2)."""
+    dispatched_from: int | None = None
+    """Where the recovery's dispatch starts: every record at or past it up to the recovered end is
+    handed to the dispatchers (the RocksDB queue beside the file one included, R§15.2)."""
     confirm_offset: int | None = None
     reput_from_offset: int | None = None
     consume_queues: dict[tuple[str, int], ConsumeQueueState] = field(default_factory=dict)
@@ -598,10 +636,38 @@ class Prediction:
         return {**table, **self.compensated}
 
 
+@dataclass
+class CombineSearch:
+    """[5.4+] ``CombineConsumeQueueStore#isMappedFileMatchedRecover`` (R§15.2): the file consume
+    queue assigns queue offsets and is served; the RocksDB one beside it must match too, or the
+    search moves back, at most ``extra`` more files over the whole search
+    (``extraSearchCommitLogFilesForRecovery``, which counts down and is never reset)."""
+
+    rocksdb_max: int
+    """The RocksDB queue's ``dispatchFromPhyOffset``: its stored max phy offset (``CHECKPOINT_TOPIC``)."""
+    extra: int
+    """``combineCQMaxExtraSearchCommitLogFiles`` left."""
+    lmq_rocksdb: bool = False
+    """[5.5] ``combineCQUseRocksdbForLmq``: a RocksDB mismatch is never passed over."""
+
+    def matches(self, version: str, stored_phy_offset: int) -> bool:
+        """Once the file queue matched a file whose first record's PHYSICALOFFSET is given."""
+        if since(version, V55) and self.rocksdb_max <= 0:       # "the store hasn't started before"
+            return True
+        if stored_phy_offset <= self.rocksdb_max:
+            return True
+        if since(version, V55) and self.lmq_rocksdb:
+            return False
+        self.extra -= 1                                            # getAndDecrement() <= 0
+        return self.extra + 1 <= 0
+
+
 def _first_record_matches(s: SegmentSummary, version: str, config: BrokerConfig, abnormal: bool,
-                          ckpt: Checkpoint, cq_max: int, rocksdb: bool = False) -> bool:
+                          ckpt: Checkpoint, cq_max: int, rocksdb: bool = False,
+                          combine: CombineSearch | None = None) -> bool:
     """``CommitLog#isMappedFileMatchedRecover`` for one file (R§4.1); ``rocksdb``: the consume
-    queue is ``RocksDBConsumeQueueStore`` and ``cq_max`` its max phy offset (R§15.1)."""
+    queue is ``RocksDBConsumeQueueStore`` and ``cq_max`` its max phy offset (R§15.1); ``combine``:
+    the RocksDB queue beside the file one (R§15.2)."""
     ts = s.first_store_timestamp_raw
     if not since(version, V54):
         # 4.9.7 / 5.3.3 (abnormal path only): the first record's header, read by position
@@ -614,31 +680,42 @@ def _first_record_matches(s: SegmentSummary, version: str, config: BrokerConfig,
     # [5.4] the first record passes the full check (CRC included) and has a store time
     if not s.first_record_valid or not ts:
         return False
-    return queue_store_matches(version, config, abnormal, ckpt, cq_max, ts, s.first_stored_phy_offset, rocksdb)
+    return queue_store_matches(version, config, abnormal, ckpt, cq_max, ts, s.first_stored_phy_offset, rocksdb,
+                               combine)
 
 
 def queue_store_matches(version: str, config: BrokerConfig, abnormal: bool, ckpt: Checkpoint, cq_max: int,
-                        ts: int, stored_phy_offset: int, rocksdb: bool = False) -> bool:
+                        ts: int, stored_phy_offset: int, rocksdb: bool = False,
+                        combine: CombineSearch | None = None) -> bool:
     """[5.4+] a file's first record (store time ``ts``, stored PHYSICALOFFSET) against the index and
     the consume queues: the test the commitlog's and DLedger's start-file searches share (R§4.1, R§16.2);
-    ``rocksdb``: the consume queue is ``RocksDBConsumeQueueStore`` and ``cq_max`` its max phy offset."""
-    # IndexService: with messageIndexSafe, no later than the last full index file
-    if config.messageIndexEnable and config.messageIndexSafe and ts > ckpt.index_msg_timestamp:
+    ``rocksdb``: the consume queue is ``RocksDBConsumeQueueStore`` and ``cq_max`` its max phy offset;
+    ``combine``: the file queue's test is followed by the RocksDB queue's (R§15.2)."""
+    # IndexService: with messageIndexSafe, no later than the last full index file; [5.4] tested
+    # before the queue store, [5.5] after it (a registered CommitLogDispatchStore), which matters
+    # only for the combine store's count-down
+    index_ok = not (config.messageIndexEnable and config.messageIndexSafe and ts > ckpt.index_msg_timestamp)
+    if not index_ok and (combine is None or not since(version, V55)):
         return False
     # ConsumeQueueStore#isMappedFileMatchedRecover; RocksDBConsumeQueueStore's on both paths
     if not abnormal or rocksdb:
-        return stored_phy_offset <= cq_max
-    if not since(version, V55):
-        return ts <= ckpt.min_timestamp
+        matched = stored_phy_offset <= cq_max
+    elif not since(version, V55):
+        matched = ts <= ckpt.min_timestamp
     # [5.5] the checkpoint's logicsPhysicalOffset; a checkpoint without one: its logicsMsgTimestamp
-    if ckpt.logics_physical_offset <= 0:
-        return ts <= ckpt.logics_msg_timestamp
-    return stored_phy_offset <= ckpt.logics_physical_offset
+    elif ckpt.logics_physical_offset <= 0:
+        matched = ts <= ckpt.logics_msg_timestamp
+    else:
+        matched = stored_phy_offset <= ckpt.logics_physical_offset
+    if matched and combine is not None:
+        matched = combine.matches(version, stored_phy_offset)
+    return matched and index_ok
 
 
 def start_file(summaries: Sequence[SegmentSummary], version: str, config: BrokerConfig, abnormal: bool,
-               ckpt: Checkpoint, cq_max: int, rocksdb: bool = False) -> int:
-    """R§4.1: the index of the file the commitlog recovery starts from."""
+               ckpt: Checkpoint, cq_max: int, rocksdb: bool = False, rocksdb_beside: int | None = None) -> int:
+    """R§4.1: the index of the file the commitlog recovery starts from; ``rocksdb_beside``: [5.4+]
+    the max phy offset of a RocksDB queue beside the served file one (R§15.2)."""
     if not abnormal and not since(version, V53):          # 4.9.7: the third-last file
         return max(0, len(summaries) - 3)
     if not abnormal and not since(version, V54):          # 5.3.3: the file holding the CQ max
@@ -646,6 +723,9 @@ def start_file(summaries: Sequence[SegmentSummary], version: str, config: Broker
         while index > 0 and summaries[index].file_start > cq_max:
             index -= 1
         return index
+    combine = CombineSearch(rocksdb_beside, config.combineCQMaxExtraSearchCommitLogFiles,
+                            config.combineCQUseRocksdbForLmq) \
+        if rocksdb_beside is not None and since(version, V54) else None
     # from the newest file back; the normal path never tests the first file
     # [5.4] commitLogRecoverMaxNum: the n-th file from the end is taken whether it matches or not
     left = (config.commitLogRecoverMaxNum if config.commitLogRecoverMaxNum > 0 else 10) \
@@ -654,7 +734,7 @@ def start_file(summaries: Sequence[SegmentSummary], version: str, config: Broker
     for index in range(len(summaries) - 1, lowest - 1, -1):
         if left is not None:
             left -= 1
-        if _first_record_matches(summaries[index], version, config, abnormal, ckpt, cq_max, rocksdb) \
+        if _first_record_matches(summaries[index], version, config, abnormal, ckpt, cq_max, rocksdb, combine) \
                 or (left is not None and left <= 0):
             return index
     return 0
@@ -680,31 +760,16 @@ def _offset_check_cut(summaries: Sequence[SegmentSummary], config: BrokerConfig,
     return end
 
 
-def check_double_write_start(summaries: Sequence[SegmentSummary], start: int, config: BrokerConfig) -> None:
-    """R§4.1 with a RocksDB double-write consume queue (5.4+ ``CombineConsumeQueueStore``): while
-    the RocksDB queue does not match a file, the broker looks up to
-    ``combineCQMaxExtraSearchCommitLogFiles`` files further back, which this project does not model
-    (R§15). The cut is the same from any of them when the walk passes through
-    each (it ends in its end-of-file marker); otherwise the store is refused naming the file."""
-    for s in summaries[max(0, start - config.combineCQMaxExtraSearchCommitLogFiles):start]:
-        if s.end_reason != "eof_marker":
-            raise UnsupportedStoreError(
-                f"RocksDB double-write consume queue (rocksdbCQDoubleWriteEnable): a 5.4+ broker may "
-                f"start its recovery up to {config.combineCQMaxExtraSearchCommitLogFiles} files before "
-                f"{summaries[start].segment}, as far back as the RocksDB consume queue says, and this "
-                f"file's records end at byte {s.valid_bytes} ({s.end_reason}): where the commitlog is "
-                "cut depends on the RocksDB consume queue, which this project does not model here",
-                s.path, s.valid_bytes)
-
-
 def predict_commitlog(summaries: Sequence[SegmentSummary], version: str, config: BrokerConfig,
                       abnormal: bool, ckpt: Checkpoint, cq_max: int, opts: rf.ScanOptions | None = None,
-                      rocksdb: bool = False) -> tuple[int, int, list[CommitLogFileState], list[str]]:
+                      rocksdb: bool = False, rocksdb_beside: int | None = None
+                      ) -> tuple[int, int, list[CommitLogFileState], list[str]]:
     """R§4: (start index, recovered end, files after truncation, deleted file names); ``opts``:
-    the options the summaries were scanned with (the broker's for ``config`` when None)."""
+    the options the summaries were scanned with (the broker's for ``config`` when None);
+    ``rocksdb_beside``: ``start_file``'s."""
     if not summaries:
         return 0, 0, [], []
-    start = start_file(summaries, version, config, abnormal, ckpt, cq_max, rocksdb)
+    start = start_file(summaries, version, config, abnormal, ckpt, cq_max, rocksdb, rocksdb_beside)
     end = summaries[start].file_start
     for i in range(start, len(summaries)):           # R§4.2: a blank marker moves on to the next file
         s = summaries[i]
@@ -1109,17 +1174,14 @@ def predict(store: Store, broker_version: str | None = None,
     pred.max_phy_offset_of_consume_queue = cq_max
     # 2. start file and scan (R§4.1, R§4.2)
     abnormal = store.abort_exists
-    double_write = broker_5x and store.inventory.has(ROCKSDB_CQ_DOUBLE_WRITE) and \
-        store.inventory.rocksdb_cq_dir is not None            # an empty RocksDB queue is skipped
+    rocksdb_beside = combined_rocksdb_max(store, version)
+    pred.rocksdb_beside_max_phy_offset = rocksdb_beside
     if segments is not None and summaries:
-        # the search reads first records only; the walk starts at the start file (R§4.1), or
-        # as far back as the double-write check looks
-        first = start_file(segments.heads, version, store.config, abnormal, ckpt, cq_max, rocksdb)
-        segments.walk_from(first - store.config.combineCQMaxExtraSearchCommitLogFiles if double_write else first)
+        # the search reads first records only; the walk starts at the start file (R§4.1)
+        segments.walk_from(start_file(segments.heads, version, store.config, abnormal, ckpt, cq_max, rocksdb,
+                                      rocksdb_beside))
     start, end, files, deleted = predict_commitlog(summaries, version, store.config, abnormal, ckpt, cq_max,
-                                                   opts, rocksdb)
-    if double_write and summaries:
-        check_double_write_start(summaries, start, store.config)
+                                                   opts, rocksdb, rocksdb_beside)
     pred.start_file = summaries[start].segment if summaries else None
     pred.max_phy_offset, pred.commitlog_files, pred.deleted_commitlog_files = end, files, deleted
     pred.min_phy_offset = files[0].start if files else -1
@@ -1140,11 +1202,15 @@ def predict(store: Store, broker_version: str | None = None,
     # broker loads fenced: the checkpoint's confirm offset bounds the abnormal path's dispatch
     dispatched = Dispatched(index=index_dispatch)
     if abnormal:
+        pred.dispatched_from = summaries[start].file_start
         dispatch_records(store, summaries, start, summaries[start].file_start, end, None, queues,
                          opts, dispatched, no_delay_levels=not broker_5x, records=records, puts=puts,
                          confirm=ckpt.confirm_phy_offset if controller else None)
     elif broker_5x:
-        dispatch_records(store, summaries, start, summaries[start].file_start, end, cq_max, queues,
+        # getDispatchFromPhyOffset: [5.4+] the lowest of the combine store's queues (R§15.2)
+        dispatch_from = cq_max if rocksdb_beside is None else min(cq_max, rocksdb_beside)
+        pred.dispatched_from = max(summaries[start].file_start, dispatch_from + 1)     # doDispatch: strictly past it
+        dispatch_records(store, summaries, start, summaries[start].file_start, end, dispatch_from, queues,
                          opts, dispatched, records=records, puts=puts)
     if broker_5x and summaries:
         pred.confirm_offset = end

@@ -16,6 +16,7 @@ import json
 import mmap
 import os
 import shutil
+import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ from .controller import EPOCH_FILE, IDENTITY_FILES, epoch_file_bytes, read_epoch
 from .consumequeue import (CQ_ENTRY_DTYPE, PRE_BLANK_SIZE, logic_offset_of, range_status, slots_per_file,
                            write_queue_files, write_queue_slots)
 from .dispatch import dispatchable, index_key_counts, index_put_keys, multi_dispatch_rows
-from .exceptions import OutputError, StoreReaderError, UnreadableFileError
+from .exceptions import OutputError, StoreReaderError, UnreadableFileError, UnsupportedStoreError
 from .fsutil import walk_files
 from .indexfile import IndexHeader, _put_all, entry_position, index_file_size, next_index_file_name, slot_position
 from .javahash import index_key_hashes_of
@@ -104,6 +105,16 @@ def check_repairable(store: Store, pred: Prediction, summaries: Sequence[Segment
         raise StoreReaderError("--salvage in controller mode: the re-appended records would lie past "
                                "the confirm offset, which the broker does not dispatch while fenced "
                                "and a slave truncates", store.root / EPOCH_FILE)
+    rocksdb = pred.rocksdb_beside_max_phy_offset is not None or store.inventory.cq_served_by == "rocksdb"
+    if salvage and rocksdb:
+        raise UnsupportedStoreError("--salvage with a RocksDB consume queue: the re-appended records lie past "
+                                    "the end its repaired database is written for (R§15.2)",
+                                    os.path.join(str(store.root), store.inventory.rocksdb_cq_dir or "consumequeue"))
+    if pred.rocksdb_beside_max_phy_offset is not None and pred.controller_mode:
+        raise UnsupportedStoreError("rocksdbCQDoubleWriteEnable=true in controller mode: what a 5.4+ "
+                                    "broker's RocksDB consume queue holds past the confirm offset is not "
+                                    "modelled, so the repaired store's would not be the broker's (R§15.2)",
+                                    store.config.source)
     from .timerrecovery import check_timer_store
     check_timer_store(store.config, pred.broker_5x)
     size = store.config.mappedFileSizeCommitLog
@@ -883,6 +894,51 @@ def copy_controller_files(store: Store, dest_root: Path, end: int) -> None:
                 (dest_root / name).write_bytes(location(src).read_bytes())
     elif kept:
         (dest_root / EPOCH_FILE).write_bytes(epoch_file_bytes(kept))
+
+
+def rocksdb_puts(out_dir: Path, cfg: BrokerConfig, from_phy: int
+                 ) -> tuple[dict[tuple[str, int], list[tuple[int, int, int, int, int]]],
+                            dict[tuple[str, int], tuple[int, int]]]:
+    """What a 5.4+ broker's restart leaves in the RocksDB consume queue beside the file one
+    (R§15.2), from the repaired file queues (fillers left out: no record is dispatched for them):
+    the units its recovery puts, every record from ``from_phy`` on as (queue offset, phy, size,
+    tags code, store timestamp) per queue, each record's STORETIMESTAMP read from the repaired
+    commitlog; and every queue's ``max`` key, (phy, queue offset) of its last unit (a put's, or
+    where the truncation moves it back)."""
+    from .consumequeue import list_queue_files, list_queues, read_queue_slots, slot_of
+
+    commitlog = out_dir / "commitlog"
+    size = cfg.mappedFileSizeCommitLog
+    puts: dict[tuple[str, int], list[tuple[int, int, int, int, int]]] = {}
+    last: dict[tuple[str, int], tuple[int, int]] = {}
+    handles: dict[int, Any] = {}
+    try:
+        for ref in list_queues(out_dir):
+            units = []
+            for f in list_queue_files(ref.path, cfg.cq_file_size, rocketmq5=True):
+                slots = read_queue_slots(f.path)
+                real = np.flatnonzero((slots["size"] > 0) & (slots["size"] != FILLER_SIZE))
+                if real.size:
+                    i = int(real[-1])
+                    last[(ref.topic, ref.queue_id)] = (int(slots["phy_offset"][i]), slot_of(f.start) + i)
+                for i in real[slots["phy_offset"][real] >= from_phy]:
+                    phy = int(slots["phy_offset"][i])
+                    start = phy - phy % size
+                    if start not in handles:
+                        handles[start] = open(commitlog / cq_file_name(start), "rb")
+                    fh = handles[start]
+                    fh.seek(phy - start + rf.SYSFLAG_POS)
+                    sys_flag, = struct.unpack(">i", fh.read(4))
+                    fh.seek(phy - start + rf.store_timestamp_pos(sys_flag))
+                    ts, = struct.unpack(">q", fh.read(8))
+                    units.append((slot_of(f.start) + int(i), phy, int(slots["size"][i]),
+                                  int(slots["tags_code"][i]), ts))
+            if units:
+                puts[(ref.topic, ref.queue_id)] = units
+    finally:
+        for fh in handles.values():
+            fh.close()
+    return puts, last
 
 
 def copy_config(src_root: Path | StoreLocation, dest_root: Path) -> list[str]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .exceptions import StoreReaderError
+from .exceptions import OutputError, StoreReaderError
 
 CHECKPOINT_TOPIC = "CHECKPOINT_TOPIC"      # TopicValidator.RMQ_SYS_ROCKSDB_OFFSET_TOPIC
 _CTRL_1 = 1
@@ -136,6 +136,24 @@ def read_consume_queue(path: str | os.PathLike[str]) -> RocksDBConsumeQueue:
     return RocksDBConsumeQueue(path, queues, max_phy)
 
 
+def stored_max_phy_offset(path: str | os.PathLike[str]) -> int:
+    """The ``CHECKPOINT_TOPIC`` value alone (``RocksDBConsumeQueueOffsetTable#getMaxPhyOffset``):
+    0 when the key or the database (no ``CURRENT``) is absent, as a broker opening it gets."""
+    path = os.fspath(path)
+    if not os.path.isfile(os.path.join(path, "CURRENT")):
+        return 0
+    topic = CHECKPOINT_TOPIC.encode()
+    key = struct.pack(">i", len(topic)) + bytes([_CTRL_1]) + topic + bytes([_CTRL_1]) + b"max" + \
+        bytes([_CTRL_1]) + struct.pack(">i", 0)
+    with _open(path, "RocksDB consume queue") as (db, cfs):
+        value = db.get_column_family("offset").get(key) if "offset" in cfs else None
+    if value is None:
+        return 0
+    if len(value) < 8:
+        raise StoreReaderError(f"RocksDB consume queue: malformed {CHECKPOINT_TOPIC} value {value.hex()}", path)
+    return struct.unpack_from(">q", value)[0]
+
+
 def served_consume_queue(store) -> RocksDBConsumeQueue:
     """The RocksDB consume queue a ``storeType=defaultRocksDB`` broker opens on ``store``
     (``Inventory.rocksdb_cq_dir``); none there yet: an empty one (the broker creates it)."""
@@ -175,3 +193,77 @@ def unit_array(units: dict[int, tuple[int, int, int, int]], lo: int, hi: int) ->
         if u is not None:
             out[i]["phy_offset"], out[i]["size"], out[i]["tags_code"] = u[0], u[1], u[2]
     return out
+
+
+# RocksDB 8.4 (rocketmq-rocksdb 1.0.2, the 5.4.0 and 5.5.1 brokers' library) reads block-based
+# tables up to format_version 5; rocksdict's newer RocksDB writes 6 by default, which the broker
+# then refuses ("Corrupt or unsupported format_version: 6")
+_BROKER_TABLE_FORMAT = 5
+
+
+def _unit_key(topic: bytes, qid: int, offset: int) -> bytes:
+    return struct.pack(">i", len(topic)) + bytes([_CTRL_1]) + topic + bytes([_CTRL_1]) + \
+        struct.pack(">i", qid) + bytes([_CTRL_1]) + struct.pack(">q", offset)
+
+
+def _offset_key(topic: bytes, kind: bytes, qid: int) -> bytes:
+    return struct.pack(">i", len(topic)) + bytes([_CTRL_1]) + topic + bytes([_CTRL_1]) + kind + \
+        bytes([_CTRL_1]) + struct.pack(">i", qid)
+
+
+def write_consume_queue(src: str | None, dst: str, puts: dict[tuple[str, int], list[tuple[int, int, int, int, int]]],
+                        max_keys: dict[tuple[str, int], tuple[int, int]], max_phy_offset: int) -> None:
+    """A RocksDB consume queue at ``dst`` (a directory of the repaired store, never the input):
+    the database files of ``src`` copied (None or no ``CURRENT``: a new database), then what the
+    broker's restart writes: per queue the units its dispatch puts
+    (``RocksDBConsumeQueueStore#putMessagePosition``: queue offset, phy, size, tags code, store
+    timestamp), each queue's ``max`` key (phy, queue offset) as the puts and the truncation
+    (``correctMaxCqOffset``) leave it, and ``CHECKPOINT_TOPIC`` = ``max_phy_offset`` (R§15.2)."""
+    try:
+        from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch
+    except ImportError as exc:
+        raise StoreReaderError("RocksDB consume queue: the rocksdict package is not installed", dst) from exc
+    os.makedirs(dst, exist_ok=True)
+    if src is not None and os.path.isfile(os.path.join(src, "CURRENT")):
+        for name in os.listdir(src):
+            if name not in _WRITTEN_BY_READER and os.path.isfile(os.path.join(src, name)):
+                with open(os.path.join(src, name), "rb") as a, open(os.path.join(dst, name), "xb") as b:
+                    while chunk := a.read(1 << 20):
+                        b.write(chunk)
+
+    def options() -> "Options":
+        o = Options(raw_mode=True)
+        table = BlockBasedOptions()
+        table.set_format_version(_BROKER_TABLE_FORMAT)
+        o.set_block_based_table_factory(table)
+        o.create_if_missing(True)
+        o.create_missing_column_families(True)
+        return o
+
+    try:
+        db = Rdict(dst, options=options(), column_families={"default": options(), "offset": options()})
+        try:
+            default, offset = db.get_column_family_handle("default"), db.get_column_family_handle("offset")
+            batch = WriteBatch(raw_mode=True)
+            for (topic, qid), units in puts.items():
+                t = topic.encode()
+                for off, phy, size, tags, ts in units:
+                    batch.put(_unit_key(t, qid, off), _UNIT.pack(phy, size, tags, ts), default)
+            for (topic, qid), (phy, off) in max_keys.items():
+                batch.put(_offset_key(topic.encode(), b"max", qid), _OFFSET.pack(phy, off), offset)
+            batch.put(_offset_key(CHECKPOINT_TOPIC.encode(), b"max", 0), struct.pack(">q", max_phy_offset), offset)
+            db.write(batch)
+            db.flush()
+        finally:
+            db.close()
+            del db              # the handle holds the database's LOCK until it is dropped
+    except Exception as exc:       # rocksdict raises its own exception types
+        raise OutputError(f"cannot write the RocksDB consume queue ({' '.join(str(exc).split())})", dst) from None
+    finally:
+        import gc
+
+        gc.collect()
+    try:
+        os.remove(os.path.join(dst, "rocksdict-config.json"))
+    except FileNotFoundError:
+        pass

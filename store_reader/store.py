@@ -135,16 +135,19 @@ class Store:
     def broker_version(self) -> str:
         """The recovery rules a prediction uses when none is asked for (``recovery.VERSIONS``):
         4.9 for a 4.9 store; 5.5 when the checkpoint holds a logicsPhysicalOffset (only 5.5.0 and
-        later write one); else 5.3, since 5.3.3, 5.4.0 and a young 5.5.x store look alike."""
-        from .recovery import V49, V53, V55
+        later write one); 5.4 with ``rocksdbstore/`` (``MessageRocksDBStorage``: 5.4.0 and later
+        make it at every start, 5.3.3 never), else 5.3."""
+        from .recovery import V49, V53, V54, V55
 
         hints = self.version_hints()
         if not hints.get("broker_5x", False):
             return V49
-        return V55 if hints.get("checkpoint_logics_physical_offset") else V53
+        return V55 if hints.get("checkpoint_logics_physical_offset") else V54 if hints.get("rocksdbstore") else V53
 
     def version_hints(self) -> dict[str, bool]:
         hints: dict[str, bool] = {}
+        if self.inventory.has(inventory.ROCKSDB_MESSAGE):
+            hints["broker_5x"] = hints["rocksdbstore"] = True
         if (self.root / "abort.bak").exists():
             hints["broker_5x"] = True
             hints["abort.bak"] = True

@@ -142,10 +142,6 @@ REFUSED = {
     "rocksdb-cq-combine-prefer": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB)),
                                   {"rocksdbCQDoubleWriteEnable": "true", "combineCQPreferCQType": "defaultRocksDB"},
                                   "consume queues served from RocksDB", "consumequeue"),
-    "rocksdb-combined-5.4": (lambda r: _touch(r, *(f"consumequeue/{n}" for n in ROCKSDB),
-                                            *(f"rocksdbstore/{n}" for n in ROCKSDB)),
-                             {"rocksdbCQDoubleWriteEnable": "true"}, "RocksDB double-write on a 5.4+ broker",
-                             "consumequeue"),
     "batch-cq": (lambda r: _touch(r, "batchconsumequeue/T/0/00000000000000000000"), {},
                  "batch consume queues", "batchconsumequeue"),
     "cq-ext": (lambda r: _touch(r, "consumequeue_ext/T/0/00000000000000000000"), {},
@@ -275,28 +271,18 @@ def _double_write(tmp_path, case):
 
 @pytest.mark.parametrize("case", support.scenarios(V5), ids=support.case_id)
 def test_double_write_store_recovers_from_its_file_consume_queue(tmp_path, case):
-    """RocksDB double-write beside the file queues (5.3 extra dispatcher, 5.4+
-    CombineConsumeQueueStore reading and assigning offsets from the file queue): the prediction is
-    the file store's. A 5.4+ broker may start up to 3 files earlier (the RocksDB queue decides):
-    refused by name exactly when one of those files does not end in its end-of-file marker."""
+    """RocksDB double-write beside the file queues under the 5.3 rules (an extra dispatcher):
+    the prediction is the file store's, whatever the RocksDB queue holds."""
     from jobs.recoverreport import prediction_summary
     from store_reader import recovery
 
     root = _copy(tmp_path, case)
-    plain = open_store(root, support.broker_conf(*case))
-    want = recovery.predict(plain, recovery.V53)
-    summaries = plain.summaries(plain.scan_options(True))
-    start = [s.segment for s in summaries].index(want.start_file) if summaries else 0
+    want = recovery.predict(open_store(root, support.broker_conf(*case)), recovery.V53)
     _touch(root, *(f"consumequeue/{n}" for n in ROCKSDB))
     store = open_store(root, _conf(tmp_path, case, rocksdbCQDoubleWriteEnable="true"))
     assert store.inventory.modes == (inventory.ROCKSDB_CQ_DOUBLE_WRITE,)
-    unclean = [s for s in summaries[max(0, start - 3):start] if s.end_reason != "eof_marker"]
-    if unclean:
-        with pytest.raises(UnsupportedStoreError, match="RocksDB double-write") as err:
-            recovery.predict(store, recovery.V53)
-        assert err.value.path == str(root / "commitlog" / unclean[0].segment)
-        return
     got = recovery.predict(store, recovery.V53)
+    assert got.rocksdb_beside_max_phy_offset is None
     assert prediction_summary(got) == prediction_summary(want)
     assert {k: s.entries().tolist() for k, s in got.consume_queues.items()} == \
         {k: s.entries().tolist() for k, s in want.consume_queues.items()}
@@ -318,10 +304,12 @@ def test_double_write_repaired_store_is_the_file_stores(spark, tmp_path):
             assert (tmp_path / "out-dw" / rel).read_bytes() == (tmp_path / "out" / rel).read_bytes(), rel
 
 
-def test_double_write_refused_when_an_earlier_file_would_cut(tmp_path):
+def test_double_write_start_file_moves_back_for_the_rocksdb_queue(tmp_path):
     """The real clean 5.3.3 store, its 11th commitlog file zeroed from byte 30000 on (the normal
-    recovery starts at the 12th, the file holding the consume queue max): a 5.4+ broker whose
-    RocksDB queue sends it back there cuts at byte 30000, one that starts at the 12th does not."""
+    recovery starts at the 12th, the file holding the consume queue max), double-write turned on
+    with no RocksDB queue yet (R§15.2): a 5.4 broker's search passes over 3 files the empty RocksDB
+    queue does not match and starts at the 9th, so its walk cuts at byte 30000 of the 11th; a 5.5
+    broker skips a queue that never started; the 5.3 rules know no RocksDB queue."""
     from store_reader import recovery
 
     root = _copy(tmp_path)
@@ -329,14 +317,17 @@ def test_double_write_refused_when_an_earlier_file_would_cut(tmp_path):
     with open(files[10], "r+b") as f:
         f.seek(30000)
         f.write(bytes(files[10].stat().st_size - 30000))
-    _touch(root, *(f"consumequeue/{n}" for n in ROCKSDB))
-    store = open_store(root, _conf(tmp_path, rocksdbCQDoubleWriteEnable="true"))
-    with pytest.raises(UnsupportedStoreError, match="depends on the RocksDB consume queue") as err:
-        recovery.predict(store, recovery.V53)
-    assert err.value.path == str(files[10]) and err.value.position <= 30000
-    # no RocksDB queue yet (the setting just turned on): the broker skips it, nothing to refuse
-    for name in ROCKSDB:
-        (root / "consumequeue" / name).unlink()
+    plain = recovery.predict(open_store(root, support.broker_conf(V5, "clean")), recovery.V54)
     store = open_store(root, _conf(tmp_path, rocksdbCQDoubleWriteEnable="true"))
     assert store.inventory.modes == (inventory.ROCKSDB_CQ_DOUBLE_WRITE,)
-    assert recovery.predict(store, recovery.V53).load_result
+    p53, p54, p55 = (recovery.predict(store, v) for v in (recovery.V53, recovery.V54, recovery.V55))
+    assert plain.start_file == files[11].name and plain.max_phy_offset > int(files[11].name)
+    assert p54.rocksdb_beside_max_phy_offset == p55.rocksdb_beside_max_phy_offset == 0
+    assert p54.start_file == files[8].name and p54.max_phy_offset <= int(files[10].name) + 30000
+    assert p54.deleted_commitlog_files == [f.name for f in files[11:]]
+    assert (p55.start_file, p55.max_phy_offset) == (p53.start_file, p53.max_phy_offset) == \
+        (plain.start_file, plain.max_phy_offset)
+    from store_reader import repair
+
+    with pytest.raises(UnsupportedStoreError, match="--salvage with a RocksDB consume queue"):
+        repair.check_repairable(store, p54, store.summaries(store.scan_options(True)), salvage=True)

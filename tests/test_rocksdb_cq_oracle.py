@@ -3,8 +3,10 @@ and 5.5.1 brokers (``compat/src/v5/oracle/RocksDBRun`` via ``tests/oracle.py``: 
 ``RocksDBMessageStore``): the RocksDB queue is read read-only (``store_reader.rocksdbcq``), the
 restart predicted from it (R§15.1) and compared with what the restarted broker serves; the input
 store is left byte for byte as it was; the dry run's audit reads the RocksDB units as the queues'
-disk view and the committed offsets from RocksDB; ``--out`` is refused by name. About 1.5 minutes
-(the Spark session included).
+disk view and the committed offsets from RocksDB; ``--out`` writes the RocksDB queue as the
+broker's restart leaves it (with ``--keep-consumer-offsets``: RocksDB offsets are not rewritten,
+refused by name without it) and the real broker restarted on the repaired store changes nothing.
+About 2.5 minutes (the Spark session included).
 """
 from __future__ import annotations
 
@@ -38,6 +40,28 @@ def digests(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def repaired_restart(version: str, store: Path, conf: Path, tmp_path: Path, got: dict) -> None:
+    """``--out`` (offsets kept: this project does not rewrite RocksDB offsets) writes the RocksDB
+    queue as the broker's restart ``got`` left it, and no file queue; the real broker loads the
+    repaired store on the normal path, serves what ``got`` served, and changes no commitlog or
+    index byte."""
+    from tests import oracle
+
+    out = tmp_path / "out"
+    assert recover_job.main(["--store", str(store), "--out", str(out), "--broker-config", str(conf),
+                             "--broker-version", RULES[version], "--keep-consumer-offsets"]) == 0
+    assert not [p for p in (out / "consumequeue").iterdir() if p.is_dir()]
+    again = tmp_path / "again"
+    shutil.copytree(out, again)
+    before = {k: v for k, v in digests(again).items() if k.startswith(("commitlog/", "index/"))}
+    after = oracle.run(version, "oracle.RocksDBRun", "restart", again, conf)
+    assert (after["loadResult"], after["recoveryPath"]) == (True, "normal")
+    assert {k: v for k, v in digests(again).items() if k.startswith(("commitlog/", "index/"))} == before
+    assert served_queues(after) == served_queues(got)
+    mins = {(t, q): e["minOffset"] for t, qs in got["queues"].items() for q, e in qs.items()}
+    assert {(t, q): e["minOffset"] for t, qs in after["queues"].items() for q, e in qs.items()} == mins
+
+
 def compare(pred: recovery.Prediction, got: dict) -> None:
     """The broker's restart, as RocksDBRun printed it, against the prediction."""
     assert got["loadResult"] and pred.load_result
@@ -50,7 +74,7 @@ def compare(pred: recovery.Prediction, got: dict) -> None:
 
 
 @pytest.mark.parametrize("version", list(RULES))
-def test_rocksdb_queue_after_a_kill_is_predicted(tmp_path, capsys, version):
+def test_rocksdb_queue_after_a_kill_is_predicted(spark, tmp_path, capsys, version):
     """80 puts, the RocksDB queue flushed, 40 more, kill -9: RocksDB (no WAL) holds what it
     flushed; the broker starts from the file its stored max phy offset points into and
     dispatches again from there."""
@@ -81,6 +105,7 @@ def test_rocksdb_queue_after_a_kill_is_predicted(tmp_path, capsys, version):
     got = oracle.run(version, "oracle.RocksDBRun", "restart", copy, conf)
     compare(pred, got)
     assert sum(map(len, served_queues(got).values())) == len(w["written"])
+    repaired_restart(version, store, conf, tmp_path, got)
 
 
 # the jobs (offsets, audit, --out) run on one release's store: they read it the same for each
@@ -117,6 +142,7 @@ def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, capsys, version
     kept = sum(1 for r in w["written"] if r["phy"] < cut)
     assert sum(map(len, served_queues(got).values())) == kept < len(w["written"])
     assert digests(store) == before
+    repaired_restart(version, store, conf, tmp_path, got)
     if not jobs:
         return
     # committed offsets as RocksDBConsumerOffsetManager keeps them: each queue's end before the cut
@@ -126,9 +152,9 @@ def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, capsys, version
     oracle.run(version, "oracle.RocksDBOffsetsRun", store / "config" / "consumerOffsets",
                *(f"{t}@g1={','.join(qs)}" for t, qs in by_topic.items()))
     before = digests(store)
-    out = tmp_path / "out"
+    out = tmp_path / "refused"
     assert recover_job.main(["--store", str(store), "--out", str(out), "--broker-config", str(conf)]) == 2
-    assert not out.exists()
+    assert not out.exists()         # offsets in RocksDB: --out needs --keep-consumer-offsets
     # the dry run's audit reads the RocksDB units as the queue's disk view: those past the cut
     report = recover_job.recover(spark, str(store), None, str(conf), version, dry_run=True)
     queue_rows = report.findings.tables["queue_findings"].to_pylist()
@@ -158,11 +184,11 @@ def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, capsys, version
         open_store(store, conf)
 
 
-def test_empty_rocksdb_queue_on_a_clean_restart(tmp_path, version="5.3.3"):
+def test_empty_rocksdb_queue_on_a_clean_restart(spark, tmp_path, version="5.3.3"):
     """A kill -9 before any flush leaves the RocksDB queue empty; without the abort file the
     broker takes the normal path and dispatches only records past the stored max phy offset (0):
-    the record at phy 0 is never dispatched again (R§4.4, E#20), as a file-queue repaired store
-    (whose RocksDB queue would be empty) would lose it: why --out is refused."""
+    the record at phy 0 is never dispatched again (R§4.4, E#20); the repaired store's RocksDB
+    queue is as that restart leaves it, so the broker restarted on it serves the same 79."""
     from tests import oracle
 
     conf = tmp_path / "broker.conf"
@@ -178,6 +204,7 @@ def test_empty_rocksdb_queue_on_a_clean_restart(tmp_path, version="5.3.3"):
     compare(pred, got)
     served = [e for q in served_queues(got).values() for e in q]
     assert len(served) == len(w["written"]) - 1 and 0 not in {phy for phy, _, _ in served}
+    repaired_restart(version, store, conf, tmp_path, got)
 
 
 def test_rocksdb_consumer_offsets_are_read(tmp_path):
