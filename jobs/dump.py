@@ -158,18 +158,21 @@ def report(p: Printer, found: Findings, view: StoreView | None = None) -> int:
     for e in found.unreadable:
         p.emit(f"UNREADABLE {e}", {"type": "error", "file": e.path, "position": e.position,
                                    "message": e.reason})
-    files = len({norm_path(a.path) for a in found.anomalies})
-    rc = EXIT_UNREADABLE if found.unreadable else EXIT_ANOMALIES if found.anomalies else EXIT_OK
+    alerting = found.alerting
+    files = len({norm_path(a.path) for a in alerting})
+    info = len(found.anomalies) - len(alerting)
+    also = f"; {count_of(info, 'info finding')}" if info else ""
+    rc = EXIT_UNREADABLE if found.unreadable else EXIT_ANOMALIES if alerting else EXIT_OK
     if found.unreadable:
         text = (f"verify: INCOMPLETE, {count_of(len(found.unreadable), 'file')} could not be read; "
-                f"{count_of(len(found.anomalies), 'anomaly', 'anomalies')} in {count_of(files, 'file')}")
-    elif found.anomalies:
-        text = (f"verify: {count_of(len(found.anomalies), 'anomaly', 'anomalies')} in "
-                f"{count_of(files, 'file')} ({count_of(found.files_checked, 'file')} checked)")
+                f"{count_of(len(alerting), 'anomaly', 'anomalies')} in {count_of(files, 'file')}{also}")
+    elif alerting:
+        text = (f"verify: {count_of(len(alerting), 'anomaly', 'anomalies')} in "
+                f"{count_of(files, 'file')} ({count_of(found.files_checked, 'file')} checked){also}")
     else:
-        text = f"verify: no anomalies ({count_of(found.files_checked, 'file')} checked)"
-    p.emit(text, {"type": "summary", "anomalies": len(found.anomalies), "files_with_anomalies": files,
-                  "files_checked": found.files_checked, "unreadable": len(found.unreadable),
+        text = f"verify: no anomalies ({count_of(found.files_checked, 'file')} checked){also}"
+    p.emit(text, {"type": "summary", "anomalies": len(alerting), "files_with_anomalies": files,
+                  "info": info, "files_checked": found.files_checked, "unreadable": len(found.unreadable),
                   "notes": len(found.notes), "exit_code": rc})
     return rc
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from store_reader.audit.kinds import finding_kind
+from store_reader.audit.kinds import INFO_KINDS, finding_kind
 from store_reader.exceptions import StoreReaderError
 from store_reader.ranges import consecutive_runs
 from store_reader.storefs import PathRef, StoreLocation
@@ -34,12 +34,18 @@ class Anomaly:
     def finding(self) -> str:
         return finding_kind(self.kind)
 
+    @property
+    def alerting(self) -> bool:
+        """Whether it needs an operator: an ``info`` kind is normal broker behaviour, reported
+        but not alerting (the audit and dump --verify exit 0 on it)."""
+        return self.finding not in INFO_KINDS
+
     def where(self) -> str:
         return self.path + (f" @ byte {self.position}" if self.position is not None else "")
 
     def text(self) -> str:
         phy = f" (phy {self.phy_offset})" if self.phy_offset is not None else ""
-        return f"ANOMALY {self.kind} {self.where()}{phy}: {self.message}"
+        return f"{'ANOMALY' if self.alerting else 'INFO'} {self.kind} {self.where()}{phy}: {self.message}"
 
     def as_json(self) -> dict[str, Any]:
         return {"type": "anomaly", "kind": self.kind, "finding": self.finding, "file": self.path, "position": self.position,
@@ -66,9 +72,14 @@ class Findings:
 
     def rows(self) -> list[dict[str, Any]]:
         """The anomalies and notes as ``store_findings`` rows (``schemas.audit.STORE_FINDINGS``)."""
-        return [{"kind": a.finding, "severity": severity, "file": a.path, "position": a.position,
-                 "phy_offset": a.phy_offset, "detail": a.message}
+        return [{"kind": a.finding, "severity": severity if a.alerting else "info", "file": a.path,
+                 "position": a.position, "phy_offset": a.phy_offset, "detail": a.message}
                 for severity, items in (("anomaly", self.anomalies), ("note", self.notes)) for a in items]
+
+    @property
+    def alerting(self) -> list[Anomaly]:
+        """The anomalies that need an operator (what makes dump --verify exit 1)."""
+        return [a for a in self.anomalies if a.alerting]
 
     def only(self, path: str | os.PathLike[str]) -> "Findings":
         """The findings located in ``path`` (a single-file verification)."""
