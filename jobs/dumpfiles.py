@@ -13,7 +13,7 @@ from jobs.dumpprint import Printer, iso_ms
 from store_reader import timerstore as ts
 from store_reader.audit.files import broker_load
 from store_reader.checkpoint import read_checkpoint
-from store_reader.config import parse_fastjson
+from store_reader.fastjson import parse_fastjson
 from store_reader.consumequeue import (ENTRY_INVALID, ENTRY_PRE_BLANK, ENTRY_VALID, logic_offset_of, slot_of,
                                        classify_entries, parse_file_name, read_queue_file)
 from store_reader.exceptions import CannotRead, ConfigError, UnreadableFileError

@@ -44,7 +44,7 @@ from pathlib import Path
 from . import repair
 from .checkpoint import lock_status
 from .exceptions import StoreReaderError
-from .publish import OutputLock, exchange, siblings, unsupported_exchange
+from .outputs import OutputLock, exchange, siblings, unsupported_exchange
 
 BACKUP_MARKER = ".backup-incomplete"
 JOURNAL_SUFFIX = ".apply"

@@ -34,13 +34,13 @@ from .indexfile import (IndexFile, IndexHeader, _put_all, create_index_file, lis
                         query_key_hash, read_header, unmap_entries)
 from .inventory import ROCKSDB_CQ_DOUBLE_WRITE
 from .javahash import index_key, index_key_hash, index_key_hashes_of, java_string_hashes
-from .store import Store
 from .storefs import PathRef, location
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:            # annotations only: store.py reads the versions from here
     from .bounded import Segments
     from .dledger import DLedgerRecovery
     from .repair import IndexPuts
+    from .store import Store
 
 V49, V53, V54, V55 = "4.9", "5.3", "5.4", "5.5"
 VERSIONS = (V49, V53, V54, V55)          # oldest first: ``since`` compares positions

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .exceptions import OutputError, StoreReaderError
+from .fastjson import parse_fastjson
 
 CHECKPOINT_TOPIC = "CHECKPOINT_TOPIC"      # TopicValidator.RMQ_SYS_ROCKSDB_OFFSET_TOPIC
 _CTRL_1 = 1
@@ -165,8 +166,6 @@ def served_consume_queue(store) -> RocksDBConsumeQueue:
 
 def read_consumer_offsets(path: str | os.PathLike[str]) -> dict[str, dict[int, int]]:
     """``topic@group`` -> {queueId: offset} of ``config/consumerOffsets`` (``decodeOffset``)."""
-    from .config import parse_fastjson
-
     path = os.fspath(path)
     out: dict[str, dict[int, int]] = {}
     with _open(path, "RocksDB consumer offsets") as (db, cfs):

@@ -38,7 +38,7 @@ from .recordformat import (encode_blank, encode_message, encode_properties, pars
 from .recordformat import crc32 as _crc
 from .brokerconf import BrokerConfig
 from .checkpoint import Checkpoint, write_checkpoint
-from .config import to_fastjson
+from .fastjson import to_fastjson
 from .consumequeue import CQ_STORE_UNIT_SIZE, write_queue
 from .indexfile import IndexHeader, build_index_files, next_index_file_name, write_index_file
 from .javahash import index_key_hashes, java_string_hash

@@ -1,6 +1,7 @@
 """Checkpoint, abort, lock (spec store-format §8, §9) and config JSON files (§10, E#36)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import support
 from schemas import CHECKPOINT
 from store_reader import checkpoint as ck
 from store_reader import config as cf
+from store_reader import fastjson as fj
 from store_reader.exceptions import ConfigError
 
 pytestmark = pytest.mark.reader
@@ -138,14 +140,14 @@ def test_fastjson_oddities():
     # as the broker writes consumerOffset.json: tabs, unquoted integer map keys
     text = ('{\n\t"offsetTable":{\n\t\t"TopicA@GroupX":{0:34,1:55,2:38\n\t\t},'
             '\n\t\t"%RETRY%G@G":{0:41\n\t\t}\n\t}\n}')
-    assert cf.parse_fastjson(text) == {"offsetTable": {"TopicA@GroupX": {0: 34, 1: 55, 2: 38},
+    assert fj.parse_fastjson(text) == {"offsetTable": {"TopicA@GroupX": {0: 34, 1: 55, 2: 38},
                                                        "%RETRY%G@G": {0: 41}}}
-    assert cf.parse_fastjson('{"0":1,-3:2}') == {"0": 1, -3: 2}            # quoted keys stay strings
-    assert cf.parse_fastjson("{a:'x\\'y\"z',,\"b\":[1,,2,],}") == {"a": "x'y\"z", "b": [1, 2]}
-    assert cf.parse_fastjson('{"s":"\\u503c\\t\\n","t":"\u503c","f":1.5,"n":null,"b":true}') == \
+    assert fj.parse_fastjson('{"0":1,-3:2}') == {"0": 1, -3: 2}            # quoted keys stay strings
+    assert fj.parse_fastjson("{a:'x\\'y\"z',,\"b\":[1,,2,],}") == {"a": "x'y\"z", "b": [1, 2]}
+    assert fj.parse_fastjson('{"s":"\\u503c\\t\\n","t":"\u503c","f":1.5,"n":null,"b":true}') == \
         {"s": "\u503c\t\n", "t": "\u503c", "f": 1.5, "n": None, "b": True}
-    assert cf.parse_fastjson("\r\n\t ") is None and cf.parse_fastjson("null") is None
-    assert cf.parse_fastjson('{"a":1,"a":2}') == {"a": 2}                # later duplicate wins
+    assert fj.parse_fastjson("\r\n\t ") is None and fj.parse_fastjson("null") is None
+    assert fj.parse_fastjson('{"a":1,"a":2}') == {"a": 2}                # later duplicate wins
 
 
 @pytest.mark.parametrize("text, pos", [
@@ -159,7 +161,7 @@ def test_fastjson_oddities():
 ])
 def test_fastjson_errors_name_byte_position(text, pos):
     with pytest.raises(ConfigError) as err:
-        cf.parse_fastjson(text, path="/s/config/x.json")
+        fj.parse_fastjson(text, path="/s/config/x.json")
     assert err.value.position == pos and err.value.path == "/s/config/x.json"
 
 
@@ -167,12 +169,12 @@ def _fastjson_dump(v, indent=0):
     """Serialise like fastjson's pretty printer: tabs, integer map keys unquoted."""
     tab = "\t" * (indent + 1)
     if isinstance(v, dict):
-        items = [f"{tab}{k if isinstance(k, int) else cf.json.dumps(k)}:{_fastjson_dump(x, indent + 1)}"
+        items = [f"{tab}{k if isinstance(k, int) else json.dumps(k)}:{_fastjson_dump(x, indent + 1)}"
                  for k, x in v.items()]
         return "{\n" + ",\n".join(items) + "\n" + "\t" * indent + "}"
     if isinstance(v, list):
         return "[" + ",".join(_fastjson_dump(x, indent) for x in v) + "]"
-    return cf.json.dumps(v, ensure_ascii=False)
+    return json.dumps(v, ensure_ascii=False)
 
 
 json_values = st.recursive(
@@ -184,7 +186,7 @@ json_values = st.recursive(
 
 @given(st.dictionaries(st.integers(0, 1 << 31) | st.text(max_size=6), json_values, max_size=5))
 def test_fastjson_round_trip(doc):
-    assert cf.parse_fastjson(_fastjson_dump(doc)) == doc
+    assert fj.parse_fastjson(_fastjson_dump(doc)) == doc
 
 
 # -- fallback order (ConfigManager#load, E#36) ----------------------------------------------------
@@ -276,7 +278,7 @@ def test_config_files_written_back_as_the_broker_wrote_them(case):
         for f in sorted((root / "config").iterdir()):
             text = f.read_text(encoding="utf-8")
             if text.strip():
-                assert cf.to_fastjson(cf.parse_fastjson(text)) == text, f
+                assert fj.to_fastjson(fj.parse_fastjson(text)) == text, f
                 n += 1
     assert n >= 4
 
