@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/digest.py [--mib 256] [--repeat 5]
 
-Hashes one buffer of random bytes in 1 MiB chunks (the placement's chunk, ``store_reader.placement``)
+Hashes one buffer of random bytes in 1 MiB chunks (the placement's chunk, ``store_reader.repair.placement``)
 with SHA-256 (``hashlib``, the manifest's digest), BLAKE3 on one thread (the PyPI ``blake3``
 package, if it is installed: it is not a dependency of the project) and, for scale, zlib's CRC-32
 (the polynomial of the records' CRCs); prints the least CPU seconds of ``--repeat`` runs of each

@@ -1,4 +1,4 @@
-"""The repaired store's commitlog placement alone: the previous driver copy vs ``store_reader.placement``.
+"""The repaired store's commitlog placement alone: the previous driver copy vs ``store_reader.repair.placement``.
 
     .venv/bin/python benchmarks/placement.py [--store DIR] [--out DIR] [--runs 3]
 
@@ -6,7 +6,7 @@ On one store (default: the 1.61 GB crashed store ``benchmarks/recover.py`` makes
 missing) the kept commitlog files are placed, each way into a fresh directory, and timed (wall
 seconds and the CPU seconds of every process that took part):
 
-- ``previous``: the copy the job did before ``store_reader.placement``, on two driver threads: a
+- ``previous``: the copy the job did before ``store_reader.repair.placement``, on two driver threads: a
   chunk read into a buffer and hashed, then the same range copied by ``copy_file_range``;
 - ``tasks``: ``placement.place_segment`` per file in two worker processes, as the job's executor
   tasks run it (a clone where the filesystem can, else read, hashed and written);
@@ -35,11 +35,13 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
-from store_reader import open_store, placement, recovery, repair  # noqa: E402
+from store_reader import open_store
+from store_reader.repair import placement, write as repair
+from store_reader.broker import recovery
 
 
 def previous_copy(src: str, dest: str, keep: int, file_size: int) -> str:
-    """The job's copy before ``store_reader.placement`` (chunk read and hashed, then the same range
+    """The job's copy before ``store_reader.repair.placement`` (chunk read and hashed, then the same range
     copied in the kernel), kept here to measure against."""
     digest = hashlib.sha256()
     view = memoryview(bytearray(1 << 20))

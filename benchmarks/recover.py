@@ -4,7 +4,7 @@
                                            [--fixed-size 8MiB] [--fixed-runs 5] [--baseline REV] [--task-cpu]
                                            [--crash kill9,torn-tail,fresh-checkpoint] [--dry-run]
 
-Makes (or reuses, keyed by their spec) two crashed synthetic stores with ``store_reader.synthetic``:
+Makes (or reuses, keyed by their spec) two crashed synthetic stores with ``store_reader.testing.synthetic``:
 about 1 KiB messages, 256 MiB segments, 32 queues over four topics, keys on every message, killed
 with a stale checkpoint, a torn last record and a flipped body byte in the middle of the last
 segment holding records (``CrashSpec(abort=True, stale_checkpoint=True, torn_tail=True,
@@ -62,7 +62,7 @@ import psutil  # noqa: E402
 
 from benchmarks import taskcpu  # noqa: E402
 from scripts.worktree import baseline_tree  # noqa: E402
-from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, parse_size, write_store  # noqa: E402
+from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, parse_size, write_store  # noqa: E402
 
 GB = 1e9
 MAX_LOAD = 3.0
@@ -406,9 +406,9 @@ def print_salvage(sizes: list[dict], runs: list[dict], salvaged: list[dict]) -> 
 
 def session_start() -> dict:
     """A fresh process that only starts the embedded Spark as the jobs do (a SparkContext, no
-    SparkSession: ``jobs.sparkutil.JobSpark``) and runs one Python task."""
+    SparkSession: ``jobs._spark.sparkutil.JobSpark``) and runs one Python task."""
     code = ("import time; t = time.monotonic()\n"
-            "from jobs.sparkutil import get_spark\n"
+            "from jobs._spark.sparkutil import get_spark\n"
             "s = get_spark('rocketmq-bench-session', extra={'spark.ui.showConsoleProgress': 'false'},"
             " session=False)\n"
             "s.sparkContext\n"                  # started on first use (JobSpark)
@@ -479,8 +479,10 @@ def reference_run(store: Path, work: Path) -> dict:
 
 def reference(store_path: str, out_path: str) -> dict[str, float]:
     """The recovery's passes in this one process, store_reader alone (no audit)."""
-    from store_reader import open_store, placement, recovery, repair
-    from store_reader.recordformat import ScanOptions
+    from store_reader import open_store
+    from store_reader.repair import placement, write as repair
+    from store_reader.broker import recovery
+    from store_reader.formats.recordformat import ScanOptions
 
     times: dict[str, float] = {}
 
@@ -654,7 +656,7 @@ def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session
 def cds_state(build: bool) -> str:
     """Build the driver JVM's class-data-sharing archive unless there is one (``jobs.buildcds``),
     or switch it off for this script and its children (``--no-cds``); returns what the runs use."""
-    from jobs import cds
+    from jobs._spark import cds
     from jobs.buildcds import build_cds_archive
 
     if not build:

@@ -11,7 +11,7 @@ commitlog file a slave changes is copied first, so no slave ever writes into a m
 * ``lagging``: the copy of the file holding ``master end - behind`` is zeroed from the record
   boundary there, later files left out (a slave ``--behind`` bytes behind);
 * ``diverged``: the same file, but from that boundary on it holds different valid records (a
-  promoted slave's own writes, made with ``store_reader.synthetic.encode_message``).
+  promoted slave's own writes, made with ``store_reader.testing.synthetic.encode_message``).
 
 Each pair is compared in-process (``compare_stores``, 2 threads) and with ``jobs.replicas`` on the
 embedded local Spark (one task per segment pair), the best of ``--repeat`` runs. GB/s counts both
@@ -33,10 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scan import ensure_store  # noqa: E402  (the 1.5 GB store of benchmarks/scan.py)
 
-from store_reader import open_store, replicas  # noqa: E402
-from store_reader.commitlog import SegmentScan  # noqa: E402
+from store_reader import open_store
+from store_reader.broker import replicas
+from store_reader.formats.commitlog import SegmentScan  # noqa: E402
 from store_reader.store import Store  # noqa: E402
-from store_reader.synthetic import encode_message, parse_size  # noqa: E402
+from store_reader.testing.synthetic import encode_message, parse_size  # noqa: E402
 
 GB = 1e9
 
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = None
     if not args.no_spark:
         from jobs.replicas import compare_on_spark
-        from jobs.sparkutil import get_spark
+        from jobs._spark.sparkutil import get_spark
 
         spark = get_spark("rocketmq-replicas-bench")
         compare_on_spark(spark, master, [slaves["in-sync"]], opts)      # warm the Python workers

@@ -19,9 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from store_reader import open_store  # noqa: E402
-from store_reader.commitlog import SegmentScan  # noqa: E402
-from store_reader.recordformat import ScanOptions  # noqa: E402
-from store_reader.synthetic import SyntheticStoreSpec, parse_size, write_store  # noqa: E402
+from store_reader.formats.commitlog import SegmentScan  # noqa: E402
+from store_reader.formats.recordformat import ScanOptions  # noqa: E402
+from store_reader.testing.synthetic import SyntheticStoreSpec, parse_size, write_store  # noqa: E402
 
 GB = 1e9
 

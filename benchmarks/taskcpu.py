@@ -4,7 +4,7 @@
     python -m benchmarks.taskcpu summary LOG [LOG ...]     (per run: CPU by what the tasks ran)
 
 runs ``python -m jobs.recover JOB_ARGS`` with its embedded session's Python workers forked from this
-module instead of ``jobs.pydaemon`` (which it loads first, so the workers are the same). Every task
+module instead of ``jobs._spark.pydaemon`` (which it loads first, so the workers are the same). Every task
 appends one line to LOG: its stage, partition, CPU seconds (the worker process's, all its threads),
 wall seconds, the worker's peak RSS during the task (Linux: the high-water mark is reset at its
 start through ``/proc/self/clear_refs``; -1 elsewhere) and what it ran, named by the project
@@ -169,7 +169,7 @@ def _run_job(log: str, argv: list[str]) -> None:
     """``python -m jobs.recover argv`` in this process, its workers forked from this module."""
     import runpy
 
-    from jobs import sparkutil
+    from jobs._spark import sparkutil
 
     os.environ[LOG_ENV] = os.path.abspath(log)
     settings = sparkutil.embedded_settings
@@ -192,12 +192,12 @@ if __name__ == "__main__":
     else:                                   # Spark starts the daemon: python -m <this> pyspark.worker
         import gc
 
-        # jobs.pydaemon first, as when Spark runs it: it takes the JVM's pyspark.zip off sys.path
+        # jobs._spark.pydaemon first, as when Spark runs it: it takes the JVM's pyspark.zip off sys.path
         # before pyspark is imported. Imported after pyspark (from the zip), the zip's package
         # importers stayed, and every new worker's importlib.invalidate_caches() (pyspark's
         # setup_spark_files) re-read the zip's directory once per package: CPU the job's own
         # workers do not spend, counted in each stage's first tasks.
-        import jobs.pydaemon  # noqa: F401  (its imports and its worker wrapper, before the fork)
+        import jobs._spark.pydaemon  # noqa: F401  (its imports and its worker wrapper, before the fork)
         from pyspark import daemon
 
         _log_tasks(os.environ[LOG_ENV])

@@ -8,7 +8,7 @@
                   spark-conf/cluster.conf.example and docs/remote-stores-and-clusters.md)
 
 Reads the store and never writes into it or takes its lock: safe on a live broker's store or on a
-snapshot. What a restart of the broker would do is predicted (``store_reader.recovery``), and the
+snapshot. What a restart of the broker would do is predicted (``store_reader.broker.recovery``), and the
 difference to the files as they are, to the commitlog's records and to the consumers' committed
 offsets is written to the audit tables (``schemas/audit.py``; ``jobs/findings.py`` for the kinds).
 
@@ -42,14 +42,17 @@ import pyarrow.compute as pc
 from jobs import audittables, console, htmlreport
 from jobs import findings as fnd
 from jobs import whatif
-from jobs.deltasink import read_table, store_id_for, table_uri
-from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
-from jobs.taskerrors import reports_store_errors
-from store_reader import dledger, open_store, publish, recovery
-from store_reader import scanned as scanned_records
+from jobs._spark.deltasink import read_table, store_id_for, table_uri
+from jobs._spark.scan import SCAN_DIR_HELP, records_dir, scan_once
+from jobs._spark.taskerrors import reports_store_errors
+from store_reader.formats import dledger
+from store_reader import open_store
+from store_reader.repair import publish
+from store_reader.broker import recovery
+from store_reader.repair import scanned as scanned_records
 from store_reader.audit import offsets
 from store_reader.audit import state as audit_state
-from store_reader.commitlog import SegmentSummary
+from store_reader.formats.commitlog import SegmentSummary
 from store_reader.exceptions import StoreReaderError, UnsupportedStoreError
 from store_reader.store import Store
 
@@ -110,7 +113,7 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
               ) -> AuditRun:
     """The whole audit: discover, scan (new segments only with ``since_last``), predict, find,
     write the tables (when ``audit_path``). ``scan_dir``: where the run keeps its scan
-    (``jobs.scan.records_dir``)."""
+    (``jobs._spark.scan.records_dir``)."""
     started = time.monotonic()
     audited_at = dt.datetime.now(dt.timezone.utc)
     store = open_store(store_path, broker_config, read_dledger=True)
@@ -240,7 +243,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 @reports_store_errors("could not audit: ")
 def main(argv: list[str] | None = None) -> int:
-    from jobs.sparkutil import configure_logging, get_spark
+    from jobs._spark.sparkutil import configure_logging, get_spark
 
     configure_logging()
     args = parse_args(argv)

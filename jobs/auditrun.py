@@ -1,7 +1,7 @@
 """One run of the Delta audit tables, as the investigation notebooks (``notebooks/``) read it.
 
 The run's row of ``runs`` and its rows of every findings table are read through Spark (delta-spark;
-delta-rs for a session without its jars, ``jobs.deltasink.read_table``) into pandas (``load_run``);
+delta-rs for a session without its jars, ``jobs._spark.deltasink.read_table``) into pandas (``load_run``);
 the per-queue counts both notebooks chart are built here too.
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.deltasink import read_table, store_id_for, table_uri
+from jobs._spark.deltasink import read_table, store_id_for, table_uri
 from schemas import audit as A
-from store_reader import recovery
-from store_reader.config import CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS
+from store_reader.broker import recovery
+from store_reader.formats.config import CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS
 from store_reader.store import Store
 
 FINDING_TABLES = ("segments", "queue_findings", "index_findings", "consumer_offset_findings",

@@ -1,6 +1,6 @@
 """The audit tables' rows of a run (``schemas.audit``): its ``runs`` row, a ``segments`` row per
 commitlog file and the findings (``jobs.findings``), keyed by the run; written to Delta
-(``jobs.deltasink``) with ``runs`` last, ``lost_messages`` already while the audit goes on
+(``jobs._spark.deltasink``) with ``runs`` last, ``lost_messages`` already while the audit goes on
 (``EarlyWrites``). Shared by ``jobs.audit`` and the audit inside ``jobs.recover``.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.findings import Findings, alerting_counts, run_status
-from store_reader import recovery
-from store_reader.commitlog import SegmentSummary
+from store_reader.broker import recovery
+from store_reader.formats.commitlog import SegmentSummary
 from store_reader.store import Store
 
 
@@ -78,7 +78,7 @@ def run_row(job: str, mode: str, status: str, pred: recovery.Prediction, summari
 
 def table_rows(name: str, t: pa.Table | None, run_id: str, store_id: str, audited_at) -> pa.Table:
     """A findings table's rows for this run (``schemas.audit``), run keys filled in."""
-    from jobs.deltasink import audit_rows
+    from jobs._spark.deltasink import audit_rows
     from schemas import audit as A
 
     return audit_rows(A.TABLES[name], t if t is not None and t.num_rows else [], run_id, store_id, audited_at)
@@ -91,7 +91,7 @@ def run_tables(job: str, mode: str, store: Store, pred: recovery.Prediction,
     """Every audit table's rows for this run (``schemas.audit``), run keys filled in: its ``runs``
     row, a ``segments`` row per commitlog file (``scanned``: the summaries this run scanned, each
     file's written fingerprint) and every findings table."""
-    from jobs.deltasink import audit_rows
+    from jobs._spark.deltasink import audit_rows
     from schemas import audit as A
     from store_reader.audit import state
 
@@ -117,7 +117,7 @@ class EarlyWrites:
     up (``deltasink.warm_up``) while the run goes on, not at the commit."""
 
     def __init__(self, audit_path: str, run_id: str, store_id: str, audited_at, spark=None) -> None:
-        from jobs.deltasink import warm_up
+        from jobs._spark.deltasink import warm_up
 
         self.audit_path, self.run_id, self.store_id, self.audited_at = audit_path, run_id, store_id, audited_at
         self.spark = spark
@@ -126,7 +126,7 @@ class EarlyWrites:
         self.warming.start()
 
     def lost(self, table: pa.Table) -> None:
-        from jobs.deltasink import table_uri, write_run_rows
+        from jobs._spark.deltasink import table_uri, write_run_rows
 
         rows = table_rows("lost_messages", table, self.run_id, self.store_id, self.audited_at)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-early")
@@ -140,7 +140,7 @@ def write_audit(audit_path: str, tables: dict[str, pa.Table], run_id: str, spark
     """Each table to ``<audit_path>/<table>`` (Delta), replacing the rows of ``run_id``; ``runs``
     last, so a run row exists only once all its findings are committed. ``early``: the tables
     already being written."""
-    from jobs.deltasink import write_tables
+    from jobs._spark.deltasink import write_tables
 
     if early is not None:
         early.warming.join()

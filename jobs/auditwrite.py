@@ -2,7 +2,7 @@
 side by side, each on a Spark job group of its own: the write may start before the audit, as soon as
 the broker's cut is known (``start_write``); either failing cancels the other and nothing is left
 behind (``abandon_write``, ``audit_and_write``); once both succeeded the repaired store is renamed
-into place (``store_reader.publish``).
+into place (``store_reader.repair.publish``).
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ import pyarrow as pa
 from jobs import findings as fnd
 from jobs.recoverreport import RunReport
 from jobs.repairwrite import build_repaired_store
-from jobs.sparkutil import cancel_job_group, join_job_group
-from store_reader import publish
+from jobs._spark.sparkutil import cancel_job_group, join_job_group
+from store_reader.repair import publish
 from store_reader.store import Store
 
 

@@ -3,7 +3,7 @@
     python -m jobs.buildcds            build it (once per machine and environment), print its path
     python -m jobs.buildcds --path     print where it is (or that class-data sharing is off)
 
-What the archive saves and when a session uses it: ``jobs.cds``.
+What the archive saves and when a session uses it: ``jobs._spark.cds``.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from jobs import cds
-from jobs.sparkutil import JAVA_OPTIONS, get_spark
+from jobs._spark import cds
+from jobs._spark.sparkutil import JAVA_OPTIONS, get_spark
 
 
 def build_cds_archive(path: Path | None = None) -> Path:

@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
+from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
 MiB = 1 << 20
 DEMO_MTIME_NS = 1_700_000_000 * 10**9       # every file of the sample store dated 2023-11-14 22:13 UTC

@@ -8,7 +8,7 @@ starts in a fraction of a second and runs next to a broker.
 
 What it prints, chosen by the file's place in the store
 -------------------------------------------------------
-(the printers: ``jobs.dumpcommitlog``, ``jobs.dumpfiles``, ``jobs.dumpstore``)
+(the printers: ``store_reader.dump.commitlog``, ``store_reader.dump.files``, ``store_reader.dump.storedir``)
 
 ``commitlog/<20 digits>``
     One line per record (kafka-dump-log style): phy offset, position, size, topic, queue id, queue
@@ -59,22 +59,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from jobs import console, stopping
-from jobs.dumpcommitlog import dump_segment
-from jobs.dumpfiles import (dump_checkpoint, dump_config, dump_cq_file, dump_index_file, dump_timercheck,
-                            dump_timerlog_file, dump_timerwheel)
-from jobs.dumpprint import Printer
-from jobs.dumpstore import dump_overview
+from jobs import console
+from jobs._spark import stopping
+from store_reader.dump.commitlog import dump_segment
+from store_reader.dump.files import (dump_checkpoint, dump_config, dump_cq_file, dump_index_file, dump_timercheck,
+                                     dump_timerlog_file, dump_timerwheel)
+from store_reader.dump.printer import Printer
+from store_reader.dump.storedir import dump_overview
 from store_reader.audit import StoreView, verify_store, verify_timer
 from store_reader.audit.commitlog import not_a_segment, verify_commitlog
 from store_reader.audit.files import verify_checkpoint, verify_config
 from store_reader.audit.index import open_index, verify_index
 from store_reader.audit.queues import verify_consume_queues
 from store_reader.audit.report import MAX_RUNS, Findings, count_of, norm_path
-from store_reader.brokerconf import BrokerConfig, broker_config_of
+from store_reader.formats.brokerconf import BrokerConfig, broker_config_of
 from store_reader.exceptions import CannotRead, StoreReaderError, UnreadableFileError
 from store_reader.store import open_store
-from store_reader.storefs import StoreLocation, location
+from store_reader.io.storefs import StoreLocation, location
 
 EXIT_OK, EXIT_ANOMALIES, EXIT_UNREADABLE = 0, 1, 2
 __all__ = ["main", "run", "verify_store", "StoreView", "open_store", "MAX_RUNS", "CannotRead"]

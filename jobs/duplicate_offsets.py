@@ -1,5 +1,5 @@
 """What ``notebooks/duplicate_offsets.ipynb`` computes: the ways a consumer gets a message, or a
-queue offset, twice after the broker's recovery, with the records involved (``jobs.storequery``).
+queue offset, twice after the broker's recovery, with the records involved (``jobs._spark.storequery``).
 """
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 
 from jobs.auditrun import AuditRun, by_queue, consumer_offsets, per_queue
-from jobs.storequery import SHOWN_RECORD_COLUMNS, messages, queue_entries, records_at, \
+from jobs._spark.storequery import SHOWN_RECORD_COLUMNS, messages, queue_entries, records_at, \
     repeated_index_entries, to_pandas
-from store_reader import recordformat as rf
-from store_reader import recovery
+from store_reader.formats import recordformat as rf
+from store_reader.broker import recovery
 from store_reader.audit.kinds import QUEUE_KINDS
-from store_reader.dispatch import DISPATCHABLE_TRANSACTION_TYPES
+from store_reader.broker.dispatch import DISPATCHABLE_TRANSACTION_TYPES
 from store_reader.store import Store
 
 if TYPE_CHECKING:

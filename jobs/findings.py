@@ -13,16 +13,16 @@ from typing import Callable, Iterable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.exchange import exchange
-from store_reader import recovery
+from jobs._spark.exchange import exchange
+from store_reader.broker import recovery
 from store_reader.audit import offsets
 from store_reader.audit.compare import audit_partition, audit_tables, lost_table
 from store_reader.audit.files import store_file_findings
 from store_reader.audit.kinds import INDEX_KINDS, INFO_KINDS, QUEUE_KINDS
 from store_reader.audit.plan import AuditPlan, FlushRisk, audit_plan, flush_risk
 from store_reader.audit.records import driver_items, index_source_items, segment_items
-from store_reader.commitlog import SegmentSummary
-from store_reader.scanned import lost_columns_cover
+from store_reader.formats.commitlog import SegmentSummary
+from store_reader.repair.scanned import lost_columns_cover
 from store_reader.store import Store
 
 
@@ -77,9 +77,9 @@ def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[Se
           work_dir: str | None = None, on_lost: Callable[[pa.Table], None] | None = None) -> Findings:
     """Every finding for ``store`` given the broker's predicted recovery. ``scan``: the segments
     whose records are read (default all; --since-last passes only the new ones). ``records``: where
-    the run's scan kept each segment's records (``store_reader.scanned``; the others are read).
+    the run's scan kept each segment's records (``store_reader.repair.scanned``; the others are read).
     ``work_dir``: the run's scan directory, where the stages exchange their tables
-    (``jobs.exchange``; default: a temporary directory, which only local executors see).
+    (``jobs._spark.exchange``; default: a temporary directory, which only local executors see).
     ``on_lost``: given the ``lost_messages`` table as soon as the audit has it (while its second
     stage runs), e.g. to start writing it."""
     scan = list(summaries if scan is None else scan)

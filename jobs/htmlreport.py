@@ -21,11 +21,12 @@ from typing import Sequence
 
 import pyarrow as pa
 
-from store_reader import publish, recovery
+from store_reader.repair import publish
+from store_reader.broker import recovery
 from store_reader.audit import offsets
 from store_reader.audit.kinds import KINDS
 from store_reader.audit.timer import FATE_COLOURS, FATES, TimerPrediction, predict_timer, timer_queue_range
-from store_reader.commitlog import SegmentSummary
+from store_reader.formats.commitlog import SegmentSummary
 from store_reader.exceptions import StoreReaderError
 
 ROW_LIMIT = 200          # rows per table on the page (the audit tables have them all)

@@ -1,6 +1,6 @@
 """What ``notebooks/lost_offsets.ipynb`` computes: the messages the broker's recovery loses, the
 consumer groups that never receive some of them, the records at risk under ASYNC_FLUSH, and the
-commitlog's records classified for the timeline chart (in Spark, ``jobs.storequery``).
+commitlog's records classified for the timeline chart (in Spark, ``jobs._spark.storequery``).
 """
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 
 from jobs.auditrun import AuditRun, by_queue, consumer_offsets, per_queue
-from jobs.storequery import messages, to_pandas
-from store_reader import recovery
+from jobs._spark.storequery import messages, to_pandas
+from store_reader.broker import recovery
 from store_reader.audit.plan import flush_risk
-from store_reader.checkpoint import read_checkpoint
-from store_reader.dispatch import dispatchable
+from store_reader.formats.checkpoint import read_checkpoint
+from store_reader.broker.dispatch import dispatchable
 from store_reader.store import Store
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Passes 4-5 of a recovery: the consume queues and the index files of the repaired store, rebuilt
 by Spark tasks from the records below the truncation point (as the run's scan kept them,
-``jobs.scan``, or read from the commitlog files), nothing per record on the driver."""
+``jobs._spark.scan``, or read from the commitlog files), nothing per record on the driver."""
 from __future__ import annotations
 
 import logging
@@ -11,13 +11,13 @@ from typing import Callable, Sequence
 
 import pyarrow as pa
 
-from jobs.exchange import exchange
-from jobs.scan import kept_puts, kept_reader
-from store_reader import repair
-from store_reader.commitlog import SegmentSummary
-from store_reader.consumequeue import slots_per_file
-from store_reader.indexfile import IndexHeader
-from store_reader.recordformat import ScanOptions
+from jobs._spark.exchange import exchange
+from jobs._spark.scan import kept_puts, kept_reader
+from store_reader.repair import write as repair
+from store_reader.formats.commitlog import SegmentSummary
+from store_reader.formats.consumequeue import slots_per_file
+from store_reader.formats.indexfile import IndexHeader
+from store_reader.formats.recordformat import ScanOptions
 from store_reader.store import Store
 
 log = logging.getLogger("jobs.recover")
@@ -89,7 +89,7 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
 
     One task per bucket of parts, ``expected_entries / ENTRIES_PER_REBUILD_TASK`` buckets (at least
     one per core), the parts exchanged through ``work_dir`` (the run's scan directory,
-    ``jobs.exchange``): a huge queue is split by CQ file, its files spread over the buckets, and many
+    ``jobs._spark.exchange``): a huge queue is split by CQ file, its files spread over the buckets, and many
     small queues are packed into few tasks. A queue whose files do not join up into the broker's
     sequential put (a gap, a repeat or a reordering across a file boundary,
     ``repair.irregular_queues``) is rebuilt again in one piece, so the bytes never depend on the

@@ -15,11 +15,11 @@ Passes (each a function the notebooks can call):
      files (unless ``--commitlog-gone``: ``repair.check_recoverable``); check every output target
      and lock the output (``publish.claim_outputs``), before any work;
   1b. the answer first (logged as pass ``predict``): the broker's restart predicted on the driver
-     from the files it reads (``store_reader.bounded``), before any file is walked whole;
+     from the files it reads (``store_reader.broker.bounded``), before any file is walked whole;
   2. scan segments in parallel, one Spark task per commitlog file, each walked once
-     (``store_reader.scanned``): its summary, and its records kept (Arrow, under ``--scan-dir``)
+     (``store_reader.repair.scanned``): its summary, and its records kept (Arrow, under ``--scan-dir``)
      for every later pass, none of which reads a segment again;
-  3. decide on the driver what the broker would do (``store_reader.recovery.predict``; its replay
+  3. decide on the driver what the broker would do (``store_reader.broker.recovery.predict``; its replay
      reads the kept records); passes 4-7 start as soon as it knows the cut, while its replay runs;
   4-7. the repaired store (``jobs.repairwrite``): consume queues (4) and index files (5) rebuilt
      from every record below the cut, the commitlog placed, with ``--salvage`` the lost records
@@ -28,11 +28,11 @@ Passes (each a function the notebooks can call):
      lose or rewind, the findings ``jobs/audit.py`` reports); once both succeeded, the repaired
      store renamed into place under the output's lock; ``--apply`` then swaps it into the input
      store's place, the input kept at ``--backup``, through a journal the same command run again
-     after a kill finishes (``store_reader.apply``);
+     after a kill finishes (``store_reader.repair.apply``);
   8. with ``--audit-path``, the findings and this run (what it changed: ``runs.repaired_store``)
      to the Delta audit tables, keyed by the run id (a re-run replaces its rows).
 ``--dry-run`` alone is bounded: passes 2-3 on the driver over the files the broker's restart reads
-(``store_reader.bounded``, docs/spec/recovery.md §17), no Spark and no audit; with ``--audit-path``,
+(``store_reader.broker.bounded``, docs/spec/recovery.md §17), no Spark and no audit; with ``--audit-path``,
 ``--report`` or a what-if it runs every pass but the writing.
 A store the broker refuses to start on (a file of the wrong size, a stray entry in ``commitlog/``,
 5.3.3's correctMinOffset throw) still gets a repaired store it starts on: the refusal is printed
@@ -53,7 +53,9 @@ import threading
 import time
 from pathlib import Path
 
-from store_reader import apply, bounded, open_store, publish, recovery, repair, scanned
+from store_reader.repair import apply, publish, write as repair, scanned
+from store_reader.broker import bounded, recovery
+from store_reader import open_store
 from store_reader.audit import offsets
 from store_reader.audit import state as audit_state
 from store_reader.exceptions import UnsupportedStoreError
@@ -61,11 +63,11 @@ from store_reader.store import Store
 from jobs import audittables, console, htmlreport
 from jobs import salvage as salvage_job
 from jobs import whatif
-from jobs.deltasink import store_id_for
+from jobs._spark.deltasink import store_id_for
 from jobs.recoverreport import RunReport, prediction_summary, print_report
 from jobs.auditwrite import StartedWrite, abandon_write, audit_and_write, start_write
-from jobs.scan import SCAN_DIR_HELP, records_dir, scan_once
-from jobs.taskerrors import reports_store_errors
+from jobs._spark.scan import SCAN_DIR_HELP, records_dir, scan_once
+from jobs._spark.taskerrors import reports_store_errors
 
 log = logging.getLogger("jobs.recover")
 
@@ -84,7 +86,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     records for the run (default: the system's temporary directory). ``link_commitlog``: the
     repaired store hard-links the commitlog files it keeps whole instead of copying them
     (``placement.linkable``). ``bounded_run`` (with ``dry_run``): the prediction alone, reading only
-    what the broker's restart reads (``store_reader.bounded``), on the driver: no Spark, no audit."""
+    what the broker's restart reads (``store_reader.broker.bounded``), on the driver: no Spark, no audit."""
     started = time.monotonic()
     # absolute: Spark tasks write under it, whatever their working directory
     out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
@@ -182,7 +184,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
 def _recover_bounded(store: Store, version: str, run_id: str, keep_consumer_offsets: bool,
                      scratch: str | None, name: str = "plan", count_offsets: bool = False) -> RunReport:
     """A bounded dry run: the broker's predicted recovery from the files its restart reads, on the
-    driver (``store_reader.bounded``; the replay's index files in ``scratch``, default a temporary
+    driver (``store_reader.broker.bounded``; the replay's index files in ``scratch``, default a temporary
     directory), logged as pass ``name``; ``count_offsets``: and what it does to the committed
     consumer offsets (the lost records' queue offsets read from the files past the cut)."""
     t = time.monotonic()
@@ -267,8 +269,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _dledger_dry_run(args: argparse.Namespace) -> bool:
     """A DLedger store's dry run (R§16): DLedger's recovery and the broker's restart printed,
     no Spark; False for any other store."""
-    from jobs import dledgerreport
-    from store_reader import inventory
+    from store_reader.dump import dledger as dledgerreport
+    from store_reader.formats import inventory
 
     store = open_store(args.store, args.broker_config, read_dledger=True)
     if store.dledger is None or not store.inventory.has(inventory.DLEDGER):
@@ -285,7 +287,7 @@ def _dledger_dry_run(args: argparse.Namespace) -> bool:
 
 @reports_store_errors()
 def main(argv: list[str] | None = None) -> int:
-    from jobs.sparkutil import configure_logging, get_spark
+    from jobs._spark.sparkutil import configure_logging, get_spark
 
     configure_logging()
     args = parse_args(argv)

@@ -14,11 +14,12 @@ import pyarrow as pa
 
 from jobs import findings as fnd
 from jobs.salvage import print_reappended
-from store_reader import publish, recovery, scanned
+from store_reader.repair import publish, scanned
+from store_reader.broker import recovery
 from store_reader.audit import offsets
-from store_reader.brokerconf import BrokerConfig
-from store_reader.commitlog import SegmentSummary
-from store_reader.salvage import Reappended
+from store_reader.formats.brokerconf import BrokerConfig
+from store_reader.formats.commitlog import SegmentSummary
+from store_reader.repair.salvage import Reappended
 from store_reader.store import Store
 
 # the recovery run's pass lines, under the job's name like the rebuilds' (``jobs.rebuild``)
@@ -55,9 +56,9 @@ class RunReport:
     timer_store: dict | None = None
     """What the repair changed in the 5.x timer store (``timerrecovery.RepairedTimerStore``)."""
     records: dict[str, str] = field(default_factory=dict)
-    """Where the scan kept each segment's records for the later passes (``store_reader.scanned``)."""
+    """Where the scan kept each segment's records for the later passes (``store_reader.repair.scanned``)."""
     scan_dir: str | None = None
-    """The run's scan directory: the kept records, and the tables its passes exchange (``jobs.exchange``)."""
+    """The run's scan directory: the kept records, and the tables its passes exchange (``jobs._spark.exchange``)."""
     scans: dict[str, float] = field(default_factory=dict)
     """Per segment: how often the run walked its bytes (1: once)."""
     html_report: str | None = None

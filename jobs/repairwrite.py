@@ -9,7 +9,7 @@ Spark job group of its own, either failing cancels the other and nothing is left
   6. audit: what is inconsistent and what the broker's own restart would lose or rewind
      (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports);
   7. write the repaired store into a temporary directory of this run's own (the commitlog placed
-     by a task per file, ``store_reader.placement``: cloned, copied or with ``--link`` hard-linked,
+     by a task per file, ``store_reader.repair.placement``: cloned, copied or with ``--link`` hard-linked,
      the cut file rewritten, each hashed for the manifest; each committed consumer offset moved
      where the consumer's next pull on the rebuilt queues would move it, the originals in the
      manifest); ``jobs.auditwrite`` renames it into place once the audit succeeded too;
@@ -33,8 +33,10 @@ from typing import Sequence
 from jobs import salvage as salvage_job
 from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
 from jobs.recoverreport import RunReport, manifest
-from jobs.sparkutil import Passes, await_tasks
-from store_reader import consumequeue, placement, publish, recovery, repair, rocksdbcq, scanned, timerrecovery
+from jobs._spark.sparkutil import Passes, await_tasks
+from store_reader.formats import consumequeue, rocksdbcq
+from store_reader.repair import placement, publish, write as repair, scanned
+from store_reader.broker import recovery, timerrecovery
 from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
 

@@ -4,14 +4,14 @@
                                   [--broker-config FILE] [--range-size 1MiB]
     python -m jobs.replicas ...           (embedded local Spark, settings from spark-conf/local.conf)
     python -m jobs.replicas --member STORE=BROKER_CONF --member ... [--group-size N] [--json]
-                 (a DLedger group's members: no Spark, printed; store_reader.dledgerreplicas)
+                 (a DLedger group's members: no Spark, printed; store_reader.broker.dledgerreplicas)
     spark-submit --properties-file spark-conf/cluster.conf --load-spark-defaults jobs/replicas.py ...
                  (cluster: executors run the archive of scripts/build_env_archive.sh, see
                   spark-conf/cluster.conf.example and docs/remote-stores-and-clusters.md)
 
 Passes (functions the notebooks can call):
   1. open the stores on the driver (read-only; the ``lock`` is never taken) and pair their commitlog
-     files (``store_reader.replicas.plan_segments``);
+     files (``store_reader.broker.replicas.plan_segments``);
   2. compare every segment pair in its own Spark task (``compare_segment``: range checksums, bytes
      only where they differ, records scanned from the first difference on);
   3. assemble each pair's verdict on the driver (``assemble``): data ends, common prefix, first
@@ -32,17 +32,19 @@ from typing import Any, Sequence
 
 import pyarrow.compute as pc
 
-from jobs import console, deltasink
-from jobs.deltasink import audit_rows, store_id_for, write_run_rows
-from jobs.taskerrors import reports_store_errors
+from jobs import console
+from jobs._spark import deltasink
+from jobs._spark.deltasink import audit_rows, store_id_for, write_run_rows
+from jobs._spark.taskerrors import reports_store_errors
 from schemas.replicas import REPLICA_FINDINGS
-from store_reader import open_store, publish
-from store_reader import replicas
-from store_reader.checkpoint import lock_status
-from store_reader.fsutil import hash_tree
-from store_reader.recordformat import ScanOptions
+from store_reader import open_store
+from store_reader.repair import publish
+from store_reader.broker import replicas
+from store_reader.formats.checkpoint import lock_status
+from store_reader.io.fsutil import hash_tree
+from store_reader.formats.recordformat import ScanOptions
 from store_reader.store import Store
-from store_reader.synthetic import parse_size
+from store_reader.testing.synthetic import parse_size
 
 log = logging.getLogger("jobs.replicas")
 TABLE = "replica_findings"
@@ -229,11 +231,11 @@ def print_summary(comparisons: Sequence[replicas.ReplicaComparison], run_id: str
 
 
 def dledger_group(members: list[str], group_size: int | None, as_json: bool) -> int:
-    """The members of one DLedger group compared (``store_reader.dledgerreplicas``): 0 when their
+    """The members of one DLedger group compared (``store_reader.broker.dledgerreplicas``): 0 when their
     logs are equal, 1 when they differ."""
     import json
 
-    from store_reader import dledgerreplicas
+    from store_reader.broker import dledgerreplicas
 
     read = []
     for spec in members:
@@ -260,7 +262,7 @@ def dledger_group(members: list[str], group_size: int | None, as_json: bool) -> 
 
 @reports_store_errors("could not compare: ")
 def main(argv: list[str] | None = None) -> int:
-    from jobs.sparkutil import configure_logging, get_spark
+    from jobs._spark.sparkutil import configure_logging, get_spark
 
     configure_logging()
     ap = console.parser("jobs.replicas", __doc__, "0 every slave in sync, 1 a slave diverged, behind or ahead, "

@@ -7,10 +7,10 @@
 Reads the store only (local or a URI ``storefs`` reads). Passes:
   1. check the output (a new local file, or ``--overwrite``), before any work;
   2. scan segments, one Spark task per commitlog file, and predict the broker's recovery
-     (``jobs.scan.scan_segments``, ``store_reader.recovery.predict``): the truncation point; a
+     (``jobs._spark.scan.scan_segments``, ``store_reader.broker.recovery.predict``): the truncation point; a
      DLedger store's data files are read through the DLedger framing and its end is DLedger's
      (``dledger_end``, R§16.1);
-  3. one Spark task per commitlog file reaching past it: its lost records (``store_reader.salvage``,
+  3. one Spark task per commitlog file reaching past it: its lost records (``store_reader.repair.salvage``,
      the rule of the audit's ``lost_messages``) into a part file of their own;
   4. the parts joined in commitlog order into a temporary file beside ``--out``, fsync'd and renamed
      into place.
@@ -32,12 +32,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from store_reader import open_store, recovery
-from store_reader import publish
-from store_reader import salvage as sv
+from store_reader import open_store
+from store_reader.broker import recovery
+from store_reader.repair import publish
+from store_reader.repair import salvage as sv
 from store_reader.exceptions import StoreReaderError
 from jobs import console
-from jobs.taskerrors import reports_store_errors
+from jobs._spark.taskerrors import reports_store_errors
 
 log = logging.getLogger("jobs.salvage")
 
@@ -71,7 +72,7 @@ def dledger_end(store) -> tuple[int, str | None]:
     """A DLedger store's end as DLedger's recovery sets it (R§16.1) and the data file it cuts:
     the messages of entries at or past it are lost (entries past a bad header, a term going back,
     a file of them deleted), whatever the broker version."""
-    from store_reader import dledger
+    from store_reader.formats import dledger
     from store_reader.exceptions import UnsupportedStoreError
 
     rec = dledger.recover(store)
@@ -87,7 +88,7 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
             ) -> SalvageReport:
     """Passes 1-4 (module docstring)."""
     from store_reader.audit.plan import audit_scan_options
-    from jobs.scan import scan_segments
+    from jobs._spark.scan import scan_segments
 
     started = time.monotonic()
     out = os.path.abspath(out)
@@ -123,7 +124,7 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
 def reappend(spark, store, pred: recovery.Prediction, summaries, out_root: str, queues) -> sv.Reappended:
     """``jobs.recover --salvage``: the lost records whose verdict is ``send`` put back into the
     repaired store being built at ``out_root`` (``queues``: its rebuilt queues, ``repair.queue_table``),
-    after everything else is written (``store_reader.salvage.reappend``). One Spark task per file
+    after everything else is written (``store_reader.repair.salvage.reappend``). One Spark task per file
     past the cut finds them (no bodies); the driver writes them in commitlog order."""
     from store_reader.audit.plan import audit_scan_options
 
@@ -145,7 +146,7 @@ def reappend(spark, store, pred: recovery.Prediction, summaries, out_root: str, 
 
 def audit_rows(r: sv.Reappended, run_id: str, store_id: str, audited_at) -> pa.Table:
     """The ``salvaged_messages`` audit table's rows: every re-appended record's old and new place."""
-    from jobs.deltasink import audit_rows as rows
+    from jobs._spark.deltasink import audit_rows as rows
     from schemas.audit import SALVAGED_MESSAGES
 
     return rows(SALVAGED_MESSAGES, r.records, run_id, store_id, audited_at)
@@ -186,7 +187,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 @reports_store_errors()
 def main(argv: list[str] | None = None) -> int:
-    from jobs.sparkutil import configure_logging, get_spark
+    from jobs._spark.sparkutil import configure_logging, get_spark
 
     configure_logging()
     args = parse_args(argv)

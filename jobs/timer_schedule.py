@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from jobs.auditrun import AuditRun
-from jobs.storequery import read_store, to_pandas
-from store_reader import recovery
+from jobs._spark.storequery import read_store, to_pandas
+from store_reader.broker import recovery
 from store_reader.audit.timer import FATE_COLOURS, FATES, TimerPrediction, predict_timer, timer_queue_range
 from store_reader.store import Store
 

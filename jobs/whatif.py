@@ -17,9 +17,9 @@ from typing import Any, Sequence
 
 from jobs import findings as fnd
 from jobs.recoverreport import prediction_summary
-from store_reader import recovery
+from store_reader.broker import recovery
 from store_reader.audit import offsets
-from store_reader.commitlog import SegmentSummary
+from store_reader.formats.commitlog import SegmentSummary
 
 VERSIONS = (recovery.V49, recovery.V5X)      # ``both``
 VERSION_HELP = (f"recovery rules of broker {', '.join(recovery.VERSIONS)} ({recovery.V5X}: the newest); "

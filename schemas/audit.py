@@ -52,7 +52,7 @@ RUNS = audit_table("runs", (
       doc="async_flush_unclean (ASYNC_FLUSH, abort file present: the flush windows are at risk) | "
           "sync_flush | clean_shutdown (nothing at risk from the page cache)"),
     F("store_modes", "string", nullable=True,
-      doc="the modes the store uses, from its one walk (store_reader.inventory): a comma-separated "
+      doc="the modes the store uses, from its one walk (store_reader.formats.inventory): a comma-separated "
           "list of timer, controller, dledger, rocksdb_cq, rocksdb_cq_double_write, rocksdb_config, "
           "rocksdb_message, pop_rocksdb, compaction, batch_cq, cq_ext; classic when none"),
     F("repaired_store", "string", nullable=True, doc="where recover wrote the repaired store"),
@@ -69,7 +69,7 @@ SEGMENTS = audit_table("segments", SEGMENT.fields + (
       doc="bytes the broker's recovery keeps of this file; null: the broker deletes it"),
     F("file_mtime_ns", "int64", nullable=True, doc="with file_size and fingerprint: what --since-last compares"),
     F("fingerprint", "string", nullable=True,
-      doc="SHA-256 of the written head and tail (store_reader.commitlog.written_fingerprint)"),
+      doc="SHA-256 of the written head and tail (store_reader.formats.commitlog.written_fingerprint)"),
     F("scanned", "bool", doc="scanned by this run (false: carried over unchanged, --since-last)"),
 ))
 

@@ -1,4 +1,4 @@
-"""Record kinds of the repair: what the consume queue rebuild reads and reports (``store_reader.repair``)."""
+"""Record kinds of the repair: what the consume queue rebuild reads and reports (``store_reader.repair.write``)."""
 from ._types import Field as F
 from ._types import RecordSchema
 
@@ -23,7 +23,7 @@ KEPT_INDEX_PUT = RecordSchema("kept_index_put", (
     F("store_timestamp", "int64"),
     F("record_row", "int32", doc="the putting record's row in its batch of kept records (its topic is there)"),
 ))
-"""An index put (F§7.4) of a record the run's scan kept, in put order (``store_reader.scanned``)."""
+"""An index put (F§7.4) of a record the run's scan kept, in put order (``store_reader.repair.scanned``)."""
 
 REPAIRED_QUEUE = RecordSchema("repaired_queue", (
     F("topic", "string", nullable=True),

@@ -1,5 +1,5 @@
 """What ``jobs.salvage`` exports: one row per intact record the broker's recovery discards, ready for
-a producer to send again (``store_reader.salvage``)."""
+a producer to send again (``store_reader.repair.salvage``)."""
 from ._types import Field as F
 from ._types import RecordSchema
 

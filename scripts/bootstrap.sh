@@ -3,7 +3,7 @@
 #   Java 17 check (Spark), a virtual environment in .venv, the pinned dependencies, and the native
 #   scanner compiled from source by the package build (editable install).
 #   Then the Delta and hadoop-aws jars for the embedded Spark, from Maven Central into a cache
-#   directory (jobs/sparkjars.py); if Maven cannot be reached, one warning line and the audit tables
+#   directory (jobs/_spark/sparkjars.py); if Maven cannot be reached, one warning line and the audit tables
 #   are written by delta-rs.
 # Re-runs are cheap: the install step is skipped while pyproject.toml, setup.py and the C sources
 # are unchanged.
@@ -56,5 +56,5 @@ fi
 # where PYTHONDONTWRITEBYTECODE is set every process (the driver, Spark's Python daemon, each CLI)
 # would compile the project's modules again at each start.
 .venv/bin/python -m compileall -q jobs store_reader schemas >/dev/null
-# Spark's own Delta writer and s3a:// (jobs/sparkjars.py): never fails the set-up, says what failed
-.venv/bin/python -m jobs.sparkjars
+# Spark's own Delta writer and s3a:// (jobs/_spark/sparkjars.py): never fails the set-up, says what failed
+.venv/bin/python -m jobs._spark.sparkjars

@@ -75,7 +75,7 @@ def synthetic_cases(inputs: Path, python: str) -> list[dict]:
                 shutil.rmtree(store, ignore_errors=True)
                 store.parent.mkdir(parents=True, exist_ok=True)
                 extra = ["--append-prop-crc"] if broker == "5.x" and preset == "kill9" else []
-                subprocess.run([python, "-m", "store_reader.synthetic", str(store), "--size", "2880KiB",
+                subprocess.run([python, "-m", "store_reader.testing.synthetic", str(store), "--size", "2880KiB",
                                 "--segment-size", "512KiB", "--message-size", "512",
                                 "--cq-file-size", "24000", "--max-index-num",
                                 "4000", "--max-hash-slot-num", "1000", "--broker", broker, "--crash",

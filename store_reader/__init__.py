@@ -5,16 +5,16 @@ Entry point: ``open_store(path, broker_config)``; see docs/development.md for th
 """
 from typing import Any
 
-from .brokerconf import BrokerConfig, load_broker_config
-from .commitlog import SegmentScan, SegmentSummary, scan_segment
-from .exceptions import StoreReaderError
-from .recordformat import ScanOptions
-from .store import Store, open_store
+from store_reader.formats.brokerconf import BrokerConfig, load_broker_config
+from store_reader.formats.commitlog import SegmentScan, SegmentSummary, scan_segment
+from store_reader.exceptions import StoreReaderError
+from store_reader.formats.recordformat import ScanOptions
+from store_reader.store import Store, open_store
 
 
 def register(spark: Any, filter_pushdown: bool = True) -> None:
     """Register the ``rocketmq`` Spark data source (``datasource.register``; imports pyspark)."""
-    from .datasource import register as register_datasource
+    from store_reader.datasource import register as register_datasource
 
     register_datasource(spark, filter_pushdown=filter_pushdown)
 

@@ -1,6 +1,6 @@
 """Typed stub of the native commitlog scanner and its kernels (``store_reader/_native/scanner.c``).
 
-The scanner has the semantics of its pure-Python twin ``store_reader._pyscan``, except that
+The scanner has the semantics of its pure-Python twin ``store_reader.formats._pyscan``, except that
 ``opts`` is the tuple built by ``commitlog._native_opts`` and columns come back as Arrow buffers
 (little-endian ``bytes`` for ``pa.Array.from_buffers``) instead of Python lists.
 """

@@ -52,14 +52,14 @@ from pyspark.sql.types import StructType
 
 from schemas import CHECKPOINT, CONSUME_QUEUE_ENTRY, INDEX_ENTRY, MESSAGE, SEGMENT, TIMER_UNIT, RecordSchema
 
-from . import consumequeue, indexfile, timerstore
-from .checkpoint import read_checkpoint
-from .commitlog import DEFAULT_BATCH_SIZE, SegmentScan, summaries_table, summarize_segment
-from .exceptions import ConfigError
-from .mappedfile import MappedFile, file_name
-from .recordformat import ScanOptions
-from .recovery import V5X, VERSIONS, is_5x, resolve_version
-from .store import open_store
+from store_reader.formats import consumequeue, indexfile, timerstore
+from store_reader.formats.checkpoint import read_checkpoint
+from store_reader.formats.commitlog import DEFAULT_BATCH_SIZE, SegmentScan, summaries_table, summarize_segment
+from store_reader.exceptions import ConfigError
+from store_reader.formats.mappedfile import MappedFile, file_name
+from store_reader.formats.recordformat import ScanOptions
+from store_reader.broker.recovery import V5X, VERSIONS, is_5x, resolve_version
+from store_reader.store import open_store
 
 FORMAT_NAME = "rocketmq"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"

@@ -20,7 +20,7 @@ def native_kernel(name: str) -> Callable[..., Any] | None:
     if use_pure():
         return None
     try:
-        from . import _native  # type: ignore[attr-defined]
+        from store_reader import _native  # type: ignore[attr-defined]
     except ImportError:
         return None
     return getattr(_native, name, None)

@@ -20,17 +20,18 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from . import inventory
-from .brokerconf import BrokerConfig, broker_config_of
-from .checkpoint import LOGICS_PHYSICAL_OFFSET, USED_BYTES_5, abort_exists, read_checkpoint
-from .commitlog import SegmentScan, SegmentSummary, summaries_table, summarize_segment
-from .exceptions import (FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
+from store_reader.formats import inventory
+from store_reader.formats.brokerconf import BrokerConfig, broker_config_of
+from store_reader.formats.checkpoint import LOGICS_PHYSICAL_OFFSET, USED_BYTES_5, abort_exists, read_checkpoint
+from store_reader.formats.commitlog import SegmentScan, SegmentSummary, summaries_table, summarize_segment
+from store_reader.exceptions import (FileSizeError, NotAStoreError, StoreReaderError, StrayFileError,
                          UnreadableFileError, UnsupportedStoreError)
-from .fsutil import list_dir
-from .inventory import Inventory
-from .mappedfile import MappedFile, list_mapped_files
-from .recordformat import DLEDGER_BODY_OFFSET, MAGIC_V2, PROPERTIESLENGTH, SIZE_AND_MAGIC, ScanOptions
-from .storefs import PathRef, StoreLocation, location
+from store_reader.io.fsutil import list_dir
+from store_reader.formats.inventory import Inventory
+from store_reader.formats.mappedfile import MappedFile, list_mapped_files
+from store_reader.formats.recordformat import (DLEDGER_BODY_OFFSET, MAGIC_V2, PROPERTIESLENGTH, SIZE_AND_MAGIC,
+                                               ScanOptions)
+from store_reader.io.storefs import PathRef, StoreLocation, location
 
 @dataclass
 class Store:
@@ -137,7 +138,7 @@ class Store:
         4.9 for a 4.9 store; 5.5 when the checkpoint holds a logicsPhysicalOffset (only 5.5.0 and
         later write one); 5.4 with ``rocksdbstore/`` (``MessageRocksDBStorage``: 5.4.0 and later
         make it at every start, 5.3.3 never), else 5.3."""
-        from .recovery import V49, V53, V54, V55
+        from store_reader.broker.recovery import V49, V53, V54, V55
 
         hints = self.version_hints()
         if not hints.get("broker_5x", False):
@@ -265,7 +266,7 @@ def _discover(root: Path | StoreLocation, broker_config: BrokerConfig | PathRef 
               strict: bool, read_dledger: bool = False) -> Store:
     if not root.exists():
         if isinstance(root, Path):
-            from .apply import journal_path
+            from store_reader.repair.apply import journal_path
 
             if journal_path(root).exists():
                 raise NotAStoreError(f"store directory does not exist: an --apply was interrupted "

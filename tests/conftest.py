@@ -25,7 +25,7 @@ def spark():
     os.environ.setdefault("SPARK_TESTING", "1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from jobs.sparkutil import get_spark
+    from jobs._spark.sparkutil import get_spark
 
     session = get_spark(app_name="rocketmq-store-tests", extra={
         "spark.sql.shuffle.partitions": "4",

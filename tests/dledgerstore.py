@@ -7,7 +7,7 @@ import random
 import struct
 from pathlib import Path
 
-from store_reader import recordformat as rf
+from store_reader.formats import recordformat as rf
 
 FILE_SIZE = 16384
 CONF = ("enableDLegerCommitLog=true\ndLegerGroup=g\ndLegerPeers=n0-127.0.0.1:40911\ndLegerSelfId=n0\n"

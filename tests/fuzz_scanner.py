@@ -24,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import support  # noqa: E402
 from schemas import MESSAGE  # noqa: E402
-from store_reader import _native, _pyscan, commitlog  # noqa: E402
-from store_reader import recordformat as rf  # noqa: E402
+from store_reader import _native
+from store_reader.formats import _pyscan, commitlog
+from store_reader.formats import recordformat as rf
 
 COLUMNS = [c for c in MESSAGE.names if c != "valid_prefix"]
 INTERESTING_I32 = [0, 1, -1, 4, 8, 20, 91, 127, 128, 255, 256, 32767, 32768, 65535, 65536,

@@ -1,5 +1,5 @@
 """``--apply`` killed at every syscall that changes the store, its backup or the repaired store
-(``store_reader/apply.py``): a real process, killed by the kernel at the N-th call of each
+(``store_reader/repair/apply.py``): a real process, killed by the kernel at the N-th call of each
 syscall (``strace -e inject=SYSCALL:signal=KILL:when=N``), then the next run.
 
 The promises checked after every kill:
@@ -43,7 +43,7 @@ PER_SYSCALL = 3
 _APPLY = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from store_reader import apply, publish
+    from store_reader.repair import apply, publish
 
     store, out, backup = (Path(a) for a in sys.argv[1:4])
     with publish.OutputLock(out), publish.OutputLock(store, "store"):
@@ -53,7 +53,7 @@ _APPLY = textwrap.dedent("""
 _FINISH = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from store_reader import apply, publish
+    from store_reader.repair import apply, publish
 
     store, out, backup = (Path(a) for a in sys.argv[1:4])
     done = apply.finish(store)

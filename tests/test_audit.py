@@ -19,10 +19,11 @@ import pytest
 
 from jobs import audit as audit_job
 from jobs import findings as fnd
-from jobs.deltasink import read_table
+from jobs._spark.deltasink import read_table
 from schemas import audit as A
-from store_reader import open_store, recovery
-from store_reader.consumequeue import list_queue_files, list_queues, read_queue_file
+from store_reader import open_store
+from store_reader.broker import recovery
+from store_reader.formats.consumequeue import list_queue_files, list_queues, read_queue_file
 from support import broker_conf, case_id, expected, input_store, scenarios
 
 LOADED = [c for c in scenarios() if expected(*c)["afterLoad"]["loadResult"]]
@@ -293,7 +294,7 @@ def test_spark_reads_the_tables(audited, spark):
     from chispa import assert_df_equality
     from deltalake import DeltaTable
 
-    from jobs.deltasink import has_delta
+    from jobs._spark.deltasink import has_delta
 
     _, path, _, _, _ = audited
     for name in ("runs", "queue_findings", "consumer_offset_findings", "lost_messages"):
@@ -309,12 +310,12 @@ def test_spark_reads_the_tables(audited, spark):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_delta_spark_writer(spark, tmp_path):
-    from jobs.deltasink import has_delta
+    from jobs._spark.deltasink import has_delta
 
     if not has_delta(spark):
         pytest.skip("delta-spark jars are not on this session's classpath (no Maven repository "
                     "reachable); the delta-rs writer is tested above")
-    from jobs.deltasink import write_run_rows
+    from jobs._spark.deltasink import write_run_rows
     import datetime as dt
 
     rows = pa.table({"run_id": ["r"], "store_id": ["s"],
@@ -345,7 +346,7 @@ def test_a_repaired_finding_shows_as_resolved(audited, tmp_path, spark):
 def test_exit_codes_and_read_only(spark, tmp_path):
     """0 on a clean store (no consumers), 1 with findings, 2 when the store cannot be read; the
     store's files are never touched."""
-    from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
+    from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
     spec = SyntheticStoreSpec(total_bytes=1 << 20, segment_size=256 << 10, cq_file_size=6000,
                               max_hash_slot_num=512, max_index_num=4096, broker="4.9")

@@ -18,11 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs import findings as fnd
-from store_reader import _native, open_store, recovery
+from store_reader import _native, open_store
+from store_reader.broker import recovery
 from store_reader.audit import compare, index, plan, queues, records
 from store_reader.audit.records import INDEX_PUTS
-from store_reader.commitlog import SegmentScan
-from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
+from store_reader.formats.commitlog import SegmentScan
+from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 from support import broker_conf, case_id, expected, input_store, scenarios
 
 CASES = [c for c in scenarios() if expected(*c)["afterLoad"]["loadResult"]

@@ -20,7 +20,7 @@ import pytest
 from jobs import audit as audit_job
 from jobs import dump
 from jobs import recover as recover_job
-from jobs.deltasink import read_table
+from jobs._spark.deltasink import read_table
 from support import broker_conf, expected, input_store
 
 SEGMENT = 65536

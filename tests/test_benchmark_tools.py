@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import taskcpu  # noqa: E402
 from benchmarks.recover import Sampler, crash_arg  # noqa: E402
-from jobs import exchange  # noqa: E402
+from jobs._spark import exchange
 from support import broker_conf, input_store  # noqa: E402
 
 
@@ -29,7 +29,7 @@ def _tree(rows: list[tuple[int, int, int, float, float]]) -> dict[int, float]:
 
 def test_crash_words_make_the_store_the_issue_measures():
     """``--crash kill9,torn-tail,fresh-checkpoint``: the common production crash of issue 36."""
-    from store_reader.synthetic import CrashSpec
+    from store_reader.testing.synthetic import CrashSpec
 
     assert crash_arg("kill9,torn-tail,fresh-checkpoint") == CrashSpec(abort=True, torn_tail=True,
                                                                       stale_checkpoint=False)

@@ -1,4 +1,4 @@
-"""The bounded dry run (``store_reader.bounded``, recovery.md §17): it reads what the broker's restart
+"""The bounded dry run (``store_reader.broker.bounded``, recovery.md §17): it reads what the broker's restart
 reads, predicts what a walk of every file predicts, and says what it did not check."""
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import pytest
 
 from jobs import recover
 from jobs.recoverreport import prediction_summary
-from store_reader import bounded, open_store, recovery
-from store_reader.commitlog import summarize_segment
-from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
+from store_reader.broker import bounded, recovery
+from store_reader import open_store
+from store_reader.formats.commitlog import summarize_segment
+from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
 pytestmark = pytest.mark.reader        # the first records' check runs in either scanner
 

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 import support
 from schemas import CHECKPOINT
-from store_reader import checkpoint as ck
-from store_reader import config as cf
-from store_reader import fastjson as fj
+from store_reader.formats import checkpoint as ck
+from store_reader.formats import config as cf
+from store_reader.formats import fastjson as fj
 from store_reader.exceptions import ConfigError
 
 pytestmark = pytest.mark.reader

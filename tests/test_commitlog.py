@@ -11,8 +11,8 @@ import pytest
 
 import support
 from store_reader import open_store
-from store_reader.commitlog import SegmentScan, scan_segment
-from store_reader.recordformat import ScanOptions
+from store_reader.formats.commitlog import SegmentScan, scan_segment
+from store_reader.formats.recordformat import ScanOptions
 
 pytestmark = pytest.mark.reader
 
@@ -150,7 +150,7 @@ def test_bodies_match_the_broker_crc(tmp_path):
 def test_read_ahead_hint_never_changes_results(monkeypatch, advice):
     """The segment mmap's read-ahead hint is advisory: without one, or with one the kernel rejects
     (EINVAL), every segment gives the same table and summary."""
-    from store_reader import commitlog
+    from store_reader.formats import commitlog
 
     version, scenario = support.VERSIONS[1], "torn-middle-crc"
     store = open_store(support.input_store(version, scenario), support.broker_conf(version, scenario))

@@ -19,7 +19,7 @@ import support
 ROOT = support.ROOT
 CASE = ("rocketmq-5.3.3", "crash-tail")
 CONF = str(support.broker_conf(*CASE))
-# the jobs' own lines on stderr (jobs.sparkutil.configure_logging)
+# the jobs' own lines on stderr (jobs._spark.sparkutil.configure_logging)
 JOB_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} jobs\.\w+ ")
 # what the JVM and Spark print when they start, none of which says anything about the run
 NOISE = re.compile(r"Using incubator modules|Using Spark's default log4j profile|Setting default log level|"

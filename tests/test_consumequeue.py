@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import support
 from schemas import CONSUME_QUEUE_ENTRY
-from store_reader import consumequeue as cq
-from store_reader.brokerconf import load_broker_config
+from store_reader.formats import consumequeue as cq
+from store_reader.formats.brokerconf import load_broker_config
 from store_reader.exceptions import (
     CorruptEntryError,
     FileSizeError,

@@ -1,4 +1,4 @@
-"""Controller mode (5.x ``enableControllerMode``, ``store_reader.controller``): the epoch file as
+"""Controller mode (5.x ``enableControllerMode``, ``store_reader.formats.controller``): the epoch file as
 ``CheckpointFile`` reads and writes it, the confirm offset as the fenced broker's recovery corrects
 it, the records it keeps past it, and the repaired store's confirm offset and epoch file.
 
@@ -20,11 +20,12 @@ import pytest
 
 from jobs import dump
 from jobs import recover as recover_job
-from store_reader import open_store, recovery
+from store_reader import open_store
+from store_reader.broker import recovery
 from store_reader.audit.files import store_file_findings
-from store_reader.checkpoint import CHECKPOINT_STRUCT, read_checkpoint
-from store_reader.controller import (EpochEntry, correct_confirm_offset, epoch_file_bytes, epoch_problems,
-                                     read_epoch_file)
+from store_reader.formats.checkpoint import CHECKPOINT_STRUCT, read_checkpoint
+from store_reader.formats.controller import (EpochEntry, correct_confirm_offset, epoch_file_bytes, epoch_problems,
+                                             read_epoch_file)
 from store_reader.exceptions import UnsupportedStoreError
 from tests import support
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from jobs import recover as recover_job
-from store_reader import open_store, recovery
-from store_reader.checkpoint import read_checkpoint
+from store_reader import open_store
+from store_reader.broker import recovery
+from store_reader.formats.checkpoint import read_checkpoint
 
 pytestmark = pytest.mark.slow
 

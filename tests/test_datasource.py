@@ -37,15 +37,15 @@ import store_reader
 import support
 from schemas import CONSUME_QUEUE_ENTRY, INDEX_ENTRY, MESSAGE
 from store_reader import open_store
-from store_reader import recordformat as rf
-from store_reader import timerstore
-from store_reader.checkpoint import read_checkpoint
-from store_reader.consumequeue import list_queue_files, list_queues, read_queue
+from store_reader.formats import recordformat as rf
+from store_reader.formats import timerstore
+from store_reader.formats.checkpoint import read_checkpoint
+from store_reader.formats.consumequeue import list_queue_files, list_queues, read_queue
 from store_reader.datasource import (PUSHDOWN_CONF, TABLES, RocketMQDataSource, may_match,
                                      row_mask)
 from store_reader.exceptions import ConfigError, StoreReaderError
-from store_reader.indexfile import list_index_files, read_entries
-from store_reader.synthetic import SyntheticStoreSpec, write_store
+from store_reader.formats.indexfile import list_index_files, read_entries
+from store_reader.testing.synthetic import SyntheticStoreSpec, write_store
 
 V4, V5 = support.VERSIONS
 NO_BODY = [c for c in MESSAGE.names if c != "body"]

@@ -10,7 +10,7 @@ from deltalake import DeltaTable
 
 import support
 from jobs import audit as audit_job
-from jobs.deltasink import has_delta, read_table, write_tables
+from jobs._spark.deltasink import has_delta, read_table, write_tables
 from schemas import audit as A
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -8,7 +8,7 @@ from concurrent.futures import Future
 import pyarrow as pa
 import pytest
 
-from jobs.deltasink import read_table, table_uri, write_run_rows, write_tables
+from jobs._spark.deltasink import read_table, table_uri, write_run_rows, write_tables
 from store_reader.exceptions import OutputError
 
 TS = dt.datetime(2026, 11, 21, tzinfo=dt.timezone.utc)
@@ -37,7 +37,7 @@ def test_row_groups_hold_about_row_group_bytes_of_rows(tmp_path):
 
     import pyarrow.parquet as pq
 
-    from jobs.deltasink import ROW_GROUP_BYTES
+    from jobs._spark.deltasink import ROW_GROUP_BYTES
 
     n = 3 * ROW_GROUP_BYTES // 1024
     bodies = _rows("r1", n).append_column("body", pa.array([b"x" * 1000] * n, pa.binary()))

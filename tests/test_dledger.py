@@ -11,8 +11,9 @@ import struct
 import pytest
 
 from dledgerstore import FILE_SIZE, write_store
-from store_reader import dledger, open_store
-from store_reader import recordformat as rf
+from store_reader.formats import dledger
+from store_reader import open_store
+from store_reader.formats import recordformat as rf
 from store_reader.exceptions import UnsupportedStoreError
 
 N = 100

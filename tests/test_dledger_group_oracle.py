@@ -1,4 +1,4 @@
-"""The members of a real three-member DLedger group compared (``store_reader.dledgerreplicas``)
+"""The members of a real three-member DLedger group compared (``store_reader.broker.dledgerreplicas``)
 against what the real group does (``compat/src/common/oracle/DLedgerGroupRun``, run by
 ``tests/oracle.py``; 4.9.7 pins DLedger 0.3.1.2, 5.5.1 pins 0.3.3.4):
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from store_reader import dledgerreplicas as dr
+from store_reader.broker import dledgerreplicas as dr
 from store_reader import open_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.oracle]

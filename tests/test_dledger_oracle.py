@@ -3,7 +3,7 @@
 and 0.3.3.4): a one-member group's
 store written through the real put path and halted (kill -9), then damaged at seeded points (a torn
 body, index units lost or wrong, every index file lost, a bad header, a term going back, a torn
-tail under a checkpoint that is ahead), and restarted. ``store_reader.dledger`` must predict
+tail under a checkpoint that is ahead), and restarted. ``store_reader.formats.dledger`` must predict
 DLedger's recovery exactly (begin/end index, end term, write positions, the committed index and
 position the checkpoint gives back, data files kept, or the JVM's exit) and what the restarted
 broker serves (every queue's entries); the scanners' DLedger framing must read every message the
@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from store_reader import dledger, open_store
-from store_reader import recordformat as rf
+from store_reader.formats import dledger
+from store_reader import open_store
+from store_reader.formats import recordformat as rf
 from store_reader.exceptions import UnsupportedStoreError
 
 pytestmark = [pytest.mark.slow, pytest.mark.oracle]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from schemas import MESSAGE
-from store_reader import commitlog
-from store_reader import recordformat as rf
+from store_reader.formats import commitlog
+from store_reader.formats import recordformat as rf
 
 from dledgerstore import FILE_SIZE, dledger_files
 

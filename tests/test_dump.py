@@ -28,16 +28,15 @@ import pytest
 
 import support
 from jobs import dump
-from jobs.dumpprint import iso_ms
+from store_reader.dump.printer import iso_ms
 from store_reader import open_store
-from store_reader.checkpoint import Checkpoint, write_checkpoint
-from store_reader.commitlog import SegmentScan
-from store_reader.config import read_consumer_offsets
-from store_reader.consumequeue import (CQ_STORE_UNIT_SIZE, ENTRY_VALID, classify_entries, list_queues,
-                                       parse_file_name, read_queue_file, write_queue)
-from store_reader.indexfile import (HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile,
-                                    read_header)
-from store_reader.synthetic import encode_message
+from store_reader.formats.checkpoint import Checkpoint, write_checkpoint
+from store_reader.formats.commitlog import SegmentScan
+from store_reader.formats.config import read_consumer_offsets
+from store_reader.formats.consumequeue import (CQ_STORE_UNIT_SIZE, ENTRY_VALID, classify_entries, list_queues,
+                                               parse_file_name, read_queue_file, write_queue)
+from store_reader.formats.indexfile import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile, read_header
+from store_reader.testing.synthetic import encode_message
 
 V4, V5 = support.VERSIONS
 CASES = support.scenarios()

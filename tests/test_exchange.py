@@ -1,4 +1,4 @@
-"""The Arrow exchange between two Spark stages (``jobs.exchange``): what each key's stage-2 task
+"""The Arrow exchange between two Spark stages (``jobs._spark.exchange``): what each key's stage-2 task
 sees, and the driver's own items written away one by one while stage 1 runs."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jobs.exchange import exchange
+from jobs._spark.exchange import exchange
 
 
 def _table(*values: int) -> pa.Table:

@@ -17,12 +17,13 @@ import pytest
 
 import support
 from jobs import dump
-from store_reader import open_store, recovery
+from store_reader import open_store
+from store_reader.broker import recovery
 from store_reader.audit import StoreView
 from store_reader.audit import kinds
 from store_reader.audit.files import store_file_findings
 from store_reader.audit.index import header_problems
-from store_reader.indexfile import IndexFile
+from store_reader.formats.indexfile import IndexFile
 
 ROOT = Path(__file__).resolve().parent.parent
 # the kinds store_file_findings covers: dump's checks that read no record and no entry

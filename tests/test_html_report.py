@@ -17,7 +17,7 @@ import pytest
 import support
 from jobs import audit as audit_job
 from jobs import recover as recover_job
-from jobs.deltasink import read_table
+from jobs._spark.deltasink import read_table
 from store_reader.audit import offsets
 from store_reader.audit.timer import FATE_COLOURS
 

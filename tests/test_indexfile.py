@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 import support
 from schemas import INDEX_ENTRY
 from store_reader import _native
-from store_reader import indexfile as ix
-from store_reader.brokerconf import load_broker_config
+from store_reader.formats import indexfile as ix
+from store_reader.formats.brokerconf import load_broker_config
 from store_reader.exceptions import CorruptEntryError, FileSizeError, StrayFileError
-from store_reader.javahash import index_key, index_key_hashes
+from store_reader.formats.javahash import index_key, index_key_hashes
 
 pytestmark = pytest.mark.reader
 

@@ -1,4 +1,4 @@
-"""The store's one walk (``store_reader.inventory``): every entry a 4.9.x-5.5.x broker writes
+"""The store's one walk (``store_reader.formats.inventory``): every entry a 4.9.x-5.5.x broker writes
 classified, the modes it shows, unknown entries reported as ``note.unknown_entry`` (dump --verify
 and the audit's ``store_findings`` alike), and a feature this project cannot recover exactly refused
 in one line naming it, in every job.
@@ -23,10 +23,11 @@ from jobs import audit as audit_job
 from jobs import dump
 from jobs import recover as recover_job
 from jobs import salvage as salvage_job
-from store_reader import inventory, open_store
+from store_reader.formats import inventory
+from store_reader import open_store
 from store_reader.audit.files import store_file_findings
 from store_reader.exceptions import UnsupportedStoreError
-from store_reader.fsutil import walk_files
+from store_reader.io.fsutil import walk_files
 from tests import support
 
 V4, V5 = support.VERSIONS
@@ -169,7 +170,7 @@ def test_rocksdb_consume_queue_is_read_and_an_unreadable_one_named(tmp_path):
     useSeparateStorePathForRocksdbCQ) is what
     the recovery reads (R§15.1), the committed offsets RocksDB's; a database RocksDB cannot open
     is one error naming its directory."""
-    from store_reader import recovery
+    from store_reader.broker import recovery
     from store_reader.exceptions import StoreReaderError
 
     root = _copy(tmp_path)
@@ -274,7 +275,7 @@ def test_double_write_store_recovers_from_its_file_consume_queue(tmp_path, case)
     """RocksDB double-write beside the file queues under the 5.3 rules (an extra dispatcher):
     the prediction is the file store's, whatever the RocksDB queue holds."""
     from jobs.recoverreport import prediction_summary
-    from store_reader import recovery
+    from store_reader.broker import recovery
 
     root = _copy(tmp_path, case)
     want = recovery.predict(open_store(root, support.broker_conf(*case)), recovery.V53)
@@ -310,7 +311,7 @@ def test_double_write_start_file_moves_back_for_the_rocksdb_queue(tmp_path):
     with no RocksDB queue yet (R§15.2): a 5.4 broker's search passes over 3 files the empty RocksDB
     queue does not match and starts at the 9th, so its walk cuts at byte 30000 of the 11th; a 5.5
     broker skips a queue that never started; the 5.3 rules know no RocksDB queue."""
-    from store_reader import recovery
+    from store_reader.broker import recovery
 
     root = _copy(tmp_path)
     files = sorted((root / "commitlog").iterdir())
@@ -327,7 +328,7 @@ def test_double_write_start_file_moves_back_for_the_rocksdb_queue(tmp_path):
     assert p54.deleted_commitlog_files == [f.name for f in files[11:]]
     assert (p55.start_file, p55.max_phy_offset) == (p53.start_file, p53.max_phy_offset) == \
         (plain.start_file, plain.max_phy_offset)
-    from store_reader import repair
+    from store_reader.repair import write as repair
 
     with pytest.raises(UnsupportedStoreError, match="--salvage with a RocksDB consume queue"):
         repair.check_repairable(store, p54, store.summaries(store.scan_options(True)), salvage=True)

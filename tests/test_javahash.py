@@ -8,16 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import support
-from store_reader import javahash
-from store_reader.javahash import (
-    index_key,
-    index_key_hash,
-    index_key_hashes,
-    index_key_hashes_of,
-    java_string_hash,
-    java_string_hashes,
-    tags_hash,
-)
+from store_reader.formats import javahash
+from store_reader.formats.javahash import (index_key, index_key_hash, index_key_hashes, index_key_hashes_of,
+                                           java_string_hash, java_string_hashes, tags_hash)
 
 pytestmark = pytest.mark.reader
 

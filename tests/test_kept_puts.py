@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from store_reader import open_store, recovery, repair, scanned
-from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
+from store_reader import open_store
+from store_reader.broker import recovery
+from store_reader.repair import write as repair, scanned
+from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
 pytestmark = [pytest.mark.reader]
 

@@ -7,9 +7,9 @@ import pytest
 
 from jobs.recover import recover
 from store_reader import load_broker_config, open_store
-from store_reader.consumequeue import decode_entries
-from store_reader.recovery import predict
-from store_reader.synthetic import encode_message
+from store_reader.formats.consumequeue import decode_entries
+from store_reader.broker.recovery import predict
+from store_reader.testing.synthetic import encode_message
 
 SEGMENT = 65536
 CONF = ("mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=600\nmaxHashSlotNum=100\n"

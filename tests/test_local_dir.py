@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from jobs.sparkutil import LOCAL_DIR_KIND
+from jobs._spark.sparkutil import LOCAL_DIR_KIND
 
 SESSION = ("import sys\n"
-           "from jobs.sparkutil import get_spark\n"
+           "from jobs._spark.sparkutil import get_spark\n"
            "sc = get_spark('local-dir', session=False).sparkContext\n"
            "assert sc.parallelize(range(4), 2).map(lambda x: x + 1).sum() == 10\n"
            "print(sc.getConf().get('spark.local.dir'), flush=True)\n"

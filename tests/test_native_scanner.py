@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 
 import support
 from schemas import MESSAGE
-from store_reader import _pyscan, commitlog
-from store_reader import recordformat as rf
+from store_reader.formats import _pyscan, commitlog
+from store_reader.formats import recordformat as rf
 from store_reader.exceptions import StoreReaderError
-from store_reader.javalang import java_split
+from store_reader.formats.javalang import java_split
 
 _native = pytest.importorskip("store_reader._native", reason="native scanner not built",
                               exc_type=ImportError)
@@ -213,8 +213,8 @@ def blank(n: int) -> bytes:
 
 
 def test_raw_encoder_matches_synthetic_encoder():
-    """The local encoder writes what ``store_reader.synthetic`` (proved against every fixture) writes."""
-    synthetic = pytest.importorskip("store_reader.synthetic")
+    """The local encoder writes what ``store_reader.testing.synthetic`` (proved against every fixture) writes."""
+    synthetic = pytest.importorskip("store_reader.testing.synthetic")
     props = {"KEYS": "k1 k2", "TAGS": "TagA"}
     want = synthetic.encode_message(topic="TopicTest", body=b"hello", properties=props, phy_offset=168,
                                     store_timestamp=5, born_timestamp=4, born_host="127.0.0.1:40001",

@@ -30,8 +30,8 @@ import pytest
 
 from jobs import audit as audit_job
 from jobs import recover
-from jobs.deltasink import read_table
-from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
+from jobs._spark.deltasink import read_table
+from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -195,7 +195,7 @@ def test_notebooks_are_saved_parameterised_and_without_outputs(name):
                 and not line.lstrip().startswith("#")}
     assert set(PARAMETERS) <= assigned
     assert all(c.outputs == [] and c.execution_count is None for c in code)
-    # the store is read through Spark (the rocketmq data source, via jobs.storequery), not on the driver
+    # the store is read through Spark (the rocketmq data source, via jobs._spark.storequery), not on the driver
     assert "get_spark(" in "".join(c.source for c in code)
     assert not any(name in "".join(c.source for c in code) for name in ("SegmentScan", "read_queue", "IndexFile"))
     assert 'matplotlib.use("Agg")' in "".join(c.source for c in code)

@@ -19,11 +19,13 @@ import pytest
 import support
 from jobs import audit as audit_job
 from jobs import recover as recover_job
-from jobs.deltasink import read_table
-from store_reader import bounded, open_store, recovery, salvage
-from store_reader import config as cf
+from jobs._spark.deltasink import read_table
+from store_reader.broker import bounded, recovery
+from store_reader import open_store
+from store_reader.repair import salvage
+from store_reader.formats import config as cf
 from store_reader.audit import offsets
-from store_reader.commitlog import summarize_segment
+from store_reader.formats.commitlog import summarize_segment
 
 CASE = ("rocketmq-5.3.3", "torn-middle-crc")
 LIVE, BAK = cf.CONSUMER_OFFSET_GENERATIONS

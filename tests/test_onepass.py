@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import support
-from store_reader import commitlog
-from store_reader import recordformat as rf
+from store_reader.formats import commitlog
+from store_reader.formats import recordformat as rf
 from store_reader.exceptions import StoreReaderError
-from store_reader.storefs import SegmentBuffer
+from store_reader.io.storefs import SegmentBuffer
 
 sys.path.insert(0, str(support.ROOT))
 from benchmarks.taskcpu import peak_rss, reset_peak_rss  # noqa: E402  (the benchmark's RSS reading)

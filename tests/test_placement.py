@@ -1,4 +1,4 @@
-"""The repaired store's commitlog placement (``store_reader.placement``): every way a segment can be
+"""The repaired store's commitlog placement (``store_reader.repair.placement``): every way a segment can be
 placed writes the same bytes and returns their SHA-256; a hard link only where asked and allowed.
 
 Real files throughout. This machine's ext4 has no ``FICLONE``, so a whole segment is read, hashed
@@ -19,9 +19,9 @@ import pytest
 
 import support
 from jobs import recover as job
-from store_reader import placement
+from store_reader.repair import placement
 from store_reader.exceptions import OutputError
-from store_reader.recovery import CommitLogFileState
+from store_reader.broker.recovery import CommitLogFileState
 
 V4, V5 = support.VERSIONS
 SIZE = 3 * 4096 + 100

@@ -1,4 +1,4 @@
-"""store_reader/publish.py: the output lock, leftovers of killed runs, the manifest check and the
+"""store_reader/repair/publish.py: the output lock, leftovers of killed runs, the manifest check and the
 overwrite swap, each danger tested with a real process killed at that instant (no Spark here: the
 built trees are small; tests/test_recover_cli.py kills the real job)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 import support
-from store_reader import publish, repair
+from store_reader.repair import publish, write as repair
 from store_reader.exceptions import StoreReaderError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PUBLISHER = textwrap.dedent("""
     import errno, os, sys
     from pathlib import Path
-    from store_reader import publish, repair
+    from store_reader.repair import publish, write as repair
 
     out, mode, tag = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     if mode == "no-exchange":
@@ -106,7 +106,7 @@ def test_a_tree_that_does_not_match_its_manifest_is_not_published(tmp_path):
 def test_the_lock_admits_one_run_names_the_holder_and_is_removed_after(tmp_path):
     out = tmp_path / "out"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom store_reader import publish\n"
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom store_reader.repair import publish\n"
          "with publish.OutputLock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(60)",
          str(out)], env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, text=True)
     try:
@@ -152,7 +152,7 @@ def _in_read_only_mount(tmp_path, code: str) -> subprocess.CompletedProcess:
 
 def test_check_writable_on_a_read_only_mount_an_unwritable_path_and_a_file(tmp_path):
     done = _in_read_only_mount(tmp_path, textwrap.dedent(f"""
-        from store_reader import publish
+        from store_reader.repair import publish
         from store_reader.exceptions import StoreReaderError
         for target in ("{tmp_path}/ro/audit", "{tmp_path}/ro", "file://{tmp_path}/ro/a/b"):
             try:
@@ -177,7 +177,7 @@ def test_check_writable_on_a_read_only_mount_an_unwritable_path_and_a_file(tmp_p
 # A child that holds a work directory under argv[1] until it is killed, printing its path.
 _WORKER = textwrap.dedent("""
     import sys, time
-    from store_reader import publish
+    from store_reader.repair import publish
 
     with publish.work_directory("rocketmq-scan-", "run", sys.argv[1]) as path:
         open(path + "/00000000000000000000.arrow", "wb").write(b"kept" * 1000)

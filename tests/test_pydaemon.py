@@ -1,4 +1,4 @@
-"""jobs/pydaemon.py: the daemon the Python workers are forked from (spark.python.daemon.module)."""
+"""jobs/_spark/pydaemon.py: the daemon the Python workers are forked from (spark.python.daemon.module)."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 import py4j
 import pyspark
 
-from jobs.pydaemon import without_jvm_zips
+from jobs._spark.pydaemon import without_jvm_zips
 
 PYSPARK, PY4J = metadata.version("pyspark"), metadata.version("py4j")
 SITE = str(Path(pyspark.__file__).parent.parent)     # where this Python has them installed
@@ -53,7 +53,7 @@ def test_workers_run_the_installed_pyspark_with_the_jobs_preloaded(spark):
     """Every worker imports pyspark and py4j from this environment, not from the JVM's zips
     (compiled from source at every import), keeps no importer of the JVM's archives (every task
     re-reads the directories of those), and has the jobs' modules before its first task."""
-    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "jobs.pydaemon"
+    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "jobs._spark.pydaemon"
 
     def probe(_):
         import sys

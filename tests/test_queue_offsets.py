@@ -11,12 +11,13 @@ import pyarrow as pa
 import pytest
 
 from jobs.recover import recover
-from store_reader import open_store, repair
-from store_reader.commitlog import scan_segment
-from store_reader.consumequeue import CQ_ENTRY_DTYPE
-from store_reader.recordformat import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
-from store_reader.recovery import V53, predict
-from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
+from store_reader import open_store
+from store_reader.repair import write as repair
+from store_reader.formats.commitlog import scan_segment
+from store_reader.formats.consumequeue import CQ_ENTRY_DTYPE
+from store_reader.formats.recordformat import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
+from store_reader.broker.recovery import V53, predict
+from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
 KiB = 1 << 10
 FILLER = repair.FILLER_SIZE
@@ -78,7 +79,7 @@ def test_repeats_and_duplicate_claims_keep_the_first_put():
 
 
 def test_placement_equals_the_brokers_put_wherever_that_put_does_not_renumber():
-    from store_reader.recovery import ConsumeQueueState
+    from store_reader.broker.recovery import ConsumeQueueState
 
     rng = np.random.default_rng(7)
     for _ in range(50):
@@ -134,7 +135,7 @@ def repaired(spark, tmp_path_factory):
 def _records(out: Path, end: int, broker_5x: bool) -> dict[int, tuple[str, int, int, int]]:
     """phy -> (topic, queue id, QUEUEOFFSET, size) of every dispatchable record below ``end`` in the
     repaired commitlog, records behind bytes that are not a record included."""
-    from store_reader.recordformat import ScanOptions
+    from store_reader.formats.recordformat import ScanOptions
 
     recs = {}
     for f in open_store(out, out / "broker.conf").commitlog_files:
@@ -221,7 +222,7 @@ def test_records_behind_a_kept_span_keep_their_entries_and_index_keys(repaired):
     served = {int(p) for q in again.consume_queues.values() for p in q.entries()["phy_offset"]
               if behind[0] <= p < behind[1]}
     assert len(served) >= cut.records_after_cut - 20      # transaction halves etc. have no entry
-    from store_reader.indexfile import list_index_files, query
+    from store_reader.formats.indexfile import list_index_files, query
 
     files = list_index_files(out / "index", store.config.index_file_size)
     m = info.messages
@@ -253,6 +254,6 @@ def test_the_repair_and_the_prediction_borrow_nothing_from_each_other():
                 out |= {base} | {f"{base}.{a.name}" for a in node.names}
         return out
 
-    assert "store_reader.recovery" not in runtime_imports("store_reader.repair")
-    assert "store_reader.repair" not in runtime_imports("store_reader.recovery")
-    assert "store_reader.dispatch" in runtime_imports("store_reader.repair")      # the check sees imports
+    assert "store_reader.broker.recovery" not in runtime_imports("store_reader.repair.write")
+    assert "store_reader.repair.write" not in runtime_imports("store_reader.broker.recovery")
+    assert "store_reader.broker.dispatch" in runtime_imports("store_reader.repair.write")      # the check sees imports

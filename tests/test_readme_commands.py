@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import support
-from jobs import sparkjars
+from jobs._spark import sparkjars
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ("rocketmq-4.9.7", "crash-tail")
@@ -40,7 +40,7 @@ NOT_RUN_HERE = {
     "cp spark-conf/cluster.conf.example": "a cluster's settings: tests/test_spark_submit.py",
     "spark-submit --master yarn": "a YARN cluster: tests/test_spark_submit.py (local-cluster)",
     "JAVA_HOME=": "tests/test_spark_submit.py runs it",
-    "spark-submit --packages": "a cluster: its coordinates are jobs.sparkjars' (test_readme_commands_are_found), "
+    "spark-submit --packages": "a cluster: its coordinates are jobs._spark.sparkjars' (test_readme_commands_are_found), "
                                "which tests/test_sparkjars.py resolves from Maven Central",
 }
 

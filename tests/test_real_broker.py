@@ -35,8 +35,9 @@ import pytest
 import oracle
 import support
 from jobs.recover import recover
-from store_reader import bounded, load_broker_config, open_store, recovery
-from store_reader.config import read_consumer_offsets
+from store_reader.broker import bounded, recovery
+from store_reader import load_broker_config, open_store
+from store_reader.formats.config import read_consumer_offsets
 from store_reader.exceptions import StoreReaderError
 
 pytestmark = [pytest.mark.slow, pytest.mark.oracle, pytest.mark.spark]

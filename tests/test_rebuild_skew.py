@@ -13,13 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files, surviving_records
-from jobs.scan import scan_segments
-from store_reader import open_store, repair
-from store_reader.commitlog import scan_segment
-from store_reader.indexfile import build_index_files
-from store_reader.recordformat import ScanOptions
-from store_reader.recovery import V53, ConsumeQueueState, predict
-from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, encode_message, write_store
+from jobs._spark.scan import scan_segments
+from store_reader import open_store
+from store_reader.repair import write as repair
+from store_reader.formats.commitlog import scan_segment
+from store_reader.formats.indexfile import build_index_files
+from store_reader.formats.recordformat import ScanOptions
+from store_reader.broker.recovery import V53, ConsumeQueueState, predict
+from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, encode_message, write_store
 
 KiB = 1 << 10
 
@@ -207,7 +208,7 @@ def test_queues_that_do_not_split_are_rebuilt_whole(spark, tmp_path):
     assert _trees(tmp_path / "split") == _trees(tmp_path / "unsplit")
     # the broker's put would shift a queue after a gap (offset 6 at queue offset 5); the repaired
     # store keeps every entry at its own offset, and offset 5, whose record never was, a filler
-    from store_reader.consumequeue import decode_entries
+    from store_reader.formats.consumequeue import decode_entries
 
     got = decode_entries((tmp_path / "split" / "consumequeue" / "GapAtFile" / "0" / "00000000000000000100").read_bytes())
     assert (got.size[0], got.tags_code[0]) == (repair.FILLER_SIZE, 0)

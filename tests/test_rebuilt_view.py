@@ -13,15 +13,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from store_reader import open_store, repair
+from store_reader import open_store
+from store_reader.repair import write as repair
 from store_reader.audit.plan import audit_plan
 from store_reader.audit.queues import compare_queue, rebuilt_entries
 from store_reader.audit.records import segment_items
 from store_reader.audit.view import StoreView
-from store_reader.consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE
-from store_reader.recordformat import ScanOptions
-from store_reader.recovery import V53, predict
-from store_reader.synthetic import encode_message
+from store_reader.formats.consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE
+from store_reader.formats.recordformat import ScanOptions
+from store_reader.broker.recovery import V53, predict
+from store_reader.testing.synthetic import encode_message
 from support import broker_conf, input_store
 
 # 64 KiB commitlog files, consume queue files of 5 slots

@@ -17,7 +17,7 @@ import pytest
 import support
 from jobs import recover as job
 from jobs import repairwrite
-from store_reader import apply, publish, repair
+from store_reader.repair import apply, publish, write as repair
 from store_reader.exceptions import StoreReaderError
 
 pytestmark = pytest.mark.spark
@@ -256,7 +256,7 @@ def test_unreadable_config_file_is_left_out_as_the_broker_skips_it(spark, tmp_pa
     assert f"config left out    {offsets}: Too many levels of symbolic links" in printed
     assert not os.path.lexists(out / "config" / "consumerOffset.json")
     # the broker reads the same offsets from either store: the .bak, as the input's file is unreadable
-    from store_reader.config import read_consumer_offsets
+    from store_reader.formats.config import read_consumer_offsets
     got, want = read_consumer_offsets(out), read_consumer_offsets(store)
     assert got.generation == want.generation == "bak" and got.value.equals(want.value)
 

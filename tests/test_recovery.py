@@ -1,4 +1,4 @@
-"""The broker's predicted recovery (store_reader.recovery) against the real broker's own answers."""
+"""The broker's predicted recovery (store_reader.broker.recovery) against the real broker's own answers."""
 from __future__ import annotations
 
 import gc
@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import support
-from store_reader import open_store, recovery
-from store_reader.consumequeue import CQ_ENTRY_DTYPE
-from store_reader.recovery import NO_FILE_ENTRY, predict
-from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
+from store_reader import open_store
+from store_reader.broker import recovery
+from store_reader.formats.consumequeue import CQ_ENTRY_DTYPE
+from store_reader.broker.recovery import NO_FILE_ENTRY, predict
+from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
 pytestmark = pytest.mark.reader
 
@@ -89,7 +90,7 @@ def test_index_files_and_queries(case):
     pred = _predict(case)
     got = [{k: getattr(f.header, v) for k, v in HEADER_KEYS.items()} for f in pred.index_files]
     assert got == [{k: f[k] for k in HEADER_KEYS} for f in exp["indexFiles"]]
-    from store_reader.recovery import query_message
+    from store_reader.broker.recovery import query_message
     cfg = open_store(support.input_store(*case), support.broker_conf(*case)).config
     # the fixtures' broker ran with maxMsgsNumBatch=100000 (fixtures/README.md), so every hit is returned
     for q in exp["index"]["queries"]:
@@ -109,8 +110,8 @@ def test_checkpoint_after_recovery(case):
 @pytest.mark.parametrize("case", [c for c in CASES if support.expected(*c)["afterLoad"]["loadResult"]],
                          ids=support.case_id)
 def test_consumer_offset_checks(case):
-    from store_reader.config import read_consumer_offsets
-    from store_reader.recovery import consumer_offset_checks
+    from store_reader.formats.config import read_consumer_offsets
+    from store_reader.broker.recovery import consumer_offset_checks
 
     exp = support.expected(*case)["afterRecovery"]["consumerOffsetChecks"]
     store = open_store(support.input_store(*case), support.broker_conf(*case))
@@ -127,7 +128,7 @@ def test_consumer_offset_checks(case):
 @pytest.mark.parametrize("n", [0, 1, 4095, 4096, 4097, 300_000])
 def test_leading_slots_tested_in_chunks_match_one_test_of_all(n):
     """The chunked walk the CQ recovery uses stops where one test over the whole file would."""
-    from store_reader.recovery import _leading
+    from store_reader.broker.recovery import _leading
     rng = np.random.default_rng(n)
     for bad_at in sorted({0, n // 2, max(n - 1, 0), 4096, 20_479, 20_480, n}):
         if bad_at > n:
@@ -205,7 +206,7 @@ def test_a_replayed_index_file_the_scratch_filesystem_cannot_hold_is_one_clear_e
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
         "from store_reader import open_store\n"
         "from store_reader.exceptions import OutputError\n"
-        "from store_reader.recovery import predict\n"
+        "from store_reader.broker.recovery import predict\n"
         f"store = open_store({str(support.input_store(*case))!r}, {str(support.broker_conf(*case))!r})\n"
         "try:\n"
         f"    predict(store, {'5.3' if case[0].endswith('5.3.3') else '4.9'!r}, scratch={str(tmp_path)!r})\n"

@@ -1,7 +1,7 @@
 """Stores the real broker refuses to start on (issue 18 part 3): what the prediction says, and the
 repaired store ``jobs.recover`` still writes, which the broker starts on.
 
-Synthetic stores (``store_reader.synthetic``) damaged one way each: a consume queue file of the
+Synthetic stores (``store_reader.testing.synthetic``) damaged one way each: a consume queue file of the
 wrong length, an empty or half-written last consume queue file (5.3.3's correctMinOffset throw),
 stray entries in ``commitlog/`` (a name that is not a number, a name that is a number but not 20
 digits, a sub-directory, a zero-length last file), a commitlog file of the wrong length; and the
@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 import support
-from store_reader import open_store, recovery
-from store_reader.consumequeue import list_queue_files, list_queues, read_queue_slots
-from store_reader.synthetic import SyntheticStoreSpec, write_store
+from store_reader import open_store
+from store_reader.broker import recovery
+from store_reader.formats.consumequeue import list_queue_files, list_queues, read_queue_slots
+from store_reader.testing.synthetic import SyntheticStoreSpec, write_store
 
 V4, V5 = support.VERSIONS
 SEGMENT = 256 << 10

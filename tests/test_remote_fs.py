@@ -1,4 +1,4 @@
-"""Stores on a filesystem that cannot be memory-mapped (``store_reader.storefs``, issue 7).
+"""Stores on a filesystem that cannot be memory-mapped (``store_reader.io.storefs``, issue 7).
 
 The real fixture stores are served through ``pyarrow.fs`` two ways: a ``SubTreeFileSystem`` over the
 extracted directory (pyarrow's own code path), and ``MemoryFS``, an in-memory ``FileSystemHandler``
@@ -20,12 +20,14 @@ import pytest
 
 import support
 from schemas import MESSAGE
-from store_reader import checkpoint as ck
-from store_reader import config as cf
-from store_reader import consumequeue as cq
-from store_reader import indexfile as ix
-from store_reader import fsutil, open_store, recovery, storefs
-from store_reader.commitlog import scan_segment, summarize_segment
+from store_reader.formats import checkpoint as ck
+from store_reader.formats import config as cf
+from store_reader.formats import consumequeue as cq
+from store_reader.formats import indexfile as ix
+from store_reader.io import fsutil, storefs
+from store_reader import open_store
+from store_reader.broker import recovery
+from store_reader.formats.commitlog import scan_segment, summarize_segment
 from store_reader.exceptions import (CorruptEntryError, NotAStoreError, StoreReaderError,
                                      UnreadableFileError)
 

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pytest
 
 import support
-from jobs.deltasink import read_table, table_uri
+from jobs._spark.deltasink import read_table, table_uri
 
 pytestmark = pytest.mark.slow
 
@@ -168,7 +168,7 @@ def test_data_source_reads_s3_like_local(stores, tmp_path):
     script = textwrap.dedent("""
         import json, sys
         import store_reader
-        from jobs.sparkutil import get_spark
+        from jobs._spark.sparkutil import get_spark
         spark = get_spark("rocketmq-s3-datasource")
         store_reader.register(spark)
         out = {}

@@ -1,4 +1,4 @@
-"""Master/slave commitlog comparison (store_reader.replicas, jobs/replicas.py) on replica pairs made
+"""Master/slave commitlog comparison (store_reader.broker.replicas, jobs/replicas.py) on replica pairs made
 from the real-broker fixtures and from synthetic stores.
 
 Expected answers never come from the comparison's own code: records from expected.json
@@ -29,11 +29,11 @@ import pytest
 
 import support
 from store_reader import open_store
-from store_reader import replicas as R
-from store_reader.commitlog import scan_segment
-from store_reader.config import read_consumer_offsets
+from store_reader.broker import replicas as R
+from store_reader.formats.commitlog import scan_segment
+from store_reader.formats.config import read_consumer_offsets
 from store_reader.exceptions import StoreReaderError
-from store_reader.synthetic import SyntheticStoreSpec, encode_message, write_store
+from store_reader.testing.synthetic import SyntheticStoreSpec, encode_message, write_store
 
 VERSIONS = support.VERSIONS
 SEGMENT = 65536          # mappedFileSizeCommitLog of every fixture

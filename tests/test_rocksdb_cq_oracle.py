@@ -1,6 +1,6 @@
 """Consume queues kept only in RocksDB (``storeType=defaultRocksDB``) against the real 5.3.3, 5.4.0
 and 5.5.1 brokers (``compat/src/v5/oracle/RocksDBRun`` via ``tests/oracle.py``: the broker's
-``RocksDBMessageStore``): the RocksDB queue is read read-only (``store_reader.rocksdbcq``), the
+``RocksDBMessageStore``): the RocksDB queue is read read-only (``store_reader.formats.rocksdbcq``), the
 restart predicted from it (R§15.1) and compared with what the restarted broker serves; the input
 store is left byte for byte as it was; the dry run's audit reads the RocksDB units as the queues'
 disk view and the committed offsets from RocksDB; ``--out`` writes the RocksDB queue as the
@@ -19,7 +19,9 @@ import pytest
 
 from jobs import dump
 from jobs import recover as recover_job
-from store_reader import config, inventory, open_store, recovery, rocksdbcq
+from store_reader.formats import config, inventory, rocksdbcq
+from store_reader import open_store
+from store_reader.broker import recovery
 from store_reader.exceptions import UnsupportedStoreError
 from tests.test_controller_oracle import predicted_queues, served_queues
 

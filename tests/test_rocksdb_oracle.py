@@ -24,9 +24,11 @@ from pathlib import Path
 import pytest
 
 from jobs import recover as recover_job
-from store_reader import bounded, inventory, open_store, recovery, rocksdbcq
-from store_reader.indexfile import read_entries
-from store_reader.javahash import index_key_hash
+from store_reader.broker import bounded, recovery
+from store_reader.formats import inventory, rocksdbcq
+from store_reader import open_store
+from store_reader.formats.indexfile import read_entries
+from store_reader.formats.javahash import index_key_hash
 from tests.test_controller_oracle import predicted_queues, served_queues, tree_digests
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
 """Salvage: the intact records the broker's recovery discards, exported for a producer
-(``jobs.salvage``, ``store_reader.salvage``).
+(``jobs.salvage``, ``store_reader.repair.salvage``).
 
 Expectations come from outside the code under test: the real broker's written messages and their
 ``survived`` flags (expected.json) on the fixtures' torn-middle stores, and records written here
@@ -24,9 +24,9 @@ import pytest
 import zstandard
 
 from jobs import salvage as salvage_job
-from store_reader import recordformat as rf
-from store_reader import salvage as sv
-from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, encode_message, write_store
+from store_reader.formats import recordformat as rf
+from store_reader.repair import salvage as sv
+from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, encode_message, write_store
 import support
 from support import ROOT, broker_conf, case_id, expected, input_store
 
@@ -273,7 +273,7 @@ def _records(root: Path, conf, version: str) -> dict[int, dict]:
 
 
 def _cq_entry(root: Path, topic: str, qid: int, offset: int, cq_file_size: int) -> tuple[int, int, int]:
-    from store_reader.consumequeue import CQ_STORE_UNIT_SIZE, decode_entries, file_name
+    from store_reader.formats.consumequeue import CQ_STORE_UNIT_SIZE, decode_entries, file_name
 
     per = cq_file_size // CQ_STORE_UNIT_SIZE
     path = root / "consumequeue" / topic / str(qid) / file_name((offset - offset % per) * CQ_STORE_UNIT_SIZE)
@@ -287,7 +287,7 @@ def assert_reappended(spark, out: Path, conf, version: str, report, sent: list[d
     """The repaired store holds every ``send`` record (``sent``: export rows) once more, in order,
     as the broker's put would have written it; a second run changes nothing."""
     from store_reader import open_store
-    from store_reader.indexfile import list_index_files, query
+    from store_reader.formats.indexfile import list_index_files, query
 
     manifest = json.loads((out / "MANIFEST.json").read_text())
     moved = manifest["salvaged"]["moved"]
@@ -429,7 +429,7 @@ def test_salvage_across_the_file_boundary(spark, tmp_path):
 def test_salvaged_messages_audit_table_and_cli(spark, tmp_path):
     """``python -m jobs.recover --salvage --audit-path``: the report line, and one
     ``salvaged_messages`` row per re-appended record with its old and new place (as the manifest)."""
-    from jobs.deltasink import read_table
+    from jobs._spark.deltasink import read_table
 
     case = ("rocketmq-4.9.7", "torn-middle-magic")
     out, audit = tmp_path / "out", tmp_path / "audit"

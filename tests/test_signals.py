@@ -1,5 +1,5 @@
 """A job stopped by SIGINT (Ctrl-C: the whole process group) or SIGTERM (the group, or the driver
-alone), at several instants of a real run (``jobs/stopping.py``): exit 128 + the signal, one
+alone), at several instants of a real run (``jobs/_spark/stopping.py``): exit 128 + the signal, one
 ``error:`` line and no traceback (Python, Py4J or Java) on stderr, nothing of the run left (its
 output's lock and temporary tree, its scan directory, its Spark directory), no process of it left
 (the driver JVM stopped, not orphaned), the input store's bytes, modes and mtimes unchanged."""
@@ -19,7 +19,7 @@ import time
 import pytest
 
 import support
-from store_reader import publish
+from store_reader.repair import publish
 from test_apply_kills import snapshot
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -29,7 +29,7 @@ import pytest
 
 import support
 import test_recover_job as recover_checks
-from jobs.sparkutil import SPARK_CONF_DIR, read_conf
+from jobs._spark.sparkutil import SPARK_CONF_DIR, read_conf
 
 ROOT = support.ROOT
 BUILD_SCRIPT = ROOT / "scripts" / "build_env_archive.sh"
@@ -63,9 +63,9 @@ def _pins() -> dict[str, str]:
 
 
 def test_conf_files_follow_the_pins():
-    """The cluster loads the jars the embedded session does (``jobs.sparkjars``: delta-spark at the
+    """The cluster loads the jars the embedded session does (``jobs._spark.sparkjars``: delta-spark at the
     pinned version, hadoop-aws at the Hadoop of pyspark's jars) with the same Delta settings."""
-    from jobs import sparkjars
+    from jobs._spark import sparkjars
 
     assert _pins()["delta-spark"] == sparkjars.delta_version()
     delta = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -80,7 +80,7 @@ def test_conf_files_follow_the_pins():
     assert cluster["spark.sql.execution.arrow.pyspark.enabled"] == "true"
     # a mapped segment counts against a capped Python address space: never set the cap
     assert "spark.executor.pyspark.memory" not in cluster
-    assert cluster["spark.python.daemon.module"] == local["spark.python.daemon.module"] == "jobs.pydaemon"
+    assert cluster["spark.python.daemon.module"] == local["spark.python.daemon.module"] == "jobs._spark.pydaemon"
 
 
 def _tail(path: Path, lines: int = 60) -> str:
@@ -169,7 +169,7 @@ def test_recover_job_through_spark_submit_on_the_archive(env_archive, spark_home
            "--conf", f"spark.executorEnv.PYTHONPATH={probe}",
            "--conf", f"spark.executorEnv.RMQ_PROBE_OUT={records}",
            "--conf", "spark.ui.enabled=false",
-           "--conf", "spark.python.daemon.module=jobs.pydaemon",
+           "--conf", "spark.python.daemon.module=jobs._spark.pydaemon",
            "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile={LOG4J2}",
            str(ROOT / "jobs" / "recover.py"),
            "--store", str(store), "--out", str(out),
@@ -195,8 +195,8 @@ def test_recover_job_through_spark_submit_on_the_archive(env_archive, spark_home
         assert Path(w["cwd"]).resolve().is_relative_to(work), w
         assert Path(w["executable"]).parent == env_dir / "bin", w
         assert Path(w["native"]).resolve().is_relative_to(env_dir.resolve()), w
-    # the workers were forked from the project's daemon (jobs/pydaemon.py), run from the archive
-    assert any(w["argv"][1:3] == ["-m", "jobs.pydaemon"] for w in seen), seen
+    # the workers were forked from the project's daemon (jobs/_spark/pydaemon.py), run from the archive
+    assert any(w["argv"][1:3] == ["-m", "jobs._spark.pydaemon"] for w in seen), seen
 
     # the repaired store is the broker's own recovered store: the in-process job test's own check
     # (commitlog bytes, consume queue entries and files), fed from the job's MANIFEST.json

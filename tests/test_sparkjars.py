@@ -1,4 +1,4 @@
-"""The Delta and hadoop-aws jars of the embedded session (``jobs.sparkjars``): resolved by Maven into
+"""The Delta and hadoop-aws jars of the embedded session (``jobs._spark.sparkjars``): resolved by Maven into
 a cache directory that is only ever there complete, on the session's classpath with the Delta
 configuration, and a set-up without Maven Central that says so in one line and leaves nothing."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs import sparkjars, sparkutil
-from jobs.sparkutil import SPARK_CONF_DIR, read_conf
+from jobs._spark import sparkjars, sparkutil
+from jobs._spark.sparkutil import SPARK_CONF_DIR, read_conf
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,7 +51,7 @@ def test_without_maven_central_the_setup_says_so_and_installs_nothing(tmp_path):
     """An unreachable repository: exit 0 (the set-up goes on: delta-rs writes the tables), one
     warning line naming what failed, and no directory, complete or not, in the cache."""
     env = dict(os.environ, ROCKETMQ_JARS_DIR=str(tmp_path / "jars"), ROCKETMQ_MAVEN_REPO="http://127.0.0.1:9/maven2")
-    p = subprocess.run([sys.executable, "-m", "jobs.sparkjars"], env=env, capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "jobs._spark.sparkjars"], env=env, capture_output=True, text=True,
                        cwd=ROOT, timeout=300)
     assert p.returncode == 0, p.stderr
     lines = p.stderr.strip().splitlines()
@@ -59,7 +59,7 @@ def test_without_maven_central_the_setup_says_so_and_installs_nothing(tmp_path):
     assert "http://127.0.0.1:9/maven2" in lines[0] and "delta-rs" in lines[0]
     assert list((tmp_path / "jars").iterdir()) == []
     # the embedded session then has no jars and no Delta settings
-    env_jars = subprocess.run([sys.executable, "-c", "from jobs import sparkutil; s = sparkutil.embedded_settings();"
+    env_jars = subprocess.run([sys.executable, "-c", "from jobs._spark import sparkutil; s = sparkutil.embedded_settings();"
                                "print('spark.jars' in s, 'spark.sql.extensions' in s)"],
                               env=env, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert env_jars.stdout.split() == ["False", "False"], env_jars.stderr
@@ -69,7 +69,7 @@ def test_without_maven_central_the_setup_says_so_and_installs_nothing(tmp_path):
 def test_the_test_session_writes_delta_through_spark(spark):
     """The suite's one session has delta-spark: every audit table the tests write goes through
     Spark's ``format("delta")``."""
-    from jobs.deltasink import has_delta
+    from jobs._spark.deltasink import has_delta
 
     assert has_delta(spark)
     assert spark.conf.get("spark.sql.catalog.spark_catalog") == "org.apache.spark.sql.delta.catalog.DeltaCatalog"

@@ -8,11 +8,11 @@ import pytest
 
 import support
 from store_reader import open_store
-from store_reader.brokerconf import load_broker_config
-from store_reader.commitlog import scan_segment
+from store_reader.formats.brokerconf import load_broker_config
+from store_reader.formats.commitlog import scan_segment
 from store_reader.exceptions import (ConfigError, FileSizeError, NotAStoreError, StoreReaderError,
                                      StrayFileError, UnreadableFileError, UnsupportedStoreError)
-from store_reader.recordformat import ScanOptions
+from store_reader.formats.recordformat import ScanOptions
 
 pytestmark = pytest.mark.reader
 

@@ -17,13 +17,13 @@ import struct
 import pytest
 
 import support
-from store_reader import commitlog, consumequeue, indexfile, open_store
-from store_reader import recordformat as rf
-from store_reader.brokerconf import load_broker_config
-from store_reader.checkpoint import abort_exists, read_checkpoint
-from store_reader.synthetic import (CRASH_PRESETS, KINDS, CrashSpec, SyntheticStoreSpec,
-                                    encode_blank, encode_message, encode_properties, hashmap_order,
-                                    main, write_store)
+from store_reader.formats import commitlog, consumequeue, indexfile
+from store_reader import open_store
+from store_reader.formats import recordformat as rf
+from store_reader.formats.brokerconf import load_broker_config
+from store_reader.formats.checkpoint import abort_exists, read_checkpoint
+from store_reader.testing.synthetic import (CRASH_PRESETS, KINDS, CrashSpec, SyntheticStoreSpec, encode_blank,
+                                            encode_message, encode_properties, hashmap_order, main, write_store)
 
 pytestmark = pytest.mark.reader
 

@@ -1,7 +1,7 @@
 """Errors raised inside Spark tasks reach the operator as one line and exit code 2 (issue 19.4).
 
 A task's exception comes back to the driver wrapped (``Py4JJavaError`` for RDD jobs,
-``PythonException`` for the data source); ``jobs.taskerrors.store_error`` rebuilds the package's own
+``PythonException`` for the data source); ``jobs._spark.taskerrors.store_error`` rebuilds the package's own
 error from the note every ``StoreReaderError`` carries. The failures here are real: a commitlog
 segment that is a UNIX socket (``open`` fails with ENXIO in the executor, also for root), one that
 is a FIFO (must fail, not hang), and a repaired store's index file written by an executor onto a
@@ -21,7 +21,7 @@ import pytest
 
 import support
 import store_reader
-from jobs.taskerrors import store_error
+from jobs._spark.taskerrors import store_error
 from store_reader.exceptions import OutputError, StoreReaderError, UnreadableFileError
 
 CASE = ("rocketmq-4.9.7", "crash-tail")
@@ -108,7 +108,7 @@ def test_data_source_errors_are_rebuilt(spark, tmp_path):
 
 
 def test_writer_errors_name_their_file(tmp_path):
-    from store_reader.repair import writing
+    from store_reader.repair.write import writing
 
     with pytest.raises(OutputError) as info:
         with writing(str(tmp_path / "x"), "index file"):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from jobs import dump
-from store_reader import timerrecovery as tr
-from store_reader import timerstore as ts
+from store_reader.broker import timerrecovery as tr
+from store_reader.formats import timerstore as ts
 
 FILE_SIZE = 8192
 T0 = 1_795_780_949_000
@@ -152,7 +152,7 @@ def test_data_source_reads_the_timer_log(spark, tmp_path):
 
 
 def test_rocksdb_timeline_is_refused_by_name():
-    from store_reader.brokerconf import BrokerConfig
+    from store_reader.formats.brokerconf import BrokerConfig
     from store_reader.exceptions import StoreReaderError
     with pytest.raises(StoreReaderError, match="timerRocksDBEnable=true"):
         tr.check_timer_store(BrokerConfig(timerRocksDBEnable=True), broker_5x=True)

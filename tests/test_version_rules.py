@@ -1,7 +1,7 @@
 """The recovery rules that changed after 5.3.3 (issue 38 part 3, R§12): small synthetic stores on
 which the 5.3 and the 5.4 / 5.5 predictions differ, each test saying which rule makes them differ.
 
-Every store is written once per module (``store_reader.synthetic``, 64 KiB commitlog files) and
+Every store is written once per module (``store_reader.testing.synthetic``, 64 KiB commitlog files) and
 copied per test before it is damaged.
 """
 from __future__ import annotations
@@ -11,9 +11,10 @@ import struct
 
 import pytest
 
-from store_reader import open_store, recovery
-from store_reader.checkpoint import read_checkpoint, write_checkpoint
-from store_reader.synthetic import CrashSpec, SyntheticStoreSpec, write_store
+from store_reader import open_store
+from store_reader.broker import recovery
+from store_reader.formats.checkpoint import read_checkpoint, write_checkpoint
+from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
 pytestmark = [pytest.mark.reader]
 

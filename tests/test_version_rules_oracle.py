@@ -16,8 +16,9 @@ import pytest
 
 import test_refused_stores as refused
 import test_version_rules as vr
-from store_reader import open_store, recovery
-from store_reader.checkpoint import read_checkpoint, write_checkpoint
+from store_reader import open_store
+from store_reader.broker import recovery
+from store_reader.formats.checkpoint import read_checkpoint, write_checkpoint
 
 import oracle
 

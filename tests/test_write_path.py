@@ -16,13 +16,16 @@ import pyarrow as pa
 import pytest
 
 import support
-from jobs import deltasink
+from jobs._spark import deltasink
 from jobs import findings as fnd
 from jobs import recover as job
 from jobs import auditwrite, repairwrite
 from jobs.recoverreport import RunReport
-from jobs.scan import scan_segments
-from store_reader import open_store, placement, publish, recovery, repair, storefs
+from jobs._spark.scan import scan_segments
+from store_reader import open_store
+from store_reader.repair import placement, publish, write as repair
+from store_reader.broker import recovery
+from store_reader.io import storefs
 from store_reader.exceptions import OutputError, StoreReaderError
 
 V4, V5 = support.VERSIONS
@@ -40,7 +43,7 @@ def _source(tmp_path, size: int, seed: int = 1) -> tuple[str, bytes]:
     return str(path), data
 
 
-# -- commitlog copy (store_reader.placement; the ways of placing a whole segment: test_placement.py) --
+# -- commitlog copy (store_reader.repair.placement; the ways of placing a whole segment: test_placement.py) --
 
 @pytest.mark.parametrize("keep", [0, 1, 4095, 4096, 10_000, 20_479, 20_480])
 def test_copy_writes_the_kept_bytes_then_zeros_and_returns_their_digest(tmp_path, monkeypatch, keep):
@@ -367,7 +370,7 @@ def _fake_spark_home(tmp_path, monkeypatch):
 
 
 def test_cds_archive_is_keyed_by_the_spark_jars_and_can_be_turned_off(tmp_path, monkeypatch):
-    from jobs import cds
+    from jobs._spark import cds
 
     jars = _fake_spark_home(tmp_path, monkeypatch)
     first = cds.archive_path()
@@ -380,7 +383,7 @@ def test_cds_archive_is_keyed_by_the_spark_jars_and_can_be_turned_off(tmp_path, 
 
 
 def test_embedded_settings_use_an_archive_only_when_one_exists(tmp_path, monkeypatch):
-    from jobs import cds, sparkutil
+    from jobs._spark import cds, sparkutil
 
     _fake_spark_home(tmp_path, monkeypatch)
     conf = tmp_path / "local.conf"
@@ -402,7 +405,7 @@ def test_embedded_settings_use_an_archive_only_when_one_exists(tmp_path, monkeyp
 
 @pytest.mark.spark
 def test_has_delta_asks_the_jvm_once_per_application(spark, monkeypatch):
-    from jobs import deltasink
+    from jobs._spark import deltasink
 
     deltasink._HAS_DELTA.pop(spark.sparkContext.applicationId, None)
     first = deltasink.has_delta(spark)
@@ -421,7 +424,7 @@ def test_a_job_builds_a_spark_session_only_when_something_asks(tmp_path):
     import subprocess
     import sys
 
-    code = ("from jobs.sparkutil import JobSpark, get_spark\n"
+    code = ("from jobs._spark.sparkutil import JobSpark, get_spark\n"
             "s = get_spark('lazy-session', extra={'spark.ui.showConsoleProgress': 'false'}, session=False)\n"
             "assert isinstance(s, JobSpark), type(s)\n"
             "sessions = s.sparkContext._jvm.org.apache.spark.sql.SparkSession\n"
@@ -451,7 +454,7 @@ def test_built_cds_archive_is_one_the_driver_jvm_maps(tmp_path):
     assert archive.startswith(str(tmp_path / "cds")) and os.path.getsize(archive) > 1 << 20
     name = os.path.basename(archive)
     assert sorted(p.name for p in (tmp_path / "cds").iterdir()) == [name, name + ".size"]  # no .part
-    code = ("from jobs.sparkutil import get_spark\n"
+    code = ("from jobs._spark.sparkutil import get_spark\n"
             "s = get_spark('cds-check', extra={'spark.driver.extraJavaOptions': '-Xshare:on'})\n"
             "print('SUM', s.sparkContext.parallelize(range(10), 2).sum())\n")
     # -Xshare:on holds no "Archive": get_spark adds the archive next to it

@@ -28,7 +28,7 @@ from store_reader.audit.index import verify_index
 from store_reader.audit.queues import verify_consume_queues
 from store_reader.audit.report import Findings
 from store_reader.audit.timer import timer_findings
-from store_reader.recordformat import TIMER_TOPIC
+from store_reader.formats.recordformat import TIMER_TOPIC
 from store_reader.audit.view import StoreView
 
 

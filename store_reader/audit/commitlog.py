@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from store_reader import recordformat as rf
+from store_reader.formats import recordformat as rf
 from store_reader.audit.report import Findings, count_of
 from store_reader.audit.view import StoreView
-from store_reader.checkpoint import lock_status
-from store_reader.commitlog import SegmentSummary
+from store_reader.formats.checkpoint import lock_status
+from store_reader.formats.commitlog import SegmentSummary
 from store_reader.exceptions import CannotRead
 from store_reader.store import Store
 

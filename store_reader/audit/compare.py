@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.findings import INDEX_FINDING_ROW, QUEUE_FINDING_ROW
-from store_reader import recovery
+from store_reader.broker import recovery
 from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.offsets import consumer_offset_findings
 from store_reader.audit.plan import AuditPlan
 from store_reader.audit.queues import BROKER, DISK, compare_queue, rebuilt_entries
 from store_reader.audit.records import entry_rows, flush_grouped, timestamps
-from store_reader.consumequeue import PRE_BLANK_SIZE, CQEntries, decode_entries, read_queue_head, slot_of
+from store_reader.formats.consumequeue import PRE_BLANK_SIZE, CQEntries, decode_entries, read_queue_head, slot_of
 from store_reader.ranges import ascending, consecutive_runs
 from store_reader.store import Store
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from store_reader import dledger
-from store_reader import recordformat as rf
+from store_reader.formats import dledger
+from store_reader.formats import recordformat as rf
 from store_reader.audit.report import Findings, report_runs
 
 

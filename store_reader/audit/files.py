@@ -15,17 +15,17 @@ from store_reader.audit.dledger import dledger_findings
 from store_reader.audit.queues import verify_queue_files
 from store_reader.audit.report import Findings, join_path, norm_path
 from store_reader.audit.timer import timer_findings, timer_queue_range
-from store_reader.checkpoint import CHECKPOINT_FILE_SIZE, read_checkpoint
-from store_reader.config import (ConfigLoad, load_config, read_consumer_offsets, read_delay_offsets,
-                                 read_lmq_consumer_offsets, read_subscription_groups, read_topics)
-from store_reader.controller import EPOCH_FILE, ConfirmOffset, epoch_problems, read_epoch_file
+from store_reader.formats.checkpoint import CHECKPOINT_FILE_SIZE, read_checkpoint
+from store_reader.formats.config import (ConfigLoad, load_config, read_consumer_offsets, read_delay_offsets,
+                                         read_lmq_consumer_offsets, read_subscription_groups, read_topics)
+from store_reader.formats.controller import EPOCH_FILE, ConfirmOffset, epoch_problems, read_epoch_file
 from store_reader.exceptions import ConfigError
-from store_reader.fsutil import list_dir
+from store_reader.io.fsutil import list_dir
 from store_reader.store import Store
 
 if TYPE_CHECKING:
-    from store_reader.commitlog import SegmentSummary
-    from store_reader.recovery import Prediction
+    from store_reader.formats.commitlog import SegmentSummary
+    from store_reader.broker.recovery import Prediction
 
 CONFIG_READERS: dict[str, Callable[[str], ConfigLoad[Any]]] = {
     "consumerOffset.json": read_consumer_offsets,

@@ -22,14 +22,14 @@ import numpy as np
 
 from store_reader.audit.report import Findings, count_of, norm_path, range_text, report_runs, span_text
 from store_reader.audit.view import StoreView
-from store_reader.dispatch import indexable
+from store_reader.broker.dispatch import indexable
 from store_reader.exceptions import CannotRead, FileSizeError, StoreReaderError
-from store_reader.fsutil import list_dir
-from store_reader.indexfile import (HEADER_POSITION, INDEX_ENTRY_SIZE, IndexFile, IndexHeader, entry_position,
-                                    index_file_size, slot_position)
+from store_reader.io.fsutil import list_dir
+from store_reader.formats.indexfile import (HEADER_POSITION, INDEX_ENTRY_SIZE, IndexFile, IndexHeader, entry_position,
+                                            index_file_size, slot_position)
 from store_reader.kernels import native_kernel
 from store_reader.ranges import ascending
-from store_reader.storefs import PathRef, location
+from store_reader.io.storefs import PathRef, location
 
 
 # -- the audit ----------------------------------------------------------------------------------------

@@ -33,12 +33,13 @@ from typing import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from store_reader import dispatch, recovery, salvage
-from store_reader import recordformat as rf
-from store_reader.commitlog import SegmentSummary
-from store_reader.config import (CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS, read_consumer_offsets,
-                                 read_rocksdb_consumer_offsets)
-from store_reader.consumequeue import range_status
+from store_reader.broker import dispatch, recovery
+from store_reader.repair import salvage
+from store_reader.formats import recordformat as rf
+from store_reader.formats.commitlog import SegmentSummary
+from store_reader.formats.config import (CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS, read_consumer_offsets,
+                                         read_rocksdb_consumer_offsets)
+from store_reader.formats.consumequeue import range_status
 from store_reader.store import Store
 
 # GetMessageStatus answered with PULL_OFFSET_MOVED on a master (R§9.2)

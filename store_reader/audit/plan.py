@@ -7,7 +7,7 @@ The audit compares four views of every consume queue entry per (topic, queue id)
 ``disk``
     the entry in the CQ files as they are (all-zero slots are absent);
 ``broker``
-    the entry after the broker's own recovery (``store_reader.recovery.predict``);
+    the entry after the broker's own recovery (``store_reader.broker.recovery.predict``);
 ``rebuilt``
     the entry the commitlog's records below the truncation point give (what the repaired store
     holds): every dispatchable record at its QUEUEOFFSET, LMQ copies included, records behind
@@ -32,15 +32,15 @@ from typing import Sequence
 
 import numpy as np
 
-from store_reader import recordformat as rf
-from store_reader import recovery
-from store_reader.brokerconf import BrokerConfig
-from store_reader.checkpoint import read_checkpoint
-from store_reader.commitlog import SegmentSummary
-from store_reader.consumequeue import CQEntries, list_queue_files, list_queues, slots_per_file
-from store_reader.rocksdbcq import served_consume_queue
-from store_reader.indexfile import IndexHeader, list_index_files, read_header
-from store_reader.repair import part_bucket
+from store_reader.formats import recordformat as rf
+from store_reader.broker import recovery
+from store_reader.formats.brokerconf import BrokerConfig
+from store_reader.formats.checkpoint import read_checkpoint
+from store_reader.formats.commitlog import SegmentSummary
+from store_reader.formats.consumequeue import CQEntries, list_queue_files, list_queues, slots_per_file
+from store_reader.formats.rocksdbcq import served_consume_queue
+from store_reader.formats.indexfile import IndexHeader, list_index_files, read_header
+from store_reader.repair.write import part_bucket
 from store_reader.store import Store
 
 # rows (records and the views' entries) per compare task: bounds a task's memory (~50 bytes a row)
@@ -147,7 +147,7 @@ class AuditPlan:
     index_part_entries: int
     work_dir: str | None
     """The run's scan directory, which the driver and every executor see: the stages exchange
-    their tables there (``jobs.exchange``)."""
+    their tables there (``jobs._spark.exchange``)."""
 
     @property
     def driver_key(self) -> int:

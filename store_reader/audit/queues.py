@@ -15,21 +15,21 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from store_reader import recordformat as rf
+from store_reader.formats import recordformat as rf
 from store_reader.audit.report import (Findings, count_of, join_path, range_text, report_runs, runs,
                                        span_text)
 from store_reader.audit.view import QueueRecords, StoreView
-from store_reader.brokerconf import BrokerConfig
-from store_reader.consumequeue import (ENTRY_INVALID, ENTRY_VALID, PRE_BLANK_SIZE, QueueRef, classify_entries,
-                                       file_name, list_queues, logic_offset_of, read_queue_file, slot_of)
+from store_reader.formats.brokerconf import BrokerConfig
+from store_reader.formats.consumequeue import (ENTRY_INVALID, ENTRY_VALID, PRE_BLANK_SIZE, QueueRef, classify_entries,
+                                               file_name, list_queues, logic_offset_of, read_queue_file, slot_of)
 from store_reader.exceptions import FileSizeError, StoreReaderError
-from store_reader.dispatch import dispatchable
-from store_reader.mappedfile import MappedFile, list_mapped_files
+from store_reader.broker.dispatch import dispatchable
+from store_reader.formats.mappedfile import MappedFile, list_mapped_files
 from store_reader.ranges import consecutive_runs
-from store_reader.recovery import cq_recovery_start
-from store_reader.repair import held_puts
+from store_reader.broker.recovery import cq_recovery_start
+from store_reader.repair.write import held_puts
 from store_reader.store import Store
-from store_reader.storefs import location
+from store_reader.io.storefs import location
 
 # the views a queue row belongs to (bits: a record below the cut is both a record and its rebuilt entry)
 DISK, BROKER, REBUILT, REC = 1, 2, 4, 8

@@ -10,16 +10,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.findings import INDEX_FILE_ENTRY, INDEX_PUT, QUEUE_ROW
-from store_reader import dispatch, recovery
+from store_reader.broker import dispatch, recovery
 from store_reader.audit.plan import AuditPlan
 from store_reader.audit.queues import BEHIND_BAD, BROKER, CRC_BAD, REBUILT, REC
-from store_reader.commitlog import SegmentScan
-from store_reader.consumequeue import CQEntries, decode_entries
-from store_reader.indexfile import IndexFile
+from store_reader.formats.commitlog import SegmentScan
+from store_reader.formats.consumequeue import CQEntries, decode_entries
+from store_reader.formats.indexfile import IndexFile
 from store_reader.ranges import ascending, stable_order
-from store_reader.repair import INDEX_COLUMNS, index_puts
-from store_reader.salvage import lost_mask
-from store_reader.scanned import LOST_COLUMNS, RECORD_COLUMNS, read_puts, read_records
+from store_reader.repair.write import INDEX_COLUMNS, index_puts
+from store_reader.repair.salvage import lost_mask
+from store_reader.repair.scanned import LOST_COLUMNS, RECORD_COLUMNS, read_puts, read_records
 
 # What a segment read again (its kept records lack columns it needs) is read for: the records'
 # columns and where the valid prefix ends always; the lost messages' columns in files reaching past
@@ -201,7 +201,7 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
                  ) -> Iterator[tuple[int, tuple]]:
     """Stage 1 for one commitlog file: its records once, cut into shuffle items (``AuditPlan``).
     ``lost``: the file reaches past the truncation point (bodies are read for the lost messages).
-    ``records``: the run's scan kept them there (``store_reader.scanned``): not read again."""
+    ``records``: the run's scan kept them there (``store_reader.repair.scanned``): not read again."""
     cols = _SCAN_COLUMNS + (LOST_COLUMNS if lost else ["properties"] if plan.config.enableMultiDispatch else [])
     queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
     puts, lost_rows, flush = [], [], []

@@ -11,7 +11,7 @@ import numpy as np
 from store_reader.audit.kinds import INFO_KINDS, finding_kind
 from store_reader.exceptions import StoreReaderError
 from store_reader.ranges import consecutive_runs
-from store_reader.storefs import PathRef, StoreLocation
+from store_reader.io.storefs import PathRef, StoreLocation
 
 MAX_RUNS = 10                     # runs of one anomaly kind reported per file; the rest summed up
 

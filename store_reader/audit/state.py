@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_reader.audit.plan import flush_risk
-from store_reader.commitlog import written_fingerprint
+from store_reader.formats.commitlog import written_fingerprint
 from store_reader.exceptions import UnreadableFileError
-from store_reader.fsutil import hash_tree, mtime_ns
+from store_reader.io.fsutil import hash_tree, mtime_ns
 from store_reader.store import Store
-from store_reader.storefs import location
+from store_reader.io.storefs import location
 
 
 def run_id(job: str, store: Store, version: str, extra: str = "") -> str:

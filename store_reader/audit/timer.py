@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from store_reader import timerrecovery as tr
-from store_reader import timerstore as ts
+from store_reader.broker import timerrecovery as tr
+from store_reader.formats import timerstore as ts
 from store_reader.audit.report import Findings
 from store_reader.exceptions import StoreReaderError
-from store_reader.recordformat import TIMER_TOPIC
+from store_reader.formats.recordformat import TIMER_TOPIC
 from store_reader.store import Store
 
 if TYPE_CHECKING:
-    from store_reader.recovery import Prediction
+    from store_reader.broker.recovery import Prediction
 
 _DROPPED_TEXT = {
     tr.BEYOND_CUT: "pointing at or past the truncation point: the dequeue misses it and drops the message "

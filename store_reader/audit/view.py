@@ -9,16 +9,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store_reader import dledger
-from store_reader import recordformat as rf
-from store_reader import recovery
-from store_reader.checkpoint import read_checkpoint
-from store_reader.commitlog import SegmentScan, SegmentSummary
-from store_reader.controller import ConfirmOffset, correct_confirm_offset
-from store_reader.dispatch import dispatchable, multi_dispatch_targets
+from store_reader.formats import dledger
+from store_reader.formats import recordformat as rf
+from store_reader.broker import recovery
+from store_reader.formats.checkpoint import read_checkpoint
+from store_reader.formats.commitlog import SegmentScan, SegmentSummary
+from store_reader.formats.controller import ConfirmOffset, correct_confirm_offset
+from store_reader.broker.dispatch import dispatchable, multi_dispatch_targets
 from store_reader.exceptions import StoreReaderError
-from store_reader.rocksdbcq import served_consume_queue
-from store_reader.repair import held_puts
+from store_reader.formats.rocksdbcq import served_consume_queue
+from store_reader.repair.write import held_puts
 from store_reader.store import Store
 
 # What the verifier keeps of every intact record: enough to check CQ and index entries against it.

@@ -1,0 +1,1 @@
+"""The Spark plumbing the entry points share: session, daemon, errors, exchange, scan, Delta."""

@@ -1,0 +1,1 @@
+"""What a broker does with its files: versions, dispatch, recovery, pull."""

@@ -1,0 +1,126 @@
+"""What the broker dispatches from a commitlog record (``CommitLogDispatcher``, R§5.3, R§8, F§3.5):
+which records get a consume queue entry, which put index keys and which keys, and the LMQ /
+multi-dispatch copies of a record's entry. The one statement of these rules: the prediction, the
+repair, the audit, ``dump --verify`` and the replica comparison all ask here.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from store_reader.formats import recordformat as rf
+from store_reader.formats.brokerconf import BrokerConfig
+from store_reader.formats.javalang import java_parse_int, java_split
+
+
+# The transaction types (SYSFLAG & TRANSACTION_MASK) ``CommitLogDispatcherBuildConsumeQueue`` gives
+# a consume queue entry: NOT and COMMIT (a PREPARED or ROLLBACK record gets none, F§3.5).
+DISPATCHABLE_TRANSACTION_TYPES = (rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_COMMIT_TYPE)
+
+
+def dispatchable(sys_flag: np.ndarray) -> np.ndarray:
+    """Records ``CommitLogDispatcherBuildConsumeQueue`` gives a consume queue entry
+    (``DISPATCHABLE_TRANSACTION_TYPES``)."""
+    tran = np.asarray(sys_flag) & rf.TRANSACTION_MASK
+    not_type, commit_type = DISPATCHABLE_TRANSACTION_TYPES
+    return (tran == not_type) | (tran == commit_type)
+
+
+def indexable(sys_flag: np.ndarray) -> np.ndarray:
+    """Records ``IndexService#buildIndex`` puts keys for: every transaction type but ROLLBACK
+    (F§7.4; a record without UNIQ_KEY and KEYS puts nothing all the same)."""
+    return (np.asarray(sys_flag) & rf.TRANSACTION_MASK) != rf.TRANSACTION_ROLLBACK_TYPE
+
+
+def _column(records: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
+    c = records.column(name)
+    return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+
+
+def index_key_counts(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Per record (columns sys_flag, uniq_key, key_list): whether ``IndexService#buildIndex`` puts
+    its UNIQ_KEY, and how many KEYS tokens it puts (none for a record ``indexable`` leaves out)."""
+    import pyarrow.compute as pc
+
+    indexed = indexable(_column(records, "sys_flag").to_numpy(zero_copy_only=False))
+    has_uniq = pc.is_valid(_column(records, "uniq_key")).to_numpy(zero_copy_only=False) & indexed
+    n_keys = np.where(indexed, pc.list_value_length(_column(records, "key_list"))
+                      .to_numpy(zero_copy_only=False).astype(np.int64), 0)
+    return has_uniq, n_keys
+
+
+def index_put_keys(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """``IndexService#buildIndex`` keys of records in commitlog order, vectorised: the number of
+    keys each record puts (``index_key_counts``), then per put (UNIQ_KEY, if any, then the KEYS
+    tokens of each record) its record's row and its key, which ``buildKey`` puts behind the
+    record's topic (``javahash.index_key_hashes_of`` hashes ``topic#key``)."""
+    import pyarrow.compute as pc
+
+    has_uniq, n_keys = index_key_counts(records)
+    uniq, key_lists = _column(records, "uniq_key").cast(pa.string()), _column(records, "key_list")
+    counts = has_uniq.astype(np.int64) + n_keys
+    total = int(counts.sum())
+    if not total:
+        return counts, np.zeros(0, np.int64), pa.array([], pa.string())
+    uniq_values = uniq.filter(pa.array(has_uniq))
+    keep = np.repeat(n_keys > 0, pc.list_value_length(key_lists).to_numpy(zero_copy_only=False)
+                     .astype(np.int64))
+    tokens_flat = pc.list_flatten(key_lists).cast(pa.string())
+    if not keep.all():
+        tokens_flat = tokens_flat.filter(pa.array(keep))
+    # position of every key in the put order: a record's UNIQ_KEY first, then its tokens
+    starts = np.cumsum(counts) - counts
+    order = np.empty(total, dtype=np.int64)
+    order[starts[has_uniq]] = np.arange(len(uniq_values))
+    owner = np.repeat(np.arange(len(counts)), n_keys)
+    within = np.arange(len(tokens_flat)) - np.repeat(np.cumsum(n_keys) - n_keys, n_keys)
+    order[starts[owner] + has_uniq[owner] + within] = len(uniq_values) + np.arange(len(tokens_flat))
+    tokens = pa.concat_arrays([uniq_values, tokens_flat]).take(pa.array(order))
+    return counts, np.repeat(np.arange(len(counts)), counts), tokens
+
+
+def multi_dispatch_targets(config: BrokerConfig, broker_5x: bool, topic: str, queue_id: int,
+                           properties: dict[str, str] | None) -> list[tuple[str, int, int]]:
+    """The LMQ / multi-dispatch copies of a record's CQ entry (R§5.3, E#33): (queue topic,
+    queue id, queue offset) from ``INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET``."""
+    if not config.enableMultiDispatch or not properties:
+        return []
+    names = properties.get(rf.PROPERTY_INNER_MULTI_DISPATCH, "")
+    offsets = properties.get(rf.PROPERTY_INNER_MULTI_QUEUE_OFFSET, "")
+    if not names.strip() or not offsets.strip():
+        return []
+    if broker_5x and (topic.startswith(rf.RETRY_GROUP_TOPIC_PREFIX) or topic.startswith(rf.SYSTEM_TOPIC_PREFIX)
+                      or topic == rf.SCHEDULE_TOPIC):
+        return []
+    queue_names, queue_offsets = java_split(names, ","), java_split(offsets, ",")
+    if len(queue_names) != len(queue_offsets):
+        return []
+    out = []
+    for name, off in zip(queue_names, queue_offsets):
+        if broker_5x and "/" in name:
+            continue
+        offset = java_parse_int(off, 64)
+        if offset is None:      # Long.parseLong throws: the broker logs it and this copy is lost
+            continue
+        qid = 0 if config.enableLmq and name.startswith("%LMQ%") else queue_id
+        out.append((name, qid, offset))
+    return out
+
+
+def multi_dispatch_rows(config: BrokerConfig, broker_5x: bool, records: pa.RecordBatch | pa.Table
+                        ) -> list[tuple[int, str, int, int]]:
+    """Every LMQ copy of ``records`` (dispatchable ones, with a ``properties`` column): (row, queue
+    topic, queue id, queue offset) in row order, a row's copies in property order
+    (``multi_dispatch_targets``; only rows carrying INNER_MULTI_DISPATCH are looked at)."""
+    import pyarrow.compute as pc
+
+    props = records.column("properties")
+    has = pc.is_valid(pc.map_lookup(props, rf.PROPERTY_INNER_MULTI_DISPATCH, "first"))
+    rows = np.flatnonzero(has.to_numpy(zero_copy_only=False))
+    out = []
+    for r in rows.tolist():
+        topic, qid = records.column("topic")[r].as_py(), records.column("queue_id")[r].as_py()
+        for name, copy_qid, offset in multi_dispatch_targets(config, broker_5x, topic, qid,
+                                                             dict(props[r].as_py() or [])):
+            out.append((r, name, copy_qid, offset))
+    return out

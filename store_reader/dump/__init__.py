@@ -1,0 +1,1 @@
+"""The dump printers and checks (jobs.dump), Spark-free."""

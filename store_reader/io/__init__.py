@@ -1,0 +1,1 @@
+"""Files and bytes on a local or remote filesystem: nothing RocketMQ."""

@@ -1,0 +1,1 @@
+"""The repaired store: written, placed, published, applied; salvage."""

@@ -1,0 +1,1 @@
+"""The synthetic store writer."""
