@@ -307,7 +307,8 @@ def scan(buf: Any, file_start: int, pos: int, end: int, max_records: int, opts: 
         max_ts = fields["store_timestamp"] if max_ts is None else max(max_ts, fields["store_timestamp"])
         crc_failures += fields["body_crc_ok"] is False or fields["record_crc_ok"] is False
         if fields["sys_flag"] & rf.TRANSACTION_MASK != rf.TRANSACTION_ROLLBACK_TYPE:
-            index_puts += (fields["uniq_key"] is not None) + len(fields["key_list"])
+            index_puts += (fields["uniq_key"] is not None) + len(fields["key_list"]) \
+                + bool(opts.index_tags and fields["tags"])
         n += 1
         pos += step
     return out, n, pos, stop, (first_ts, last_ts, last_pos, crc_failures, index_puts, max_ts)

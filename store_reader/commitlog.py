@@ -45,7 +45,7 @@ def scanner_impl() -> Any:
 def _native_opts(opts: rf.ScanOptions) -> tuple:
     return (opts.check_crc, opts.compute_crc, opts.force_verify_prop_crc, opts.check_dup_info,
             opts.broker_5x, struct.pack(f"<{len(opts.delay_levels_ms)}q", *opts.delay_levels_ms),
-            opts.dledger)
+            opts.dledger, opts.index_tags)
 
 
 def _column_array(name: str, data: Any, n: int) -> pa.Array:
