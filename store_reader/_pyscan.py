@@ -281,8 +281,8 @@ def scan(buf: Any, file_start: int, pos: int, end: int, max_records: int, opts: 
     Returns ``(columns, count, next_pos, stop, stats)``: ``stop`` is None when ``max_records`` were
     read, else ``(outcome, check, declared_size)`` of the record at ``next_pos`` that ended the run;
     ``stats`` is ``(first_store_ts, last_store_ts, last_record_pos, crc_failures, index_puts,
-    max_store_ts)`` of this run; ``index_puts`` counts each record's UNIQ_KEY and KEYS tokens (the
-    index entries it puts), ROLLBACK records aside.
+    max_store_ts)`` of this run; ``index_puts`` counts each record's UNIQ_KEY and KEYS tokens, and
+    its non-empty TAGS with ``opts.index_tags`` (the index entries it puts), ROLLBACK records aside.
     """
     out: dict[str, list] = {c: [] for c in columns}
     want_body = "body" in columns

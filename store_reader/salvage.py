@@ -310,8 +310,8 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
     (``queue_next``: the repaired queues' max offsets; LMQ copies likewise, their
     ``INNER_MULTI_QUEUE_OFFSET`` rewritten), its bytes otherwise as stored (``relocate_record``:
     BODYCRC, UNIQ_KEY and properties kept, ``__CRC32#`` recomputed); its consume queue entries and
-    index puts (``repair.index_puts``, with ``index_tags`` a 5.4+ broker's) written after the repaired ones. ``sources``: commitlog file
-    start -> path of the input files the records are read from."""
+    index puts (``repair.index_puts``; ``index_tags``: a 5.4+ broker's) written after the repaired
+    ones. ``sources``: commitlog file start -> path of the input files the records are read from."""
     from .consumequeue import CQ_ENTRY_DTYPE, write_queue_slots
     from .indexfile import IndexHeader, append_puts, list_index_files, next_index_file_name, read_header
     from .repair import index_puts

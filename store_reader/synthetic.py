@@ -1027,7 +1027,7 @@ def write_store(dest_dir: str | os.PathLike[str], spec: SyntheticStoreSpec | Non
     """Write a complete synthetic store at ``dest_dir`` (created; must not exist or be empty).
 
     Layout (F§1): ``commitlog/`` segments preallocated to ``segment_size``; ``consumequeue/`` for
-    dispatched NOT/COMMIT records; ``index/`` (UNIQ_KEY then KEYS tokens, no ROLLBACK, files cut by
+    dispatched NOT/COMMIT records; ``index/`` (UNIQ_KEY then KEYS tokens, then TAGS for "5.5", no ROLLBACK, files cut by
     capacity); ``checkpoint``; ``config/{topics,consumerOffset,delayOffset}.json``; ``lock``;
     ``broker.conf`` with the sizes used; ``abort`` after a crash; ``abort.bak`` for 5.x.
 

@@ -205,7 +205,8 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
             flush += _flush_partials(_rows(rb, FLUSH_COLUMNS, below), plan)
         if kept.any():
             made_from = _rows(rb, INDEX_COLUMNS, kept) if batch_puts is None else rb
-            p = index_puts(made_from, plan.opts.index_tags, ordered=True) if batch_puts is None else batch_puts.below(plan.end)
+            p = index_puts(made_from, plan.opts.index_tags, ordered=True) if batch_puts is None \
+                else batch_puts.below(plan.end)
             code = _topic_codes(made_from.column("topic"), p.record_row, topic_no)
             puts.append(pa.table([pa.array(code), pa.array(p.key_hash.astype(np.int32)), pa.array(p.phy)],
                                  schema=INDEX_PUTS))
