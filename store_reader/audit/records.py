@@ -185,7 +185,7 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
     ``lost``: the file reaches past the truncation point (bodies are read for the lost messages).
     ``records``: the run's scan kept them there (``store_reader.scanned``): not read again."""
     cols = _SCAN_COLUMNS + (LOST_COLUMNS if lost else ["properties"] if plan.config.enableMultiDispatch else [])
-    cols += ["tags"] if plan.opts.index_tags and "tags" not in cols else []
+    cols += [] if "tags" in cols else ["tags"]           # INDEX_COLUMNS (5.4+ tag keys)
     queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
     puts, lost_rows, flush = [], [], []
     topic_no: dict[str, int] = {}
