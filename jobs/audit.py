@@ -135,7 +135,7 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     with records_dir(run_id, scan_dir) as kept:
         passes = []
         t = time.monotonic()
-        opts = store.scan_options(broker_5x=recovery.is_5x(version))
+        opts = store.scan_options(broker_5x=recovery.is_5x(version), index_tags=recovery.index_tag_keys(version))
         scan = scan_once(spark, store, opts, kept, [f.path for f in to_scan])
         scanned = scan.summaries
         by_name = {s.segment: s for s in scanned}

@@ -28,10 +28,10 @@ log = logging.getLogger("jobs.recover")
 ENTRIES_PER_REBUILD_TASK = 1_000_000
 
 
-def _rebuild_scan_options(store: Store, broker_5x: bool) -> ScanOptions:
+def _rebuild_scan_options(store: Store, broker_5x: bool, index_tags: bool = False) -> ScanOptions:
     # records below the cut passed the broker's checks already: headers only (no CRC)
     return ScanOptions(check_crc=False, compute_crc=False, broker_5x=broker_5x,
-                       delay_levels_ms=tuple(store.config.delay_levels_ms))
+                       delay_levels_ms=tuple(store.config.delay_levels_ms), index_tags=index_tags)
 
 
 def surviving_records(spark, store: Store, end: int, broker_5x: bool, buckets: int,
@@ -134,17 +134,19 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
 
 
 def index_put_counts(spark, store: Store, summaries: Sequence[SegmentSummary], end: int,
-                     broker_5x: bool, records: dict[str, str] | None = None) -> list[tuple[int, int]]:
+                     broker_5x: bool, index_tags: bool, records: dict[str, str] | None = None
+                     ) -> list[tuple[int, int]]:
     """Per commitlog file below ``end``: its records' index puts and their latest store time,
-    which cut the puts into index files (``repair.index_file_plan``). From the scan's summaries;
-    a file the rebuild reads past its valid prefix is counted again, a task each."""
+    which cut the puts into index files (``repair.index_file_plan``). From the scan's summaries
+    (scanned with the same ``index_tags``); a file the rebuild reads past its valid prefix is
+    counted again, a task each. ``index_tags``: ``recovery.index_tag_keys`` of the version."""
     files = [f.path for f in store.commitlog_files if f.start < end]
-    opts = _rebuild_scan_options(store, broker_5x)
+    opts = _rebuild_scan_options(store, broker_5x, index_tags)
     kept = kept_reader(records, repair.INDEX_COLUMNS)
 
     def count(path: str) -> tuple[int, int]:
         return repair.segment_index_counts(path, opts, end) if kept is None \
-            else repair.index_counts_of(kept(path), end)
+            else repair.index_counts_of(kept(path), end, index_tags)
 
     def recount(again: list[int]) -> list[tuple[int, int]]:
         return spark.sparkContext.parallelize([files[i] for i in again], len(again)).map(count).collect()
@@ -152,7 +154,7 @@ def index_put_counts(spark, store: Store, summaries: Sequence[SegmentSummary], e
     return repair.index_put_counts(summaries, end, recount)
 
 
-def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_dir: str,
+def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_tags: bool, index_dir: str,
                         counts: list[tuple[int, int]], records: dict[str, str] | None = None,
                         digests: dict[str, str] | None = None) -> list[IndexHeader]:
     """Fresh index files under ``index_dir`` from every record below ``end`` (``counts``: from
@@ -167,7 +169,7 @@ def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_di
     if not cfg.messageIndexEnable or not counts:
         return []
     files = [f.path for f in store.commitlog_files if f.start < end]
-    opts = _rebuild_scan_options(store, broker_5x)
+    opts = _rebuild_scan_options(store, broker_5x, index_tags)
     plan = repair.index_file_plan([n for n, _ in counts], cfg.maxIndexNum)
     tasks = [(k, [(files[i], lo, hi) for i, lo, hi in ranges]) for k, ranges in enumerate(plan)]
     if not tasks:

@@ -123,7 +123,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
                      keep_consumer_offsets: bool, started: float, audited_at, kept: str,
                      link_commitlog: bool = False, salvage: bool = False) -> RunReport:
     t = time.monotonic()
-    opts = store.scan_options(broker_5x=recovery.is_5x(version))
+    opts = store.scan_options(broker_5x=recovery.is_5x(version), index_tags=recovery.index_tag_keys(version))
     scan = scan_once(spark, store, opts, kept)
     summaries = scan.summaries
     scan_done = time.monotonic()

@@ -79,6 +79,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
     the kept queues' ranges, the salvage and the manifest, waits for it)."""
     pred = report.prediction
     version_5x = recovery.is_5x(pred.broker_version)
+    index_tags = recovery.index_tag_keys(pred.broker_version)
     cfg = store.config
     end = pred.max_phy_offset
     cancel = cancel or threading.Event()
@@ -114,8 +115,8 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                 index_submitted.set()  # the queue job builds its RDD first: this job is queued ahead
                 passes.check()
                 digests: dict[str, str] = {}       # hashed by the tasks that wrote them
-                headers = rebuild_index_files(spark, store, end, version_5x, str(tmp / "index"), counts, records,
-                                              digests)
+                headers = rebuild_index_files(spark, store, end, version_5x, index_tags, str(tmp / "index"), counts,
+                                              records, digests)
                 report.log_pass("rebuild index", t, f"{len(headers)} files, "
                                 f"{sum(h.index_count - 1 for h in headers)} entries")
                 return headers, {f"index/{name}": d for name, d in digests.items()}
@@ -140,7 +141,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             copying = passes.submit(commitlog)
             t = time.monotonic()
             counts = passes.result(passes.submit(index_put_counts, spark, store, report.summaries, end,
-                                                 version_5x, records))
+                                                 version_5x, index_tags, records))
             indexing = passes.submit(index_files, counts, t)
             queueing = passes.submit(consume_queues)
             headers, index_digests = passes.result(indexing)

@@ -109,7 +109,7 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
     try:
         with publish.work_directory(f".{os.path.basename(out)}.tmp-", str(os.getpid()),
                                     os.path.dirname(out)) as work:
-            parts = export_parts(spark, segments, end, audit_scan_options(store, broker_5x), work, fmt)
+            parts = export_parts(spark, segments, end, audit_scan_options(store, version), work, fmt)
             tmp = os.path.join(work, "assembled")
             sv.assemble([p for p, _ in parts], tmp, fmt)
             publish.publish_file(tmp, out, overwrite)
@@ -134,14 +134,14 @@ def reappend(spark, store, pred: recovery.Prediction, summaries, out_root: str, 
                                "appending there would overwrite records it serves", store.commitlog_dirs[0])
     broker_5x = recovery.is_5x(pred.broker_version)
     segments = sv.lost_segments(summaries, end, sv.cut_segment(pred))
-    opts = audit_scan_options(store, broker_5x)
+    opts = audit_scan_options(store, pred.broker_version)
     tables = spark.sparkContext.parallelize(segments, len(segments)).map(
         lambda s: sv.resend_records(s, end, opts)).collect() if segments else []
     records = pa.concat_tables(tables) if tables else sv.empty_resend()
     queue_next = {(t, q): hi for t, q, hi in zip(*(queues.column(c).to_pylist()
                                                    for c in ("topic", "queue_id", "max_offset")))}
     return sv.reappend(records, {s.file_start: s.path for s in segments}, out_root, end,
-                       cfg.mappedFileSizeCommitLog, queue_next, cfg, broker_5x)
+                       cfg.mappedFileSizeCommitLog, queue_next, cfg, broker_5x, opts.index_tags)
 
 
 def audit_rows(r: sv.Reappended, run_id: str, store_id: str, audited_at) -> pa.Table:

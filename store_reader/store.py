@@ -100,10 +100,11 @@ class Store:
             return f"the commitlog directory is missing{dirs}"
         return f"the commitlog directory holds no commitlog file{dirs}"
 
-    def scan_options(self, broker_5x: bool | None = None, compute_crc: bool = True) -> ScanOptions:
+    def scan_options(self, broker_5x: bool | None = None, compute_crc: bool = True, index_tags: bool = False
+                     ) -> ScanOptions:
         if broker_5x is None:
             broker_5x = self.looks_5x()
-        opts = ScanOptions.for_broker(self.config, broker_5x, compute_crc=compute_crc)
+        opts = ScanOptions.for_broker(self.config, broker_5x, compute_crc=compute_crc, index_tags=index_tags)
         return dataclasses.replace(opts, dledger=True) if self.dledger is not None else opts
 
     def scan_commitlog(self, columns: Sequence[str] | None = None, opts: ScanOptions | None = None,

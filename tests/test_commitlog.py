@@ -7,6 +7,8 @@ valid data. The same tests run with the native scanner and with the pure-Python 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import support
@@ -86,16 +88,24 @@ def test_segment_summaries_end_where_the_broker_did(case):
 @pytest.mark.parametrize("case", LOADED, ids=support.case_id)
 def test_segment_summaries_count_the_valid_prefix_index_puts(case):
     """The scan's running count (what plans the index rebuild without another pass) against the
-    decoded columns: UNIQ_KEY and KEYS tokens of every record but a ROLLBACK one."""
+    decoded columns: UNIQ_KEY and KEYS tokens of every record but a ROLLBACK one, and with
+    ``index_tags`` (5.4+) each non-empty TAGS too."""
     version, scenario = case
     store = open_store(support.input_store(version, scenario), support.broker_conf(version, scenario))
+    tagged = 0
     for f in store.commitlog_files:
         table, s = scan_segment(f.path, _opts(version), columns=["sys_flag", "store_timestamp",
-                                                                 "uniq_key", "key_list"])
+                                                                 "uniq_key", "key_list", "tags"])
         rows = [r for r in table.to_pylist() if r["sys_flag"] & 0xC != 0xC]
         want = sum((r["uniq_key"] is not None) + len(r["key_list"]) for r in rows)
         assert s.index_puts == want, f.name
+        tags = sum(bool(r["tags"]) for r in rows)
+        _, with_tags = scan_segment(f.path, dataclasses.replace(_opts(version), index_tags=True),
+                                    columns=["phy_offset"])
+        assert with_tags.index_puts == want + tags, f.name
+        tagged += tags
         assert s.max_store_timestamp == max(table["store_timestamp"].to_pylist(), default=None)
+    assert tagged or not store.commitlog_files
 
 
 @pytest.mark.parametrize("scenario", ["torn-middle-crc", "torn-middle-magic", "crash-ckpt-mid-torn-crc"])

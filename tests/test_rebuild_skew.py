@@ -246,7 +246,7 @@ def test_index_put_counts_from_the_scan_equal_a_recount(spark, tmp_path, damage)
     opts = ScanOptions(check_crc=False, compute_crc=False, broker_5x=True)
     recount = [repair.segment_index_counts(f.path, opts, end) for f in store.commitlog_files if f.start < end]
     assert len(recount) > 3 and all(n > 0 for n, _ in recount)
-    assert index_put_counts(spark, store, summaries, end, True) == recount
+    assert index_put_counts(spark, store, summaries, end, True, False) == recount
     from_scan = [(s.index_puts, s.max_store_timestamp) for s in summaries[:len(recount)]]
     assert (from_scan[0] != recount[0]) == damage.startswith("crc")
     assert from_scan[1:] == recount[1:]
@@ -258,8 +258,8 @@ def test_index_files_built_one_task_each_equal_one_sequential_build(spark, hot_s
     cfg = store.config
     out = tmp_path / "index"
     out.mkdir()
-    counts = index_put_counts(spark, store, scan_segments(spark, store, store.scan_options(True)), end, True)
-    headers = rebuild_index_files(spark, store, end, True, str(out), counts)
+    counts = index_put_counts(spark, store, scan_segments(spark, store, store.scan_options(True)), end, True, False)
+    headers = rebuild_index_files(spark, store, end, True, False, str(out), counts)
     # reference: every put of the records below the cut in commitlog order, one build_index_files
     opts = ScanOptions(check_crc=False, compute_crc=False, broker_5x=True)
     kh, phy, ts, stamps = [], [], [], []

@@ -40,7 +40,7 @@ def scan_once(spark, store: Store, opts: ScanOptions, records_dir: str, paths: l
     paths = [f.path for f in store.commitlog_files] if paths is None else paths
     if not paths:
         return Scan([], {}, {})
-    cols, lost = scanned.columns_for(store.config, opts.broker_5x)
+    cols, lost = scanned.columns_for(store.config, opts.broker_5x, opts.index_tags)
     got = spark.sparkContext.parallelize(paths, len(paths)).map(
         lambda p: scanned.scan_segment(p, opts, records_dir, cols, lost)).collect()
     return Scan([g.summary for g in got], {g.summary.segment: g.records_path for g in got},

@@ -674,6 +674,7 @@ static int fixed_width(enum col_kind k) {
 typedef struct {
     bool check_crc, compute_crc, force_verify_prop_crc, check_dup_info, broker_5x;
     bool dledger; /* F§16: each record inside a DLedger entry */
+    bool index_tags; /* 5.4+: buildIndex also puts topic#T#TAGS (F§7.4) */
     int64_t *delay_ms; /* level 1..n_delay */
     int64_t n_delay;
 } opts_t;
@@ -1588,20 +1589,21 @@ static bool scan_alloc_scratch(scan_t *sc) {
 /* Python glue                                                                                    */
 /* ============================================================================================== */
 
-/* opts = (check_crc, compute_crc, force_verify_prop_crc, check_dup_info, broker_5x, delay_levels)
- * with delay_levels the little-endian int64 delays of levels 1..n (commitlog._native_opts). */
+/* opts = (check_crc, compute_crc, force_verify_prop_crc, check_dup_info, broker_5x, delay_levels,
+ * dledger, index_tags) with delay_levels the little-endian int64 delays of levels 1..n
+ * (commitlog._native_opts). */
 static int parse_opts(PyObject *obj, opts_t *o) {
     memset(o, 0, sizeof(*o));
-    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 7) {
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 8) {
         PyErr_SetString(PyExc_ValueError,
-                        "opts must be a 7-tuple (check_crc, compute_crc, force_verify_prop_crc, "
-                        "check_dup_info, broker_5x, delay_levels, dledger)");
+                        "opts must be an 8-tuple (check_crc, compute_crc, force_verify_prop_crc, "
+                        "check_dup_info, broker_5x, delay_levels, dledger, index_tags)");
         return -1;
     }
-    bool *flags[6] = {&o->check_crc, &o->compute_crc, &o->force_verify_prop_crc, &o->check_dup_info,
-                      &o->broker_5x, &o->dledger};
-    for (int i = 0; i < 6; i++) {
-        int t = PyObject_IsTrue(PyTuple_GET_ITEM(obj, i < 5 ? i : 6));
+    bool *flags[7] = {&o->check_crc, &o->compute_crc, &o->force_verify_prop_crc, &o->check_dup_info,
+                      &o->broker_5x, &o->dledger, &o->index_tags};
+    for (int i = 0; i < 7; i++) {
+        int t = PyObject_IsTrue(PyTuple_GET_ITEM(obj, i < 5 ? i : i + 1));
         if (t < 0) return -1;
         *flags[i] = t != 0;
     }
@@ -1682,7 +1684,8 @@ PyDoc_STRVAR(scan_doc,
 "its Arrow buffers; stop is None when max_records were read (or a string column reached Arrow's\n"
 "2 GiB offset limit), else (outcome, check_code, declared_size or None) of the record at\n"
 "next_pos; stats = (first_store_ts, last_store_ts, last_record_pos, crc_failures, index_puts,\n"
-"max_store_ts): index_puts counts each record's UNIQ_KEY and KEYS tokens, ROLLBACK records aside.");
+"max_store_ts): index_puts counts each record's UNIQ_KEY and KEYS tokens (and non-empty TAGS with\n"
+"index_tags), ROLLBACK records aside.");
 
 static PyObject *py_scan(PyObject *self, PyObject *args) {
     PyObject *buf_obj, *opts_obj, *columns_obj;
@@ -1827,7 +1830,8 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
         last_pos = at;
         crc_failures += r.body_crc_ok == 0 || r.record_crc_ok == 0;
         if ((r.sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_ROLLBACK_TYPE)
-            index_puts += (r.prop[P_UNIQ_KEY].p != NULL) + key_count(r.prop[P_KEYS]);
+            index_puts += (r.prop[P_UNIQ_KEY].p != NULL) + key_count(r.prop[P_KEYS])
+                          + (sc->opts.index_tags && r.prop[P_TAGS].p != NULL && r.prop[P_TAGS].n > 0);
         n++;
         p += step;
     }

@@ -92,9 +92,10 @@ def flush_risk(store: Store) -> FlushRisk:
         ("index", ckpt.index_msg_timestamp)))
 
 
-def audit_scan_options(store: Store, broker_5x: bool) -> rf.ScanOptions:
+def audit_scan_options(store: Store, version: str) -> rf.ScanOptions:
     """Header checks only (as the broker's dispatch reads records), CRCs computed to flag damage."""
-    return replace(store.scan_options(broker_5x=broker_5x), check_crc=False, compute_crc=True)
+    return replace(store.scan_options(broker_5x=recovery.is_5x(version), index_tags=recovery.index_tag_keys(version)),
+                   check_crc=False, compute_crc=True)
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summar
                 if f.built is not None]
     return AuditPlan(
         end=pred.max_phy_offset, min_phy=pred.min_phy_offset, broker_5x=broker_5x, config=cfg,
-        opts=audit_scan_options(store, broker_5x), buckets=buckets, file_size=file_size,
+        opts=audit_scan_options(store, pred.broker_version), buckets=buckets, file_size=file_size,
         first_segment=first, segments=last - first + 1, scope=scope,
         broker_min={k: q.min_offset for k, q in pred.consume_queues.items()}, queue_buckets=queue_buckets,
         disk_queues=disk_queues, disk_units=disk_units,

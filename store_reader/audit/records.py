@@ -203,6 +203,7 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
     ``lost``: the file reaches past the truncation point (bodies are read for the lost messages).
     ``records``: the run's scan kept them there (``store_reader.repair.scanned``): not read again."""
     cols = _SCAN_COLUMNS + (LOST_COLUMNS if lost else ["properties"] if plan.config.enableMultiDispatch else [])
+    cols += [] if "tags" in cols else ["tags"]           # INDEX_COLUMNS (5.4+ tag keys)
     queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
     puts, lost_rows, flush = [], [], []
     topic_no: dict[str, int] = {}
@@ -222,7 +223,8 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
             flush += _flush_partials(_rows(rb, FLUSH_COLUMNS, below), plan)
         if kept.any():
             made_from = _rows(rb, INDEX_COLUMNS, kept) if batch_puts is None else rb
-            p = index_puts(made_from, ordered=True) if batch_puts is None else batch_puts.below(plan.end)
+            p = index_puts(made_from, plan.opts.index_tags, ordered=True) if batch_puts is None \
+                else batch_puts.below(plan.end)
             code = _topic_codes(made_from.column("topic"), p.record_row, topic_no)
             puts.append(pa.table([pa.array(code), pa.array(p.key_hash.astype(np.int32)), pa.array(p.phy)],
                                  schema=INDEX_PUTS))

@@ -23,7 +23,7 @@ from store_reader.store import Store
 
 # What the verifier keeps of every intact record: enough to check CQ and index entries against it.
 VERIFY_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
-                  "sys_flag", "uniq_key", "key_list", "valid_prefix"]
+                  "sys_flag", "uniq_key", "key_list", "tags", "valid_prefix"]
 
 
 @dataclass
@@ -38,7 +38,7 @@ class RecordTable:
     queue_id: np.ndarray
     queue_offset: np.ndarray
     tran: np.ndarray              # SYSFLAG & TRANSACTION_MASK
-    keyed: np.ndarray             # has UNIQ_KEY or KEYS tokens (what the index builder puts)
+    keyed: np.ndarray             # has UNIQ_KEY, KEYS tokens or (5.4+) TAGS (what the index builder puts)
     valid_prefix: np.ndarray
 
     @classmethod
@@ -76,10 +76,13 @@ class RecordTable:
                 f"{rf.TRAN_NAMES[int(self.tran[row])]}")
 
 
-def verify_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """A scanned batch reduced to what the checks need (``keyed`` instead of the key columns)."""
+def verify_batch(batch: pa.RecordBatch, index_tags: bool) -> pa.RecordBatch:
+    """A scanned batch reduced to what the checks need (``keyed`` instead of the key columns;
+    ``index_tags``: a 5.4+ broker also indexes TAGS, ``dispatch.index_key_counts``)."""
     keyed = pc.or_(pc.is_valid(batch.column("uniq_key")),
                    pc.fill_null(pc.greater(pc.list_value_length(batch.column("key_list")), 0), False))
+    if index_tags:
+        keyed = pc.or_(keyed, pc.fill_null(pc.greater(pc.binary_length(batch.column("tags")), 0), False))
     keep = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag"]
     return pa.RecordBatch.from_arrays(
         [batch.column(n) for n in keep] + [keyed, batch.column("valid_prefix")],
@@ -104,7 +107,7 @@ class StoreView:
         self.config = store.config
         self.version = store.broker_version()
         self.broker_5x = recovery.is_5x(self.version)
-        self.opts = store.scan_options(broker_5x=self.broker_5x)
+        self.opts = store.scan_options(broker_5x=self.broker_5x, index_tags=recovery.index_tag_keys(self.version))
         self._summaries: list[SegmentSummary] | None = None
         self._records: RecordTable | None = None
         self._recovery: tuple[int, int, int, int] | None = None
@@ -122,7 +125,7 @@ class StoreView:
             scan = SegmentScan(f.path, self.opts, columns=VERIFY_COLUMNS if records else [],
                                include_lost=records)
             for b in scan:
-                batches.append(verify_batch(b))
+                batches.append(verify_batch(b, self.opts.index_tags))
             summaries.append(scan.summary)
         self._summaries = summaries
         if records:

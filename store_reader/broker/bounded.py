@@ -76,7 +76,7 @@ def predict(store: Store, broker_version: str | None = None, walk: Walker | None
     ``walk``: how a file is walked (default: summarised here, the replay reading it again);
     ``kwargs``: ``recovery.predict``'s (the replay's ``records`` and ``puts`` where ``walk`` kept them)."""
     version = recovery.resolve_version(broker_version or store.broker_version())
-    opts = store.scan_options(broker_5x=recovery.is_5x(version))
+    opts = store.scan_options(broker_5x=recovery.is_5x(version), index_tags=recovery.index_tag_keys(version))
     segments = Segments(store.commitlog_files, opts,
                         walk or (lambda files: [summarize_segment(f.path, opts) for f in files]))
     return recovery.predict(store, version, segments=segments, **kwargs), segments

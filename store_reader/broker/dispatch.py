@@ -37,28 +37,42 @@ def _column(records: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
     return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
 
 
-def index_key_counts(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """Per record (columns sys_flag, uniq_key, key_list): whether ``IndexService#buildIndex`` puts
-    its UNIQ_KEY, and how many KEYS tokens it puts (none for a record ``indexable`` leaves out)."""
+# ``MessageConst.INDEX_TAG_TYPE``: from 5.4.0 ``IndexService#buildIndex`` also puts, after the
+# UNIQ_KEY and KEYS tokens, ``topic#T#TAGS`` for a record with a non-empty TAGS property (F§7.4).
+INDEX_TAG_TYPE = "T"
+
+
+def index_key_counts(records: pa.RecordBatch | pa.Table, tag_keys: bool
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per record (columns sys_flag, uniq_key, key_list, and tags with ``tag_keys``): whether
+    ``IndexService#buildIndex`` puts its UNIQ_KEY, how many KEYS tokens it puts, and whether it
+    puts its tag key (``tag_keys``: a 5.4+ broker, ``INDEX_TAG_TYPE``); nothing for a record
+    ``indexable`` leaves out."""
     import pyarrow.compute as pc
 
     indexed = indexable(_column(records, "sys_flag").to_numpy(zero_copy_only=False))
     has_uniq = pc.is_valid(_column(records, "uniq_key")).to_numpy(zero_copy_only=False) & indexed
     n_keys = np.where(indexed, pc.list_value_length(_column(records, "key_list"))
                       .to_numpy(zero_copy_only=False).astype(np.int64), 0)
-    return has_uniq, n_keys
+    if tag_keys:
+        tags = _column(records, "tags")
+        has_tag = pc.fill_null(pc.greater(pc.binary_length(tags), 0), False).to_numpy(zero_copy_only=False) & indexed
+    else:
+        has_tag = np.zeros(len(indexed), dtype=bool)
+    return has_uniq, n_keys, has_tag
 
 
-def index_put_keys(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+def index_put_keys(records: pa.RecordBatch | pa.Table, tag_keys: bool) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """``IndexService#buildIndex`` keys of records in commitlog order, vectorised: the number of
     keys each record puts (``index_key_counts``), then per put (UNIQ_KEY, if any, then the KEYS
-    tokens of each record) its record's row and its key, which ``buildKey`` puts behind the
-    record's topic (``javahash.index_key_hashes_of`` hashes ``topic#key``)."""
+    tokens, then ``T#TAGS`` with ``tag_keys``, of each record) its record's row and its key, which
+    ``buildKey`` puts behind the record's topic (``javahash.index_key_hashes_of`` hashes
+    ``topic#key``)."""
     import pyarrow.compute as pc
 
-    has_uniq, n_keys = index_key_counts(records)
+    has_uniq, n_keys, has_tag = index_key_counts(records, tag_keys)
     uniq, key_lists = _column(records, "uniq_key").cast(pa.string()), _column(records, "key_list")
-    counts = has_uniq.astype(np.int64) + n_keys
+    counts = has_uniq.astype(np.int64) + n_keys + has_tag
     total = int(counts.sum())
     if not total:
         return counts, np.zeros(0, np.int64), pa.array([], pa.string())
@@ -68,14 +82,20 @@ def index_put_keys(records: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.n
     tokens_flat = pc.list_flatten(key_lists).cast(pa.string())
     if not keep.all():
         tokens_flat = tokens_flat.filter(pa.array(keep))
-    # position of every key in the put order: a record's UNIQ_KEY first, then its tokens
+    values = [uniq_values, tokens_flat]
+    # position of every key in the put order: a record's UNIQ_KEY first, then its tokens, then its tag
     starts = np.cumsum(counts) - counts
     order = np.empty(total, dtype=np.int64)
     order[starts[has_uniq]] = np.arange(len(uniq_values))
     owner = np.repeat(np.arange(len(counts)), n_keys)
     within = np.arange(len(tokens_flat)) - np.repeat(np.cumsum(n_keys) - n_keys, n_keys)
     order[starts[owner] + has_uniq[owner] + within] = len(uniq_values) + np.arange(len(tokens_flat))
-    tokens = pa.concat_arrays([uniq_values, tokens_flat]).take(pa.array(order))
+    if has_tag.any():
+        tag_values = pc.binary_join_element_wise(
+            INDEX_TAG_TYPE, _column(records, "tags").cast(pa.string()).filter(pa.array(has_tag)), "#")
+        order[starts[has_tag] + counts[has_tag] - 1] = len(uniq_values) + len(tokens_flat) + np.arange(len(tag_values))
+        values.append(tag_values)
+    tokens = pa.concat_arrays(values).take(pa.array(order))
     return counts, np.repeat(np.arange(len(counts)), counts), tokens
 
 

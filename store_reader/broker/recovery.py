@@ -86,6 +86,11 @@ def since(version: str, introduced: str) -> bool:
     return VERSIONS.index(resolve_version(version)) >= VERSIONS.index(introduced)
 
 
+def index_tag_keys(version: str) -> bool:
+    """Whether ``IndexService#buildIndex`` also puts ``topic#T#TAGS`` (5.4.0 on, F§7.4)."""
+    return since(version, V54)
+
+
 # -- a consume queue as the broker holds it in memory ------------------------------------------------
 
 def cq_recovery_start(n_files: int) -> int:
@@ -840,10 +845,13 @@ class IndexDispatch:
     PENDING = 4          # batches queued for the thread at most
 
     def __init__(self, config: BrokerConfig, start_header: IndexHeader, base: PathRef | None,
-                 scratch: ScratchDir) -> None:
+                 scratch: ScratchDir, tag_keys: bool) -> None:
         """``start_header``: where the puts start (``IndexHeader.after_load``); ``base``: the file
-        it heads when that file is continued, None for a fresh file."""
+        it heads when that file is continued, None for a fresh file; ``tag_keys``: records put
+        their tag key too (``dispatch.index_put_keys``)."""
         from concurrent.futures import ThreadPoolExecutor
+
+        self.tag_keys = tag_keys
 
         self.hash_slot_num, self.index_num = config.maxHashSlotNum, config.maxIndexNum
         self.size = config.index_file_size
@@ -867,7 +875,7 @@ class IndexDispatch:
         """``puts``: the keys of the batch's records as the run's scan hashed them (those of
         other records too), or None (built and hashed here)."""
         if puts is None:
-            counts, rows, keys = index_put_keys(batch)
+            counts, rows, keys = index_put_keys(batch, self.tag_keys)
         else:
             puts, counts = puts.of_records(batch.column("phy_offset").to_numpy())
         cand = np.flatnonzero(counts > 0)
@@ -957,8 +965,9 @@ class Dispatched:
 
     def add(self, batch: pa.RecordBatch, puts: IndexPuts | None = None) -> None:
         """Dispatched records (columns phy_offset, stored_phy_offset, store_timestamp, sys_flag,
-        topic, uniq_key, key_list) to the index: every record but a ROLLBACK one puts
-        ``topic#UNIQ_KEY`` then ``topic#token`` per KEYS token (F§7.4); ``puts``: those keys as
+        topic, uniq_key, key_list, tags) to the index: every record but a ROLLBACK one puts
+        ``topic#UNIQ_KEY`` then ``topic#token`` per KEYS token, then (5.4+) ``topic#T#TAGS``
+        (F§7.4); ``puts``: those keys as
         the run's scan hashed them (``IndexDispatch._add``)."""
         self.records += batch.num_rows
         if batch.num_rows and "total_size" in batch.schema.names:
@@ -1000,7 +1009,8 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
 
     cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
             "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list"]
-    cols += ["tags", "delay_level"] if no_delay_levels else []
+    cols += ["tags"] if no_delay_levels or opts.index_tags else []
+    cols += ["delay_level"] if no_delay_levels else []
     cols += ["properties"] if store.config.enableMultiDispatch else []
     for s in summaries[from_index:]:
         if s.file_start + s.file_size <= begin or s.file_start >= end:
@@ -1143,7 +1153,7 @@ def predict(store: Store, broker_version: str | None = None,
                                     "dispatches again from the lowest offset of its RocksDB index and "
                                     "transaction stores (commitLogDispatchStores), which this tool does not "
                                     "model (R§15.1)", store.config.source)
-    opts = store.scan_options(broker_5x=broker_5x)
+    opts = store.scan_options(broker_5x=broker_5x, index_tags=index_tag_keys(version))
     if rocksdb and not broker_5x:
         raise UnsupportedStoreError(f"consume queues kept in RocksDB (storeType=defaultRocksDB): a "
                                     f"{version} broker has no RocksDB consume queue (5.x only)",
@@ -1186,7 +1196,7 @@ def predict(store: Store, broker_version: str | None = None,
     pred.max_phy_offset, pred.commitlog_files, pred.deleted_commitlog_files = end, files, deleted
     pred.min_phy_offset = files[0].start if files else -1
     kept_index, index_dispatch = index_files_at_load(store, abnormal, ckpt.index_msg_timestamp,
-                                                     ScratchDir(scratch))
+                                                     ScratchDir(scratch), opts.index_tags)
     if on_cut is not None:
         on_cut(pred)
     if not summaries:           # R§4.6: every consume queue is destroyed (the queues stay, empty)
@@ -1331,11 +1341,12 @@ class PredictedIndexFile:
         return IndexFile(self.built or self.path, config.maxHashSlotNum, config.maxIndexNum)
 
 
-def index_files_at_load(store: Store, abnormal: bool, index_msg_timestamp: int, scratch: ScratchDir
-                        ) -> tuple[list[PredictedIndexFile], IndexDispatch | None]:
+def index_files_at_load(store: Store, abnormal: bool, index_msg_timestamp: int, scratch: ScratchDir,
+                        tag_keys: bool) -> tuple[list[PredictedIndexFile], IndexDispatch | None]:
     """R§8: the index files ``IndexService#load`` keeps (after a crash, none that ends after the
     checkpoint's indexMsgTimestamp) and the index dispatch that continues them (None when
-    ``messageIndexEnable`` is off): into the last file unless it is full."""
+    ``messageIndexEnable`` is off): into the last file unless it is full. ``tag_keys``:
+    ``index_tag_keys`` of the broker's version."""
     cfg = store.config
     files = []
     for ref in list_index_files(store.index_dir, cfg.index_file_size, strict=False):
@@ -1347,9 +1358,9 @@ def index_files_at_load(store: Store, abnormal: bool, index_msg_timestamp: int, 
         return files, None
     last = files[-1] if files else None
     if last is None:
-        return files, IndexDispatch(cfg, IndexHeader.first(), None, scratch)   # a fresh first file
+        return files, IndexDispatch(cfg, IndexHeader.first(), None, scratch, tag_keys)   # a fresh first file
     header, continued = last.header.after_load(cfg.maxIndexNum)
-    return files, IndexDispatch(cfg, header, last.path if continued else None, scratch)
+    return files, IndexDispatch(cfg, header, last.path if continued else None, scratch, tag_keys)
 
 
 def predict_index(files: list[PredictedIndexFile], index_msg_timestamp: int, dispatched: Dispatched

@@ -281,8 +281,8 @@ def scan(buf: Any, file_start: int, pos: int, end: int, max_records: int, opts: 
     Returns ``(columns, count, next_pos, stop, stats)``: ``stop`` is None when ``max_records`` were
     read, else ``(outcome, check, declared_size)`` of the record at ``next_pos`` that ended the run;
     ``stats`` is ``(first_store_ts, last_store_ts, last_record_pos, crc_failures, index_puts,
-    max_store_ts)`` of this run; ``index_puts`` counts each record's UNIQ_KEY and KEYS tokens (the
-    index entries it puts), ROLLBACK records aside.
+    max_store_ts)`` of this run; ``index_puts`` counts each record's UNIQ_KEY and KEYS tokens, and
+    its non-empty TAGS with ``opts.index_tags`` (the index entries it puts), ROLLBACK records aside.
     """
     out: dict[str, list] = {c: [] for c in columns}
     want_body = "body" in columns
@@ -307,7 +307,8 @@ def scan(buf: Any, file_start: int, pos: int, end: int, max_records: int, opts: 
         max_ts = fields["store_timestamp"] if max_ts is None else max(max_ts, fields["store_timestamp"])
         crc_failures += fields["body_crc_ok"] is False or fields["record_crc_ok"] is False
         if fields["sys_flag"] & rf.TRANSACTION_MASK != rf.TRANSACTION_ROLLBACK_TYPE:
-            index_puts += (fields["uniq_key"] is not None) + len(fields["key_list"])
+            index_puts += (fields["uniq_key"] is not None) + len(fields["key_list"]) \
+                + bool(opts.index_tags and fields["tags"])
         n += 1
         pos += step
     return out, n, pos, stop, (first_ts, last_ts, last_pos, crc_failures, index_puts, max_ts)

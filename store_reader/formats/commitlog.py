@@ -45,7 +45,7 @@ def scanner_impl() -> Any:
 def _native_opts(opts: rf.ScanOptions) -> tuple:
     return (opts.check_crc, opts.compute_crc, opts.force_verify_prop_crc, opts.check_dup_info,
             opts.broker_5x, struct.pack(f"<{len(opts.delay_levels_ms)}q", *opts.delay_levels_ms),
-            opts.dledger)
+            opts.dledger, opts.index_tags)
 
 
 def _column_array(name: str, data: Any, n: int) -> pa.Array:
@@ -140,8 +140,8 @@ class SegmentSummary:
     lost_ranges: list[tuple[int, int]] = field(default_factory=list)
     """[start, end) positions of intact record runs found after the cut (not a table column)."""
     index_puts: int = 0
-    """Index entries the valid prefix's records put: UNIQ_KEY and KEYS tokens, ROLLBACK records
-    aside (not a table column)."""
+    """Index entries the valid prefix's records put: UNIQ_KEY and KEYS tokens (and TAGS with
+    ``ScanOptions.index_tags``), ROLLBACK records aside (not a table column)."""
     max_store_timestamp: int | None = None
     """The valid prefix's largest store timestamp (not a table column)."""
     walked: bool = True

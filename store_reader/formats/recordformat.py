@@ -416,18 +416,22 @@ class ScanOptions:
         1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000, 420000, 480000,
         540000, 600000, 1200000, 1800000, 3600000, 7200000))
     dledger: bool = False
+    # a 5.4+ broker's ``IndexService#buildIndex`` also puts ``topic#T#TAGS`` (``dispatch.INDEX_TAG_TYPE``):
+    # the scanners count it among a file's index puts
+    index_tags: bool = False
 
     @property
     def crc_computed(self) -> bool:
         return self.compute_crc or self.check_crc
 
     @classmethod
-    def for_broker(cls, config, broker_5x: bool, compute_crc: bool = True) -> "ScanOptions":
+    def for_broker(cls, config, broker_5x: bool, compute_crc: bool = True, index_tags: bool = False
+                   ) -> "ScanOptions":
         """The options the broker's recovery uses for ``config`` (a ``BrokerConfig``)."""
         return cls(check_crc=config.checkCRCOnRecover, compute_crc=compute_crc,
                    force_verify_prop_crc=broker_5x and config.forceVerifyPropCRC,
                    check_dup_info=broker_5x and config.duplicationEnable, broker_5x=broker_5x,
-                   delay_levels_ms=tuple(config.delay_levels_ms))
+                   delay_levels_ms=tuple(config.delay_levels_ms), index_tags=index_tags)
 
 
 _CRC32_PREFIX = (PROPERTY_CRC32 + NAME_VALUE_SEPARATOR).encode("ascii")

@@ -223,7 +223,7 @@ def lost_queue_offsets(segments: Sequence[LostSegment], end: int, opts: rf.ScanO
 
 # What the re-append needs of a record it puts back (its bytes are read again as they are written).
 RESEND_COLUMNS = ["phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag", "tags_code",
-                  "store_timestamp", "uniq_key", "key_list", "properties"]
+                  "store_timestamp", "uniq_key", "key_list", "tags", "properties"]
 
 
 def resend_records(seg: LostSegment, end: int, opts: rf.ScanOptions, batch_size: int = 4096) -> pa.Table:
@@ -317,7 +317,7 @@ def _replace_property(raw: bytes, name: str, value: str) -> bytes:
 
 
 def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: int, file_size: int,
-             queue_next: dict[tuple[str, int], int], config, broker_5x: bool) -> Reappended:
+             queue_next: dict[tuple[str, int], int], config, broker_5x: bool, index_tags: bool) -> Reappended:
     """Append ``records`` (``resend_records`` of the lost files, in commitlog order) to the repaired
     store at ``out_root`` from its end ``end`` on, as the broker's put and dispatch would have
     written them: each record at the next phy offset (an 8-byte blank marker and the next file
@@ -325,8 +325,8 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
     (``queue_next``: the repaired queues' max offsets; LMQ copies likewise, their
     ``INNER_MULTI_QUEUE_OFFSET`` rewritten), its bytes otherwise as stored (``relocate_record``:
     BODYCRC, UNIQ_KEY and properties kept, ``__CRC32#`` recomputed); its consume queue entries and
-    index puts (``repair.index_puts``) written after the repaired ones. ``sources``: commitlog file
-    start -> path of the input files the records are read from."""
+    index puts (``repair.index_puts``; ``index_tags``: a 5.4+ broker's) written after the repaired
+    ones. ``sources``: commitlog file start -> path of the input files the records are read from."""
     from store_reader.formats.consumequeue import CQ_ENTRY_DTYPE, write_queue_slots
     from store_reader.formats.indexfile import (IndexHeader, append_puts, list_index_files, next_index_file_name,
                                                 read_header)
@@ -421,7 +421,8 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
             "phy_offset": pa.array(new_phy, pa.int64()), "stored_phy_offset": pa.array(new_phy, pa.int64()),
             "store_timestamp": records.column("store_timestamp"),
             "sys_flag": records.column("sys_flag"), "topic": records.column("topic"),
-            "uniq_key": records.column("uniq_key"), "key_list": records.column("key_list")}), ordered=True)
+            "uniq_key": records.column("uniq_key"), "key_list": records.column("key_list"),
+            "tags": records.column("tags")}), index_tags, ordered=True)
         done, header = 0, None
         while done < len(p.key_hash):
             start = None

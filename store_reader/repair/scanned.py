@@ -40,16 +40,19 @@ RECORD_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "que
 LOST_COLUMNS = ["born_timestamp", "keys", "tags", "msg_id", "body_crc", "properties", "body"]
 
 
-def columns_for(config: BrokerConfig, broker_5x: bool) -> tuple[list[str], list[str]]:
+def columns_for(config: BrokerConfig, broker_5x: bool, index_tags: bool) -> tuple[list[str], list[str]]:
     """(every record's columns, the lost records' further columns) for a run: the properties of
-    every record when LMQ copies are dispatched; 4.9's replay reads tags and delay level (E#30b)."""
+    every record when LMQ copies are dispatched; 4.9's replay reads tags and delay level (E#30b),
+    a 5.4+ index (``index_tags``) tags."""
     every, lost = list(RECORD_COLUMNS), list(LOST_COLUMNS)
     if config.enableMultiDispatch:
         every.append("properties")
         lost.remove("properties")
-    if not broker_5x:
-        every += ["tags", "delay_level"]
+    if not broker_5x or index_tags:
+        every.append("tags")
         lost.remove("tags")
+    if not broker_5x:
+        every.append("delay_level")
     return every, lost
 
 
@@ -86,7 +89,7 @@ def scan_segment(path: PathRef, opts: rf.ScanOptions, out_dir: str, columns: Seq
             pa.ipc.new_file(puts_sink, KEPT_PUTS, options=options) as puts_writer:
         for batch in scan:
             writer.write_batch(batch)
-            p = index_puts(batch, ordered=True)
+            p = index_puts(batch, opts.index_tags, ordered=True)
             puts_writer.write_batch(pa.record_batch(
                 [pa.array(p.record_phy, pa.int64()), pa.array(p.key_hash, pa.int32()), pa.array(p.phy, pa.int64()),
                  pa.array(p.store_timestamp, pa.int64()), pa.array(p.record_row, pa.int32())], schema=KEPT_PUTS))

@@ -62,7 +62,7 @@ DISPATCH_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "q
                     "sys_flag", "tags_code", "store_timestamp"]
 # ... and the index rebuild.
 INDEX_COLUMNS = ["phy_offset", "stored_phy_offset", "store_timestamp", "sys_flag", "topic", "uniq_key",
-                 "key_list"]
+                 "key_list", "tags"]
 
 ENTRY_SCHEMA = DISPATCH_ENTRY.arrow()
 
@@ -530,13 +530,13 @@ class IndexPuts:
                          self.record_phy[keep])
 
 
-def index_puts(records: pa.Table | pa.RecordBatch, ordered: bool = False) -> IndexPuts:
+def index_puts(records: pa.Table | pa.RecordBatch, tag_keys: bool, ordered: bool = False) -> IndexPuts:
     """``IndexService#buildIndex`` over records (sorted by stored phy offset unless ``ordered``),
     vectorised: every record but a ROLLBACK one puts ``topic#UNIQ_KEY`` then ``topic#token`` for
-    each KEYS token."""
+    each KEYS token, then with ``tag_keys`` (5.4+, ``ScanOptions.index_tags``) ``topic#T#TAGS``."""
     if not ordered:
         records = records.sort_by("stored_phy_offset")
-    counts, rows, keys = index_put_keys(records)
+    counts, rows, keys = index_put_keys(records, tag_keys)
     return IndexPuts(index_key_hashes_of(records.column("topic"), rows, keys),
                      np.repeat(records.column("stored_phy_offset").to_numpy(), counts),
                      np.repeat(records.column("store_timestamp").to_numpy(), counts), rows,
@@ -557,19 +557,21 @@ def segment_index_puts(path: str, opts: rf.ScanOptions, end: int) -> Iterator[tu
         if pos[0] >= end:
             return
         b = rb if pos[-1] < end else rb.filter(pa.array(pos < end))
-        yield index_puts(b, ordered=True), int(b.column("store_timestamp").to_numpy().max())
+        yield index_puts(b, opts.index_tags, ordered=True), int(b.column("store_timestamp").to_numpy().max())
 
 
 def segment_index_counts(path: str, opts: rf.ScanOptions, end: int) -> tuple[int, int]:
     """(index puts, largest store time) of one commitlog file's records below ``end``: per record
-    but a ROLLBACK one, its UNIQ_KEY (if any) and KEYS tokens, counted without building keys."""
+    but a ROLLBACK one, its UNIQ_KEY (if any), KEYS tokens and (``opts.index_tags``) tag key,
+    counted without building keys."""
     from store_reader.formats.commitlog import SegmentScan
 
-    cols = ["phy_offset", "sys_flag", "store_timestamp", "uniq_key", "key_list"]
-    return index_counts_of(SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH, include_lost=True), end)
+    cols = ["phy_offset", "sys_flag", "store_timestamp", "uniq_key", "key_list", "tags"]
+    return index_counts_of(SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH, include_lost=True), end,
+                           opts.index_tags)
 
 
-def index_counts_of(batches: Iterable[pa.RecordBatch], end: int) -> tuple[int, int]:
+def index_counts_of(batches: Iterable[pa.RecordBatch], end: int, tag_keys: bool) -> tuple[int, int]:
     """``segment_index_counts`` of a commitlog file's records as read."""
     puts, last_ts = 0, 0
     for rb in batches:
@@ -577,8 +579,8 @@ def index_counts_of(batches: Iterable[pa.RecordBatch], end: int) -> tuple[int, i
         below = pos < end
         if not below.any():
             break
-        uniq, tokens = index_key_counts(rb)
-        puts += int(uniq[below].sum()) + int(tokens[below].sum())
+        uniq, tokens, tag = index_key_counts(rb, tag_keys)
+        puts += int(uniq[below].sum()) + int(tokens[below].sum()) + int(tag[below].sum())
         last_ts = max(last_ts, int(rb.column("store_timestamp").to_numpy()[below].max()))
     return puts, last_ts
 

@@ -605,6 +605,9 @@ class _Generator:
         self.topic_bytes: dict[str, bytes] = {}
         self.records = 0
         self.five = spec.rocketmq5
+        # 5.4+ also indexes TAGS (``recovery.index_tag_keys``); of these styles only "5.5" leaves
+        # a store ``Store.broker_version`` reads as 5.4 or later (the others read as 5.3 or 4.9)
+        self.tag_keys = spec.broker == "5.5"
         self.writer = _CommitLogWriter(root / "commitlog", spec.segment_size,
                                        max(4 * MiB, 32 * spec.message_size))
         self.text, self.random_bytes, self.compressed = _body_pools(self.rng, spec)
@@ -677,7 +680,8 @@ class _Generator:
             cols.keys.append(keys)
             cols.uniq.append(uniq)
         if indexable:
-            # IndexService#buildIndex: topic#UNIQ_KEY, then topic#token per non-empty KEYS token
+            # IndexService#buildIndex: topic#UNIQ_KEY, then topic#token per non-empty KEYS token,
+            # then (5.4+) topic#T#TAGS
             prefix = topic + "#"
             if uniq:
                 cols.put_keys.append(prefix + uniq)
@@ -687,6 +691,9 @@ class _Generator:
                     if token:
                         cols.put_keys.append(prefix + token)
                         cols.put_record.append(rec)
+            if tags and self.tag_keys:
+                cols.put_keys.append(prefix + "T#" + tags)
+                cols.put_record.append(rec)
         if self.records % self.FLUSH == 0:
             cols.flush()
         return phy, queue_offset
@@ -1020,7 +1027,7 @@ def write_store(dest_dir: str | os.PathLike[str], spec: SyntheticStoreSpec | Non
     """Write a complete synthetic store at ``dest_dir`` (created; must not exist or be empty).
 
     Layout (F§1): ``commitlog/`` segments preallocated to ``segment_size``; ``consumequeue/`` for
-    dispatched NOT/COMMIT records; ``index/`` (UNIQ_KEY then KEYS tokens, no ROLLBACK, files cut by
+    dispatched NOT/COMMIT records; ``index/`` (UNIQ_KEY then KEYS tokens, then TAGS for "5.5", no ROLLBACK, files cut by
     capacity); ``checkpoint``; ``config/{topics,consumerOffset,delayOffset}.json``; ``lock``;
     ``broker.conf`` with the sizes used; ``abort`` after a crash; ``abort.bak`` for 5.x.
 
