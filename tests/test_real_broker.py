@@ -156,7 +156,7 @@ def index_differences(pred, broker_index: Path, cfg) -> list[str]:
     restart left in ``broker_index`` (5.4+: the ``topic#T#tags`` keys among them, F§7.4). Which
     entries, not how often: a 4.9.8 torn tail has the broker put a record's keys once more than
     the prediction does (the record at the index's endPhyOffset indexed again), not modelled yet."""
-    from store_reader.indexfile import read_entries
+    from store_reader.formats.indexfile import read_entries
 
     def entries(paths) -> Counter:
         out = Counter()
