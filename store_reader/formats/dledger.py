@@ -488,8 +488,8 @@ def broker_restart(store, rec: DLedgerRecovery, version: str, scratch: str | Non
     from store_reader.formats.checkpoint import read_checkpoint
     from store_reader.broker.recovery import (V53, V54, V55, Dispatched, ScratchDir, _dispatch_to_queues,
                                               add_delay_level_queues, correct_min_offset_throws, dispatch_records,
-                                              index_files_at_load, load_consume_queues, predict_index, resolve_version,
-                                              since)
+                                              index_files_at_load, index_tag_keys, load_consume_queues, predict_index,
+                                              resolve_version, since)
 
     version = resolve_version(version)
     if store.abort_exists and since(version, V55) and store.config.enableAcceleratedRecovery:
@@ -513,11 +513,11 @@ def broker_restart(store, rec: DLedgerRecovery, version: str, scratch: str | Non
         q.recover()
     cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
     out.max_phy_offset_of_consume_queue = cq_max
-    opts = store.scan_options(broker_5x=broker_5x)
+    opts = store.scan_options(broker_5x=broker_5x, index_tags=index_tag_keys(version))
     cut = rec.process_offset
     ckpt = read_checkpoint(store.checkpoint_path)
     kept_index, index_dispatch = index_files_at_load(store, store.abort_exists, ckpt.index_msg_timestamp,
-                                                     ScratchDir(scratch))
+                                                     ScratchDir(scratch), opts.index_tags)
     dispatched = Dispatched(index=index_dispatch)
     # the recovery's dispatchFromPhyOffset: the CQs' max phy offset; [5.5, abnormal path] the
     # checkpoint's logicsPhysicalOffset (ConsumeQueueStore#getDispatchFromPhyOffset)
@@ -531,6 +531,7 @@ def broker_restart(store, rec: DLedgerRecovery, version: str, scratch: str | Non
             start = _abnormal_start(store, data, ckpt, version, cq_max)
             cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id",
                     "queue_offset", "sys_flag", "tags_code", "store_timestamp", "uniq_key", "key_list"]
+            cols += ["tags"] if opts.index_tags else []
             cols += ["properties"] if store.config.enableMultiDispatch else []
             walked, stop, cut = _abnormal_walk(store, data, start, opts, cols)
         finally:
