@@ -23,6 +23,8 @@ import textwrap
 import threading
 from typing import Iterator
 
+from jobs._spark import stopping
+
 # printed by the java launcher for Spark's --add-modules, before log4j exists
 JVM_NOISE = re.compile(rb"^WARNING: Using incubator modules: ")
 
@@ -109,8 +111,10 @@ def quiet_jvm_start() -> Iterator[None]:
 
 
 def _forward(read: int, dest: int) -> None:
-    """Copy ``read`` to ``dest`` line by line, dropping ``JVM_NOISE``; a partial line holding a
-    carriage return (Spark's progress bar redrawing itself) is passed on at once."""
+    """Copy ``read`` to ``dest`` line by line, dropping ``JVM_NOISE``, and everything once the job
+    is stopping on a signal (the JVM got it too: its schedulers' errors as it dies are no news; the
+    job prints its one line); a partial line holding a carriage return (Spark's progress bar
+    redrawing itself) is passed on at once."""
     pending = b""
     while True:
         try:
@@ -120,13 +124,14 @@ def _forward(read: int, dest: int) -> None:
         if not chunk:
             break
         *lines, pending = (pending + chunk).split(b"\n")
-        out = [line + b"\n" for line in lines if not JVM_NOISE.match(line)]
+        out = [] if stopping.received() else [line + b"\n" for line in lines if not JVM_NOISE.match(line)]
         if b"\r" in pending:
             out.append(pending)
             pending = b""
         if out and not _write_all(dest, b"".join(out)):
             return
-    _write_all(dest, pending)
+    if not stopping.received():
+        _write_all(dest, pending)
 
 
 def _write_all(fd: int, data: bytes) -> bool:

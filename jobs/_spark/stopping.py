@@ -85,6 +85,13 @@ class _Quiet(logging.Filter):
         return False
 
 
+class _Py4jRecords(logging.Filter):
+    """Drops py4j's records (``stop_spark`` while the JVM goes away)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not ("py4j" in record.pathname or record.name.startswith("py4j"))
+
+
 def hold_accumulator_errors(sc) -> None:
     """pyspark's accumulator server (a thread of the driver) prints the traceback of a connection
     the JVM dropped: held a moment like py4j's logging, dropped when the job is stopping."""
@@ -184,20 +191,30 @@ def stop_spark(stopped_too: bool = False) -> None:
     if sc is None and not stopped_too:
         return
     proc = getattr(SparkContext._gateway, "proc", None)
-    if sc is not None:
+    if sc is not None and (proc is None or proc.poll() is None):
+        # a JVM that is gone, or going (a signal to the process group), cannot be asked; it is
+        # stopped anyway: neither the error nor py4j's log of it (on the root logger) is news
+        drop = _Py4jRecords()
+        loggers = [logging.getLogger(n) for n in ("", "py4j", "py4j.java_gateway", "py4j.clientserver")]
+        for lg in loggers:
+            lg.addFilter(drop)
         try:
             clear_progress_bar()
             sc.stop()
-        except BaseException:       # a JVM that is gone cannot be asked; it is stopped anyway
+        except BaseException:
             pass
-    if proc is None or proc.poll() is not None:
-        return
-    try:
-        proc.stdin.close()          # the gateway's lifeline: the JVM exits when it closes
-        proc.wait(JVM_EXIT_SECONDS)
-    except BaseException:
-        proc.kill()
-        proc.wait()
+        finally:
+            for lg in loggers:
+                lg.removeFilter(drop)
+    if proc is not None and proc.poll() is None:
+        try:
+            proc.stdin.close()      # the gateway's lifeline: the JVM exits when it closes
+            proc.wait(JVM_EXIT_SECONDS)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+    if stopped_too:                 # the next session launches a JVM of its own
+        SparkContext._gateway = SparkContext._jvm = None
 
 
 def exits_on_signals(main: Callable[..., int]) -> Callable[..., int]:
