@@ -31,7 +31,8 @@ ENTRIES_PER_REBUILD_TASK = 1_000_000
 def _rebuild_scan_options(store: Store, broker_5x: bool, index_tags: bool = False) -> ScanOptions:
     # records below the cut passed the broker's checks already: headers only (no CRC)
     return ScanOptions(check_crc=False, compute_crc=False, broker_5x=broker_5x,
-                       delay_levels_ms=tuple(store.config.delay_levels_ms), index_tags=index_tags)
+                       delay_levels_ms=tuple(store.config.delay_levels_ms), index_tags=index_tags,
+                       dledger=store.dledger is not None)
 
 
 def surviving_records(spark, store: Store, end: int, broker_5x: bool, buckets: int,

@@ -54,6 +54,8 @@ import time
 from pathlib import Path
 
 from store_reader.repair import apply, publish, write as repair, scanned
+from store_reader.repair import dledger as dledger_repair
+from store_reader.formats import dledger
 from store_reader.broker import bounded, recovery
 from store_reader import open_store
 from store_reader.audit import offsets
@@ -90,7 +92,12 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     started = time.monotonic()
     # absolute: Spark tasks write under it, whatever their working directory
     out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
-    store = open_store(store_path, broker_config)
+    store = open_store(store_path, broker_config, read_dledger=True)
+    if store.dledger is not None:
+        dledger_repair.check_repairable(store)
+        if salvage:
+            raise UnsupportedStoreError("--salvage on a DLedger store: re-appended records would need "
+                                        "entries of their own in DLedger's log", str(store.dledger))
     if not dry_run and out is not None and store.inventory.offsets_in == "rocksdb" and not keep_consumer_offsets:
         raise UnsupportedStoreError(
             "committed consumer offsets kept in RocksDB (storeType=defaultRocksDB): this project reads "
@@ -111,7 +118,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
         with records_dir(run_id, scan_dir) as kept:
             if bounded_run and dry_run:
                 return _recover_bounded(store, version, run_id, keep_consumer_offsets, kept, count_offsets=True)
-            if not dry_run:     # the answer first, from the files the broker's restart reads
+            if not dry_run and store.dledger is None:   # the answer first, from the files the broker's restart reads
                 _recover_bounded(store, version, run_id, keep_consumer_offsets, None, "predict")
             return _recover_scanned(spark, store, out, version, mode, run_id, dry_run, overwrite, backup,
                                     audit_path, keep_consumer_offsets, started, audited_at, kept,
@@ -148,9 +155,16 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
             write = start_write(spark, report, store, Path(out), replayed)
 
     try:
-        pred = recovery.predict(store, version, summaries=summaries,
-                                records=scanned.prefix_source(scan.records, opts),
-                                puts=scanned.prefix_puts(scan.records), on_cut=cut_known, scratch=kept)
+        if store.dledger is not None:      # DLedger's recovery first, then the broker's (R§16)
+            pred = dledger.predict(store, version, scratch=kept)
+            dledger.check_auditable(store, pred)
+            if writing and pred.dledger.refused is not None:
+                raise UnsupportedStoreError(f"{pred.dledger.refused}: no repaired store", str(store.dledger))
+            cut_known(pred)
+        else:
+            pred = recovery.predict(store, version, summaries=summaries,
+                                    records=scanned.prefix_source(scan.records, opts),
+                                    puts=scanned.prefix_puts(scan.records), on_cut=cut_known, scratch=kept)
         replayed.set()
         report.log_pass("plan", scan_done, f"{pred.recovery_path} path, start {pred.start_file}, "
                         f"truncation point {pred.max_phy_offset}")
@@ -279,7 +293,7 @@ def _dledger_dry_run(args: argparse.Namespace) -> bool:
     if args.json:
         print(json.dumps([obj() for _, obj in out], indent=2))
     else:
-        print(f"DLedger store {store.root} (dry run; no repaired store: DLedger stores are not repaired)")
+        print(f"DLedger store {store.root} (dry run; --out writes the repaired store)")
         for text, _ in out:
             print(text)
     return True

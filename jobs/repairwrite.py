@@ -35,7 +35,8 @@ from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index
 from jobs.recoverreport import RunReport, manifest
 from jobs._spark.sparkutil import Passes, await_tasks
 from store_reader.formats import consumequeue, rocksdbcq
-from store_reader.repair import placement, publish, write as repair, scanned
+from store_reader.repair import dledger as dledger_repair, placement, publish, write as repair, scanned
+from store_reader import open_store
 from store_reader.broker import recovery, timerrecovery
 from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
@@ -93,7 +94,10 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         # each hashes its own files for the manifest as soon as it is done
         (tmp / "consumequeue").mkdir()
         (tmp / "index").mkdir()
-        (tmp / "commitlog").mkdir()
+        # a DLedger store's data files are its commitlog (R§16)
+        log_dir = tmp / "commitlog" if store.dledger is None else dledger_repair.data_dir(store, tmp)
+        log_dir.mkdir(parents=True)
+        log_rel = log_dir.relative_to(tmp).as_posix()
         expected = sum(s.records for s in report.summaries if s.file_start < end)
         records = report.records if report.records and scanned.serves_rebuild(cfg, version_5x) else None
         index_submitted = threading.Event()
@@ -103,13 +107,12 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             def commitlog() -> dict[str, str]:
                 passes.wait(index_submitted)   # queued behind the index files' long tasks
                 t = time.monotonic()
-                placed = place_commitlog(spark, store, pred.commitlog_files, str(tmp / "commitlog"),
-                                         report.link_commitlog)
+                placed = place_commitlog(spark, store, pred.commitlog_files, str(log_dir), report.link_commitlog)
                 hows = Counter(p.how for p in placed)
                 report.log_pass("write commitlog", t, f"{len(pred.commitlog_files)} files kept ("
                                 f"{', '.join(f'{n} {how}' for how, n in sorted(hows.items()))}), end at "
                                 f"phy {end}, {len(pred.deleted_commitlog_files)} dropped")
-                return {f"commitlog/{f.name}": p.sha256 for f, p in zip(pred.commitlog_files, placed)}
+                return {f"{log_rel}/{f.name}": p.sha256 for f, p in zip(pred.commitlog_files, placed)}
 
             def index_files(counts: list[tuple[int, int]], t: float):
                 index_submitted.set()  # the queue job builds its RDD first: this job is queued ahead
@@ -168,6 +171,12 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                                           confirm, version_5x)
         repair.write_checkpoint_file(tmp, ckpt, version_5x)
         report.config_left_out = repair.copy_config(store.root, tmp)
+        if store.dledger is not None:
+            t = time.monotonic()
+            dledger_repair.write_dledger_files(store, pred.dledger, tmp)
+            dledger_repair.check_recovers_unchanged(open_store(tmp, cfg, read_dledger=True), pred.dledger)
+            report.log_pass("dledger files", t, f"index units to entry {pred.dledger.ledger_end_index}, "
+                            f"checkpoint committedIndex {pred.dledger.ledger_end_index}")
         if pred.controller is not None:
             repair.copy_controller_files(store, tmp, end)
         for line in report.config_left_out:

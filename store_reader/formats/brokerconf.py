@@ -62,6 +62,7 @@ class BrokerConfig:
     useSingleRocksDBForAllConfigs: bool = False  # [5.4] v1 RocksDB configs in one config/metadata
     enableDLegerCommitLog: bool = False
     dLegerSelfId: str = "n0"                  # its entries in dledger-<dLegerSelfId>/ (F§16.1)
+    dLegerPeers: str = "n0-localhost:40911"   # the group's members, ';'-separated
     storePathDLedgerCommitLog: str | None = None
     enableControllerMode: bool = False
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS

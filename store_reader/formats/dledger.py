@@ -621,3 +621,42 @@ def check_auditable(store, pred) -> None:
             f"{pred.max_phy_offset} ({', '.join(past[:3])}{' ...' if len(past) > 3 else ''}): records DLedger "
             "truncated, still served; the audit does not predict them (jobs.recover --dry-run lists them)",
             str(store.dledger / "data"))
+
+
+# DLedgerMmapFileStore's own files beside data/ and index/ (written by IOUtils#string2File)
+CHECKPOINT_FILE, CURRTERM_FILE = "checkpoint", "currterm"
+
+
+def checkpoint_bytes(end_index: int, committed_index: int) -> bytes:
+    """``DLedgerMmapFileStore#persistCheckPoint``'s file: ``properties2String`` of endIndex and
+    committedIndex, in the order a broker's JVM iterates them (read back from the real ones)."""
+    return f"committedIndex={committed_index}\nendIndex={end_index}\n".encode()
+
+
+def recovered_index_units(store, rec: DLedgerRecovery) -> Iterator[tuple[int, bytes]]:
+    """(entry index, unit) of every index unit DLedger's recovery writes (R§16.1 step 3): from
+    the first entry whose unit did not match to the end of the log, each from its entry's header."""
+    if rec.index_rewritten_from is None:
+        return
+    for f, p, h, _, _ in entries_with_units(store):
+        at = f.start + p
+        if at >= rec.last_entry_end:
+            return
+        if h[2] >= rec.index_rewritten_from:
+            yield h[2], rf.encode_dledger_index_unit(at, h[1], h[2], h[3])
+
+
+def recovered_index_files(store, rec: DLedgerRecovery) -> list[tuple[str, int, Any]]:
+    """(name, start, input MappedFile or None) of the index files DLedger's recovery leaves: the
+    input's it keeps, and those its rewrite creates (``rebuildWithPos`` or appends past the last
+    file) up to the end of the log's units."""
+    problems: list = []
+    files = list_mapped_files(store.dledger / "index", INDEX_FILE_SIZE, "DLedger index",
+                              "mappedFileSizeForEntryIndex", problems, [])
+    gone = set(rec.index_files_deleted)
+    out = {f.start: (f.name, f.start, f) for f in files if f.name not in gone}
+    if rec.index_rewritten_from is not None and rec.ledger_end_index >= rec.index_rewritten_from:
+        first = rec.index_rewritten_from * rf.DLEDGER_INDEX_UNIT.size
+        for start in range(first - first % INDEX_FILE_SIZE, rec.index_write_position, INDEX_FILE_SIZE):
+            out.setdefault(start, (f"{start:020d}", start, None))
+    return [out[k] for k in sorted(out)]
