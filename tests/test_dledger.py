@@ -240,3 +240,78 @@ def test_the_audit_runs_and_since_last_is_refused_by_name(spark, tmp_path, capsy
                            str(tmp_path / "audit"), "--since-last"]) == 2
     err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error: ")]
     assert len(err) == 1 and "--since-last on a DLedger store" in err[0]
+
+
+@pytest.mark.spark
+def test_recover_out_writes_the_store_the_restart_leaves_and_apply_swaps_it_in(spark, tmp_path, capsys):
+    """``jobs.recover --out`` on a store whose log ends at a term going back (index units
+    rewritten from there): the data files to DLedger's processOffset and zeros after it, the
+    units DLedger rewrites and zeros past the last one, the checkpoint committing every surviving
+    entry, currterm as it was, consume queues and index files from the surviving records, no
+    abort file; the input untouched. ``--apply`` then swaps the same store into the input's place
+    (the input kept at ``--backup``). The real broker's restart of such stores:
+    ``test_dledger_oracle.test_the_repaired_store_is_loaded_and_not_changed``."""
+    import support
+    from jobs import recover as recover_job
+    from store_reader.formats.consumequeue import list_queues
+
+    root = tmp_path / "store"
+    entries = write_store(root, N, committed=20)
+    pos, _, k = _in_file(entries, 2, 2)
+    _patch(root, pos + 16, struct.pack(">q", 9))                      # the log ends after entry k
+    rec = dledger.recover(_open(root))
+    conf = str(tmp_path / "broker.conf")          # outside the store: --apply replaces it
+    (root / "broker.conf").rename(conf)
+    digest = support.tree_digest(root)
+    assert recover_job.main(["--store", str(root), "--out", str(tmp_path / "out"), "--broker-config", conf]) == 0
+    assert support.tree_digest(root) == digest
+    out = tmp_path / "out"
+    assert not (out / "abort").exists() and not (out / "commitlog").exists()
+    again = dledger.recover(_open_with(out, conf))
+    assert (again.ledger_end_index, again.process_offset, again.index_rewritten_from, again.committed_index) == \
+        (k, rec.process_offset, None, k)
+    data = b"".join((out / "dledger-n0" / "data" / f).read_bytes()
+                    for f in sorted(p.name for p in (out / "dledger-n0" / "data").iterdir()))
+    src = b"".join((root / "dledger-n0" / "data" / f"{i * FILE_SIZE:020d}").read_bytes()
+                   for i in range(len(data) // FILE_SIZE))
+    assert data[:rec.process_offset] == src[:rec.process_offset] and not any(data[rec.process_offset:])
+    units = (out / "dledger-n0" / "index" / f"{0:020d}").read_bytes()[:32 * N]
+    assert units[32 * k:32 * (k + 1)] == rf.encode_dledger_index_unit(pos, entries[k][1], k, 9)
+    assert not any(units[32 * (k + 1):])
+    assert (out / "dledger-n0" / "checkpoint").read_text() == f"committedIndex={k}\nendIndex={k}\n"
+    # the election takes the log's last term (9) and the member's vote for itself
+    assert (out / "dledger-n0" / "currterm").read_text() == "voteLeader=n0\ncurrTerm=9\n"
+    queues = {(q.topic, q.queue_id) for q in list_queues(out)}
+    assert queues == {(f"T{i % 3}", i % 2) for i in range(k + 1)} and any((out / "index").iterdir())
+    assert "store modes        dledger" in capsys.readouterr().out
+    repaired = support.tree_digest(out / "dledger-n0")
+    assert recover_job.main(["--store", str(root), "--out", str(tmp_path / "out2"), "--broker-config", conf,
+                             "--apply", "--backup", str(tmp_path / "backup")]) == 0
+    assert support.tree_digest(tmp_path / "backup") == digest
+    assert support.tree_digest(root / "dledger-n0") == repaired and not (root / "abort").exists()
+
+
+def _open_with(root, conf):
+    return open_store(root, conf, read_dledger=True)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", ["group", "salvage"])
+def test_recover_out_refuses_by_name_what_it_cannot_write(spark, tmp_path, capsys, case):
+    """A member of a larger group (which entries survive is the election's) and ``--salvage``
+    (re-appended records would need DLedger entries): one error line naming why, exit 2, nothing
+    written."""
+    from jobs import recover as recover_job
+    root = tmp_path / "store"
+    write_store(root, N)
+    conf = root / "broker.conf"
+    args = ["--store", str(root), "--out", str(tmp_path / "out"), "--broker-config", str(conf)]
+    if case == "group":
+        conf.write_text(conf.read_text().replace("dLegerPeers=n0-127.0.0.1:40911",
+                                                 "dLegerPeers=n0-127.0.0.1:40911;n1-127.0.0.1:40912"))
+    else:
+        args.append("--salvage")
+    assert recover_job.main(args) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error: ")]
+    assert len(err) == 1 and ("DLedger group of 2 members" if case == "group" else "--salvage on a DLedger") in err[0]
+    assert not (tmp_path / "out").exists()

@@ -232,9 +232,9 @@ def refused_by_every_job(root, conf, tmp_path, capsys, words: str, entry: str,
 
 
 def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys):
-    """Never the missing-commitlog advice (``--commitlog-gone`` would drop every message): one
-    line naming DLedger and exit 2 from recover. The jobs that read a DLedger store (dry runs,
-    audit, dump, dump --verify, salvage) predict DLedger's load here: this fake one's index file
+    """Never the missing-commitlog advice (``--commitlog-gone`` would drop every message). Every
+    job reads a DLedger store (recover and its dry runs, audit, dump, dump --verify, salvage) and
+    predicts DLedger's load here: this fake one's index file
     is not mappedFileSizeForEntryIndex long (dump without broker.conf: nor its data file
     mappedFileSizeCommitLog), so DLedgerMmapFileStore#load exits; they name that file. The real
     broker's DLedger store: tests/test_dledger_oracle.py."""
@@ -242,7 +242,7 @@ def test_dledger_store_is_named_in_one_line_by_every_job(spark, tmp_path, capsys
     _dledger(root)
     names_dledger_file = lambda line: "dledger-n0/" in line and "broker" in line    # noqa: E731
     refused_by_every_job(root, support.broker_conf(V5, "clean"), tmp_path, capsys, "a DLedger store",
-                         "dledger-n0", reads=dict.fromkeys(("dry run", "what-if", "audit", "dump", "dump --verify", "salvage"),
+                         "dledger-n0", reads=dict.fromkeys(("recover", "dry run", "what-if", "audit", "dump", "dump --verify", "salvage"),
                                                            names_dledger_file))
 
 

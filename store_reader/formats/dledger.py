@@ -633,6 +633,12 @@ def checkpoint_bytes(end_index: int, committed_index: int) -> bytes:
     return f"committedIndex={committed_index}\nendIndex={end_index}\n".encode()
 
 
+def currterm_bytes(term: int, vote_for: str | None) -> bytes:
+    """``MemberState#persistTerm``'s file: currTerm and voteLeader (empty: no vote), in the order
+    a broker's JVM iterates them (read back from the real ones)."""
+    return f"voteLeader={vote_for or ''}\ncurrTerm={term}\n".encode()
+
+
 def recovered_index_units(store, rec: DLedgerRecovery) -> Iterator[tuple[int, bytes]]:
     """(entry index, unit) of every index unit DLedger's recovery writes (R§16.1 step 3): from
     the first entry whose unit did not match to the end of the log, each from its entry's header."""

@@ -5,7 +5,7 @@ The data files are placed like a classic commitlog (``placement``: kept to DLedg
 zeros after it, the files past it dropped). Here: the index files as DLedger's recovery leaves them
 (the input's it keeps, the units it rewrites, zeros past the log's last unit where stale units of
 dropped entries were), the checkpoint the new leader persists once it committed every surviving
-entry, ``currterm`` as it is (each election rewrites it). Then the written files are recovered
+entry, ``currterm`` as its election leaves it. Then the written files are recovered
 again (``formats.dledger.recover``): DLedger must keep all of them as they are.
 """
 from __future__ import annotations
@@ -73,9 +73,11 @@ def write_dledger_files(store, rec: dledger.DLedgerRecovery, root: Path) -> None
     # the new leader commits every surviving entry, and its shutdown persists that
     committed = rec.ledger_end_index
     (dl / dledger.CHECKPOINT_FILE).write_bytes(dledger.checkpoint_bytes(rec.ledger_end_index, committed))
-    term = store.dledger / dledger.CURRTERM_FILE
-    if term.is_file():
-        (dl / dledger.CURRTERM_FILE).write_bytes(location(term).read_bytes())
+    # the election: a vote in a term below the log's last entry's is rejected with that term
+    # (DLedgerLeaderElector#handleVote), the next round takes it (MemberState#nextTerm), and the
+    # member votes for itself; a term at or above it is kept
+    term = max(rec.curr_term, rec.ledger_end_term)
+    (dl / dledger.CURRTERM_FILE).write_bytes(dledger.currterm_bytes(term, store.config.dLegerSelfId))
 
 
 def check_recovers_unchanged(repaired, rec: dledger.DLedgerRecovery) -> None:
