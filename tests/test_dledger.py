@@ -1,7 +1,8 @@
 """DLedger stores on the fast tier (built byte for byte by ``dledgerstore``; the real broker's
 are in ``test_dledger_oracle.py``): DLedger's recovery (R§16.1) on designed damage, what the
-broker's restart serves (R§16.2-§16.4), and the jobs that read DLedger stores (dump, recover
---dry-run, the data source) or refuse them by name (recover, audit, salvage).
+broker's restart serves (R§16.2-§16.4), the jobs that read DLedger stores (dump, recover
+--dry-run, the data source, audit, salvage) and the repair (recover --out, --apply), with what
+they refuse by name.
 """
 from __future__ import annotations
 
