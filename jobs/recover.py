@@ -93,7 +93,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     # absolute: Spark tasks write under it, whatever their working directory
     out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
     store = open_store(store_path, broker_config, read_dledger=True)
-    if store.dledger is not None:
+    if store.dledger is not None and not dry_run and out is not None:
         dledger_repair.check_repairable(store)
         if salvage:
             raise UnsupportedStoreError("--salvage on a DLedger store: re-appended records would need "

