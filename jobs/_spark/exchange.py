@@ -115,8 +115,8 @@ def exchange(spark, work_dir: str | None, stage1, driver_items: Iterable[Item], 
     stage 2's results in key order, then the items keyed ``to_driver`` as they are (rows stage 1
     makes for the driver: they reach it from the files, not through Spark). ``on_driver`` is given
     those items as soon as stage 1 is done, their tables still where they lie (``Stored``, e.g. for
-    ``stored_frame``); the future it may return is waited for before the files go. ``work_dir``: the run's scan directory (None: a
-    temporary directory, which only local executors see)."""
+    ``stored_frame``); the future it may return is waited for before the files go. ``work_dir``:
+    the run's scan directory (None: a temporary directory, which only local executors see)."""
     directory = tempfile.mkdtemp(prefix="exchange-", dir=work_dir)
     reading: Future | None = None
     try:
