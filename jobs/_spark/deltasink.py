@@ -3,7 +3,8 @@
 With delta-spark on the session's classpath (the embedded session once ``scripts/bootstrap.sh``
 installed the jars, ``jobs._spark.sparkjars``; a cluster through ``spark.jars.packages``) Spark writes
 each table itself, one transaction per table and run (``replaceWhere run_id = ...``), and reads
-them (``read_table(spark=...)``). Without the jars (a set-up that could not reach Maven Central)
+them (``read_table(spark=...)``); the lost messages (their bodies) from the Spark tasks that read
+them (``write_run_frame``, ``jobs.audittables.EarlyWrites``), every other table from the driver's rows. Without the jars (a set-up that could not reach Maven Central)
 the rows (audit tables are small: findings are range-encoded) are collected as Arrow and delta-rs
 commits them in one transaction that deletes the run's old rows and adds the new ones
 (``predicate`` overwrite); the run's log says so. Either way the result is a standard Delta table

@@ -36,7 +36,7 @@ from store_reader.formats.config import CONSUMER_OFFSET_FILES, rewrite_consumer_
 from store_reader.formats.controller import EPOCH_FILE, IDENTITY_FILES, epoch_file_bytes, read_epoch_file
 from store_reader.formats.consumequeue import (CQ_ENTRY_DTYPE, PRE_BLANK_SIZE, logic_offset_of, range_status,
                                                slots_per_file, write_queue_files, write_queue_slots)
-from store_reader.broker.dispatch import dispatchable, index_key_counts, index_put_keys, queue_puts
+from store_reader.broker.dispatch import index_key_counts, index_put_keys, queue_puts
 from store_reader.exceptions import OutputError, StoreReaderError, UnreadableFileError, UnsupportedStoreError
 from store_reader.io.fsutil import walk_files
 from store_reader.formats.indexfile import (IndexHeader, _put_all, entry_position, index_file_size,
