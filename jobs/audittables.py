@@ -125,14 +125,44 @@ class EarlyWrites:
         self.warming = threading.Thread(target=warm_up, args=(spark,), name="delta-warm-up", daemon=True)
         self.warming.start()
 
-    def lost(self, table: pa.Table) -> None:
-        from jobs._spark.deltasink import table_uri, write_run_rows
+    def lost(self, parts: list) -> Future:
+        """Start writing the lost messages: ``parts``, the tables stage 1's tasks wrote away
+        (``jobs._spark.exchange.Stored``). With Spark's Delta writer, Spark tasks read them and
+        write the rows, bodies included: the driver never holds a body. The delta-rs fallback
+        commits from the driver (its rows are collected there, as every table's)."""
+        from jobs._spark.deltasink import has_delta, table_uri, write_run_rows
+        from store_reader.audit.compare import lost_table
 
-        rows = table_rows("lost_messages", table, self.run_id, self.store_id, self.audited_at)
+        uri = table_uri(self.audit_path, "lost_messages")
+        keys = (self.run_id, self.store_id, self.audited_at)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-early")
-        self.futures["lost_messages"] = pool.submit(
-            write_run_rows, table_uri(self.audit_path, "lost_messages"), rows, self.run_id, self.spark)
+        if self.spark is not None and has_delta(self.spark):
+            self.futures["lost_messages"] = pool.submit(_write_lost_by_tasks, self.spark, uri, parts, *keys)
+        else:
+            from jobs._spark.exchange import read_stored
+
+            self.futures["lost_messages"] = pool.submit(
+                lambda: write_run_rows(uri, table_rows("lost_messages", lost_table(map(read_stored, parts)), *keys),
+                                       self.run_id, self.spark))
         pool.shutdown(wait=False)          # its one thread ends with the write
+        return self.futures["lost_messages"]
+
+
+def _write_lost_by_tasks(spark, uri: str, parts: list, run_id: str, store_id: str, audited_at) -> None:
+    """The ``lost_messages`` rows of ``parts`` (stage 1's tables, each a segment's rows in
+    commitlog order) written by Spark's Delta writer from Spark tasks, a task per part."""
+    from jobs._spark.deltasink import audit_rows, spark_schema, write_run_frame, write_run_rows
+    from jobs._spark.exchange import stored_frame
+    from schemas import audit as A
+    from store_reader.audit.compare import LOST_ORDER
+
+    if not parts:               # no task to run: the run's old rows still go
+        write_run_rows(uri, table_rows("lost_messages", None, run_id, store_id, audited_at), run_id, spark)
+        return
+    schema = spark_schema(A.LOST_MESSAGES.arrow())
+    write_run_frame(spark, uri, lambda: stored_frame(
+        spark, parts, schema, lambda t: audit_rows(A.LOST_MESSAGES, t.select(LOST_ORDER), run_id, store_id,
+                                                   audited_at)), schema, run_id)
 
 
 def write_audit(audit_path: str, tables: dict[str, pa.Table], run_id: str, spark=None,

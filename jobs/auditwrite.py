@@ -57,13 +57,13 @@ def abandon_write(spark, write: StartedWrite) -> None:
 
 
 def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, overwrite: bool,
-                    on_lost: Callable[[pa.Table], None] | None = None,
+                    on_lost: Callable[[list], Future] | None = None,
                     write: StartedWrite | None = None) -> None:
     """Pass 6 (the audit) and, with ``out``, passes 4-7 side by side: both only read the input
     store and the prediction. Their Spark jobs share the cores, the write's queued first (Spark
     schedules FIFO across threads). The repaired store is placed only once both succeeded; when
     either fails the other is cancelled (its Spark job group), nothing is left behind and the
-    first failure is raised. ``on_lost``: given the audit's lost messages as soon as it has them;
+    first failure is raised. ``on_lost``: given the audit's lost messages' parts as soon as it has them;
     ``write``: the write, when it was started already (``start_write``)."""
     pred = report.prediction
 

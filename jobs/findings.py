@@ -7,6 +7,7 @@ stages (the audit tables' rows: ``jobs.audittables``).
 """
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -16,7 +17,7 @@ import pyarrow.compute as pc
 from jobs._spark.exchange import exchange
 from store_reader.broker import recovery
 from store_reader.audit import offsets
-from store_reader.audit.compare import audit_partition, audit_tables, lost_table
+from store_reader.audit.compare import audit_partition, audit_tables
 from store_reader.audit.files import store_file_findings
 from store_reader.audit.kinds import INDEX_KINDS, INFO_KINDS, QUEUE_KINDS
 from store_reader.audit.plan import AuditPlan, FlushRisk, audit_plan, flush_risk
@@ -28,11 +29,13 @@ from store_reader.store import Store
 
 def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver_items: Iterable,
                   records: dict[str, str] | None = None,
-                  on_lost: Callable[[pa.Table], None] | None = None) -> list:
+                  on_lost: Callable[[list], Future] | None = None) -> list:
     """The audit's two stages: stage 1 (a task per segment and per index file part, then the
     driver's items) exchanged by key into stage 2 (``audit_partition``, a task per key); returns
     stage 2's results in key order. A segment whose kept ``records`` lack lost messages' columns
-    it needs is read again. ``on_lost``: given the lost messages as soon as stage 1 is done."""
+    it needs is read again. ``on_lost``: given the lost messages' parts as soon as stage 1 is done,
+    as stage 1 wrote them away (``jobs._spark.exchange.Stored``), to write them (the future it
+    returns is waited for); the driver's rows then lack the ``body``."""
     sc = spark.sparkContext
     kept = records or {}
     files = [(s.path, s.segment, s.file_start + s.file_size > plan.end,
@@ -48,10 +51,15 @@ def run_audit_job(spark, plan: AuditPlan, scan: Sequence[SegmentSummary], driver
             else index_source_items(args[0], plan, args[1], args[2])
     rdd = sc.parallelize(tasks, max(1, len(tasks))).flatMap(stage1)
     early = None if on_lost is None else \
-        (lambda items: on_lost(lost_table(value for kind, value in items if kind == "lost")))
-    return exchange(spark, plan.work_dir, rdd, driver_items, plan.partitions,
-                    lambda key, items: audit_partition(key, items, plan), to_driver=plan.driver_key,
-                    on_driver=early)
+        (lambda items: on_lost([value for kind, value in items if kind == "lost"]))
+    results = exchange(spark, plan.work_dir, rdd, driver_items, plan.partitions,
+                       lambda key, items: audit_partition(key, items, plan), to_driver=plan.driver_key,
+                       on_driver=early)
+    if on_lost is None:
+        return results
+    # the bodies went to the Delta table from the tasks: the driver keeps the rest of each row
+    # (its tables are mapped from the exchange's files: a body column dropped is never read)
+    return [(kind, value.drop_columns(["body"])) if kind == "lost" else (kind, value) for kind, value in results]
 
 
 # -- all of it -------------------------------------------------------------------------------------------
@@ -74,14 +82,15 @@ class Findings:
 
 def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
           scan: Sequence[SegmentSummary] | None = None, records: dict[str, str] | None = None,
-          work_dir: str | None = None, on_lost: Callable[[pa.Table], None] | None = None) -> Findings:
+          work_dir: str | None = None, on_lost: Callable[[list], Future] | None = None) -> Findings:
     """Every finding for ``store`` given the broker's predicted recovery. ``scan``: the segments
     whose records are read (default all; --since-last passes only the new ones). ``records``: where
     the run's scan kept each segment's records (``store_reader.repair.scanned``; the others are read).
     ``work_dir``: the run's scan directory, where the stages exchange their tables
     (``jobs._spark.exchange``; default: a temporary directory, which only local executors see).
-    ``on_lost``: given the ``lost_messages`` table as soon as the audit has it (while its second
-    stage runs), e.g. to start writing it."""
+    ``on_lost``: given the ``lost_messages`` parts as soon as the audit has them (while its second
+    stage runs), to start writing them (``jobs.audittables.EarlyWrites``); the table the driver
+    keeps then has no ``body`` column."""
     scan = list(summaries if scan is None else scan)
     out = Findings()
     if len(scan) < len(summaries):       # --since-last: records read only in the new segments

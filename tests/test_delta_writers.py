@@ -57,3 +57,34 @@ def test_spark_and_delta_rs_write_the_same_tables(spark, tmp_path):
         assert [h.operationParameters.get("predicate") for h in history["rs"]] == [None, predicate]
         # read back by the other side: delta-rs reads what Spark wrote
         assert DeltaTable(f"{paths['spark']}/{name}").version() == writes
+
+
+def test_lost_message_bodies_reach_delta_from_spark_tasks_not_the_driver(spark, tmp_path, monkeypatch):
+    """With an audit path the lost messages' rows go from the tasks that read them to Spark's Delta
+    writer: no table with bodies is handed to Spark by the driver, the driver's own rows have no
+    body, and the Delta table holds every row, body included, as an audit without a path keeps them."""
+    from pyspark.sql import SparkSession
+
+    from jobs.audittables import table_rows
+
+    store, conf = str(support.input_store(*CASE)), str(support.broker_conf(*CASE))
+    kept = audit_job.run_audit(spark, store, None, conf).findings.tables["lost_messages"]
+    assert "body" in kept.column_names and kept.num_rows == 20
+    from_driver = []
+    create = SparkSession.createDataFrame
+
+    def watched(self, data, *args, **kwargs):
+        if hasattr(data, "column_names") and "body" in data.column_names:
+            from_driver.append(data.num_rows)
+        return create(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(SparkSession, "createDataFrame", watched)
+    audit = tmp_path / "audit"
+    run = audit_job.run_audit(spark, store, str(audit), conf)
+    assert from_driver == []
+    assert "body" not in run.findings.tables["lost_messages"].column_names
+    written = read_table(str(audit / "lost_messages"), spark=spark).sort_by("phy_offset")
+    want = table_rows("lost_messages", kept, run.run_id, run.store_id, None)
+    cols = [c for c in want.column_names if c != "audited_at"]
+    assert written.select(cols).to_pylist() == want.select(cols).to_pylist()
+    assert all(len(b) for b in written["body"].to_pylist())

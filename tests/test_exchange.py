@@ -64,3 +64,35 @@ def test_the_drivers_items_are_written_while_stage_one_runs_and_not_held(spark, 
     assert exchange(spark, str(work), rdd, driver_items(), 1, _seen()) == \
         [(0, [("s", [1]), ("d", [10]), ("d", [11]), ("d", [12])])]
     assert released == [True, True]
+
+
+def test_on_driver_gets_the_drivers_items_as_written_for_tasks_to_read(spark, tmp_path):
+    """``on_driver`` gets the items keyed to the driver with their tables still in the exchange's
+    files (``Stored``); ``stored_frame`` has Spark tasks read them, and the exchange keeps the
+    files until the future ``on_driver`` returned is done."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jobs._spark.exchange import Stored, stored_frame
+
+    rdd = spark.sparkContext.parallelize([[(1, ("lost", _table(1, 2)))], [(1, ("lost", _table(3)))],
+                                          [(0, ("a", _table(9)))]], 3).flatMap(lambda x: x)
+    given, reads = [], []
+    pool = ThreadPoolExecutor(max_workers=1)
+
+    def on_driver(items):
+        given.extend(items)
+
+        def read():
+            time.sleep(1)           # still reading after stage 2 is done
+            frame = stored_frame(spark, [item[-1] for item in items], "v long",
+                                 lambda t: pa.table({"v": pa.array([v * 10 for v in t["v"].to_pylist()])}))
+            return sorted(r.v for r in frame.collect())
+        reads.append(pool.submit(read))
+        return reads[0]
+
+    got = exchange(spark, str(tmp_path), rdd, [], 2, _seen(), to_driver=1, on_driver=on_driver)
+    assert [kind for kind, stored in given] == ["lost", "lost"]
+    assert all(isinstance(stored, Stored) for _, stored in given)
+    assert reads[0].done() and reads[0].result() == [10, 20, 30]     # read before the files went
+    assert got[0] == (0, [("a", [9])]) and [item[1]["v"].to_pylist() for item in got[1:]] == [[1, 2], [3]]
+    assert list(tmp_path.iterdir()) == []

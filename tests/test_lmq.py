@@ -69,3 +69,33 @@ def test_lmq_queues_rebuilt(spark, tmp_path):
         assert _entries(out / "consumequeue" / topic / str(qid)) == \
             want, topic
     assert load_broker_config(root / "broker.conf").enableLmq
+
+
+@pytest.mark.parametrize("broker_5x", [True, False])
+def test_queue_puts_are_each_records_put_then_its_lmq_copies(tmp_path, broker_5x):
+    """``dispatch.queue_puts``, the one expansion of a batch into its CQ puts (what the replay,
+    the rebuild, the audit and dump take): each record's own put in row order, then the copies
+    ``multi_dispatch_targets`` names, a record's in property order; rows left out put nothing."""
+    import numpy as np
+    import pyarrow as pa
+
+    from store_reader.broker.dispatch import multi_dispatch_targets, queue_puts
+    from store_reader.formats.commitlog import SegmentScan
+
+    root = _lmq_store(tmp_path / "store", broker_5x)
+    store = open_store(root)
+    cols = ["topic", "queue_id", "queue_offset", "sys_flag", "properties"]
+    b = pa.Table.from_batches(list(SegmentScan(str(root / "commitlog" / f"{0:020d}"),
+                                               store.scan_options(broker_5x=broker_5x), columns=cols)))
+    recs = b.to_pylist()
+    for keep in (None, np.arange(len(recs)) >= 3):
+        p = queue_puts(store.config, broker_5x, b, keep)
+        rows = [i for i in range(len(recs)) if keep is None or keep[i]]
+        want = [(recs[i]["topic"], recs[i]["queue_id"], recs[i]["queue_offset"], i, 0) for i in rows]
+        want += [(name, qid, offset, i, k) for i in rows for k, (name, qid, offset) in enumerate(
+            multi_dispatch_targets(store.config, broker_5x, recs[i]["topic"], recs[i]["queue_id"],
+                                   dict(recs[i]["properties"] or [])), 1)]
+        assert p.own == len(rows)
+        assert [(p.topics[t], q, o, r, c) for t, q, o, r, c in zip(
+            p.topic.tolist(), p.queue_id.tolist(), p.queue_offset.tolist(), p.row.tolist(), p.copy.tolist())] == want
+        assert len(want) == len(rows) + 2 * (len(rows) - 1)      # the last record's lists mismatch: no copies

@@ -3,7 +3,8 @@
 With delta-spark on the session's classpath (the embedded session once ``scripts/bootstrap.sh``
 installed the jars, ``jobs._spark.sparkjars``; a cluster through ``spark.jars.packages``) Spark writes
 each table itself, one transaction per table and run (``replaceWhere run_id = ...``), and reads
-them (``read_table(spark=...)``). Without the jars (a set-up that could not reach Maven Central)
+them (``read_table(spark=...)``); the lost messages (their bodies) from the Spark tasks that read
+them (``write_run_frame``, ``jobs.audittables.EarlyWrites``), every other table from the driver's rows. Without the jars (a set-up that could not reach Maven Central)
 the rows (audit tables are small: findings are range-encoded) are collected as Arrow and delta-rs
 commits them in one transaction that deletes the run's old rows and adds the new ones
 (``predicate`` overwrite); the run's log says so. Either way the result is a standard Delta table
@@ -125,25 +126,12 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
         raise ValueError(f"rows of another run in a write for run {run_id}")
     predicate = f"run_id = {_quote(run_id)}"
     if spark is not None and has_delta(spark):
-        from delta.tables import DeltaTable as SparkDeltaTable
-        from py4j.protocol import Py4JJavaError
-        from pyspark.errors import PySparkException
-
-        path = _spark_path(spark, table_uri)
-        schema = _spark_schema(rows.schema)
-        try:
-            if not SparkDeltaTable.isDeltaTable(spark, path):
-                # created with the declared schema first: a DataFrame write would make every
-                # column nullable (Spark's file sources do), where delta-rs keeps NOT NULL
-                SparkDeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
-            # one chunk per column: pyspark 4.2 makes no rows of a table whose first record
-            # batches are empty (the lost messages' table: [0, 0, 20]); one data file per table
-            # and run, as delta-rs writes it (the rows are on the driver anyway)
-            (spark.createDataFrame(rows.combine_chunks(), schema=schema).coalesce(1).write.format("delta")
-             .mode("overwrite").option("replaceWhere", predicate).option("mergeSchema", "true")
-             .save(path))
-        except (Py4JJavaError, PySparkException) as exc:    # the JVM's reason, on one line
-            raise OutputError(f"cannot write the Delta table: {delta_reason(exc)}", table_uri) from None
+        schema = spark_schema(rows.schema)
+        # one chunk per column: pyspark 4.2 makes no rows of a table whose first record batches
+        # are empty (the lost messages' table: [0, 0, 20]); one data file per table and run, as
+        # delta-rs writes it (the rows are on the driver anyway)
+        write_run_frame(spark, table_uri, lambda: spark.createDataFrame(rows.combine_chunks(), schema=schema)
+                        .coalesce(1), schema, run_id)
         return
     from deltalake import DeltaTable, WriterProperties, write_deltalake
     from deltalake.exceptions import DeltaError
@@ -168,6 +156,26 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
         raise OutputError(f"cannot write the Delta table: {delta_reason(exc)}", table_uri) from None
 
 
+def write_run_frame(spark, table_uri: str, frame, schema, run_id: str) -> None:
+    """Replace the rows of ``run_id`` in the Delta table at ``table_uri`` by the DataFrame
+    ``frame()`` (rows of that run only, of the Spark ``schema``), written by Spark's Delta writer in
+    one transaction (the table created on first use)."""
+    from delta.tables import DeltaTable as SparkDeltaTable
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    path = _spark_path(spark, table_uri)
+    try:
+        if not SparkDeltaTable.isDeltaTable(spark, path):
+            # created with the declared schema first: a DataFrame write would make every
+            # column nullable (Spark's file sources do), where delta-rs keeps NOT NULL
+            SparkDeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
+        (frame().write.format("delta").mode("overwrite").option("replaceWhere", f"run_id = {_quote(run_id)}")
+         .option("mergeSchema", "true").save(path))
+    except (Py4JJavaError, PySparkException) as exc:    # the JVM's reason, on one line
+        raise OutputError(f"cannot write the Delta table: {delta_reason(exc)}", table_uri) from None
+
+
 def delta_reason(exc: BaseException) -> str:
     """A Delta writer's or reader's error as one line: the Java exception's own message (py4j), not
     its trace; delta-rs' message without the Rust backtrace it appends (numbered frames, ``at
@@ -185,7 +193,7 @@ def delta_reason(exc: BaseException) -> str:
     return " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", " ".join(lines)).split())[:500]
 
 
-def _spark_schema(schema: pa.Schema):
+def spark_schema(schema: pa.Schema):
     """The Spark schema of ``schema``, nullability kept (the audit schemas' NOT NULL columns)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import uuid
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
@@ -66,7 +66,8 @@ def _store(items: Iterable[Item], directory: str) -> Iterator[Item]:
 
 
 def _loader() -> Callable[[tuple], tuple]:
-    """Reads items' tables back, each file opened once."""
+    """Reads items' tables back, each file opened once (memory-mapped: a column never used is
+    never read)."""
     readers: dict[str, pa.ipc.RecordBatchFileReader] = {}
 
     def load(item: tuple) -> tuple:
@@ -81,17 +82,43 @@ def _loader() -> Callable[[tuple], tuple]:
     return load
 
 
+def read_stored(s: Stored) -> pa.Table:
+    """The table written away at ``s``."""
+    (table,) = _loader()((s,))
+    return table
+
+
+def stored_frame(spark, stored: list[Stored], schema, rows: Callable[[pa.Table], pa.Table]):
+    """A DataFrame of ``rows(table)`` for each table stage 1 wrote away (``stored``), read and
+    converted by Spark tasks, a task per table: what a stage-1 task made for a Delta table reaches
+    Spark's writer without passing through the driver. Read while the exchange directory stands:
+    ``on_driver`` returns the write's future, which the exchange waits for."""
+    refs = spark.sparkContext.parallelize([(s.path, s.first, s.count) for s in stored], max(1, len(stored)))
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        load = _loader()
+        for b in batches:
+            for path, first, count in zip(*(b.column(i).to_pylist() for i in range(3))):
+                (table,) = load((Stored(path, first, count),))
+                for out in rows(table).to_batches():
+                    if out.num_rows:
+                        yield out
+    return refs.toDF("path string, first int, count int").mapInArrow(read, schema)
+
+
 def exchange(spark, work_dir: str | None, stage1, driver_items: Iterable[Item], keys: int,
              stage2: Callable[[int, Iterator[Item]], Iterable], to_driver: int | None = None,
-             on_driver: Callable[[list], None] | None = None) -> list:
+             on_driver: Callable[[list], Future | None] | None = None) -> list:
     """``stage2(key, items)`` for every key in ``range(keys)`` but ``to_driver``, a task each, the
     items those of the RDD ``stage1`` (``(key, item)`` pairs) and then ``driver_items`` (written
     away one by one while stage 1 runs, so the driver never holds them all); returns
     stage 2's results in key order, then the items keyed ``to_driver`` as they are (rows stage 1
-    makes for the driver: they reach it from the files, not through Spark), which ``on_driver``
-    is also given as soon as stage 1 is done. ``work_dir``: the run's scan directory (None: a
-    temporary directory, which only local executors see)."""
+    makes for the driver: they reach it from the files, not through Spark). ``on_driver`` is given
+    those items as soon as stage 1 is done, their tables still where they lie (``Stored``, e.g. for
+    ``stored_frame``); the future it may return is waited for before the files go. ``work_dir``:
+    the run's scan directory (None: a temporary directory, which only local executors see)."""
     directory = tempfile.mkdtemp(prefix="exchange-", dir=work_dir)
+    reading: Future | None = None
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="exchange-driver") as pool:
             from_driver = pool.submit(lambda: list(_store(driver_items, directory)))
@@ -101,10 +128,10 @@ def exchange(spark, work_dir: str | None, stage1, driver_items: Iterable[Item], 
         for key, item in produced:
             by_key[key].append(item)
         groups = [(key, by_key.get(key, [])) for key in range(keys) if key != to_driver]
+        if on_driver is not None:
+            reading = on_driver(by_key.get(to_driver, []))
         load = _loader()
         driver = [load(item) for item in by_key.get(to_driver, [])]
-        if on_driver is not None:
-            on_driver(driver)
 
         def run(group: tuple[int, list[tuple]]) -> Iterable:
             load = _loader()
@@ -112,4 +139,6 @@ def exchange(spark, work_dir: str | None, stage1, driver_items: Iterable[Item], 
 
         return spark.sparkContext.parallelize(groups, max(1, len(groups))).flatMap(run).collect() + driver
     finally:
+        if reading is not None:
+            wait([reading])         # its failure is its owner's to raise
         shutil.rmtree(directory, ignore_errors=True)

@@ -261,7 +261,8 @@ def lost_table(parts: Iterable[pa.Table]) -> pa.Table:
     parts = [t for t in parts if t.num_rows]
     if not parts:
         return pa.table({})
-    lost = pa.concat_tables(parts).select(LOST_ORDER)
+    lost = pa.concat_tables(parts)
+    lost = lost.select([c for c in LOST_ORDER if c in lost.column_names])   # no body: tasks wrote them
     phy = lost["phy_offset"].to_numpy()
     return lost if (np.diff(phy) > 0).all() else lost.sort_by("phy_offset")
 

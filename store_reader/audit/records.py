@@ -91,19 +91,20 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
             np.concatenate([flag, np.zeros(len(extra), np.int64)]), np.concatenate([phy, phy[extra]])]
     code, qids = np.concatenate([code, code[extra]]), np.concatenate([qid, qid[extra]])
     if plan.config.enableMultiDispatch and rebuilt.any():
-        rows = np.flatnonzero(rebuilt)
-        copies = dispatch.multi_dispatch_rows(plan.config, plan.broker_5x, rb.take(pa.array(rows)))
-        if copies:
-            at = rows[np.array([c[0] for c in copies], dtype=np.int64)]
-            for name in {c[1] for c in copies} - set(names):
+        p = dispatch.queue_puts(plan.config, plan.broker_5x, rb, below)
+        if p.own < len(p.row):
+            copies = slice(p.own, None)
+            at = p.row[copies]
+            copy_names = [p.topics[c] for c in p.topic[copies].tolist()]
+            for name in set(copy_names) - set(names):
                 names.append(name)
             index = {n: i for i, n in enumerate(names)}
-            cols = [np.concatenate([cols[0], np.array([c[3] for c in copies], np.int64)]),
+            cols = [np.concatenate([cols[0], p.queue_offset[copies]]),
                     np.concatenate([cols[1], stored[at]]), np.concatenate([cols[2], size[at]]),
                     np.concatenate([cols[3], tags[at]]), np.concatenate([cols[4], np.full(len(at), REBUILT)]),
                     np.concatenate([cols[5], np.zeros(len(at), np.int64)]), np.concatenate([cols[6], phy[at]])]
-            code = np.concatenate([code, np.array([index[c[1]] for c in copies], np.int64)])
-            qids = np.concatenate([qids, np.array([c[2] for c in copies], np.int64)])
+            code = np.concatenate([code, np.array([index[n] for n in copy_names], np.int64)])
+            qids = np.concatenate([qids, p.queue_id[copies].astype(np.int64)])
     table = pa.table([pa.array(c.astype(f.type.to_pandas_dtype())) for c, f in zip(cols, QUEUE_ROWS)],
                      schema=QUEUE_ROWS)
     for key, part in _keyed((code << 32) | (qids.astype(np.int64) & 0xFFFFFFFF), table):

@@ -15,7 +15,7 @@ from store_reader.broker import recovery
 from store_reader.formats.checkpoint import read_checkpoint
 from store_reader.formats.commitlog import SegmentScan, SegmentSummary
 from store_reader.formats.controller import ConfirmOffset, correct_confirm_offset
-from store_reader.broker.dispatch import dispatchable, multi_dispatch_targets
+from store_reader.broker.dispatch import dispatchable, queue_puts
 from store_reader.exceptions import StoreReaderError
 from store_reader.formats.rocksdbcq import served_consume_queue
 from store_reader.repair.write import held_puts
@@ -252,18 +252,18 @@ class StoreView:
         if not self.config.enableMultiDispatch:
             return
         extra: dict[tuple[str, int], list[tuple[int, int, int, int, bool]]] = {}
-        cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "sys_flag", "properties",
-                "valid_prefix"]
+        cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag",
+                "properties", "valid_prefix"]
         for f in self.store.commitlog_files:
             for b in SegmentScan(f.path, self.opts, columns=cols, include_lost=True):
-                for rec in b.to_pylist():
-                    if not dispatchable(rec["sys_flag"]):
-                        continue
-                    for topic, qid, offset in multi_dispatch_targets(
-                            self.config, self.broker_5x, rec["topic"], rec["queue_id"],
-                            dict(rec["properties"] or [])):
-                        extra.setdefault((topic, qid), []).append(
-                            (offset, rec["phy_offset"], rec["stored_phy_offset"], rec["total_size"],
-                             rec["valid_prefix"]))
+                p = queue_puts(self.config, self.broker_5x, b)
+                copies = slice(p.own, None)
+                at = pa.array(p.row[copies])
+                for topic, qid, offset, *rec in zip(
+                        [p.topics[c] for c in p.topic[copies].tolist()], p.queue_id[copies].tolist(),
+                        p.queue_offset[copies].tolist(),
+                        *(b.column(c).take(at).to_pylist() for c in ("phy_offset", "stored_phy_offset",
+                                                                     "total_size", "valid_prefix"))):
+                    extra.setdefault((topic, qid), []).append((offset, *rec))
         for key, rows in extra.items():
             puts.setdefault(key, []).append(tuple(np.array(c) for c in zip(*rows)))

@@ -1,9 +1,12 @@
 """What the broker dispatches from a commitlog record (``CommitLogDispatcher``, R§5.3, R§8, F§3.5):
 which records get a consume queue entry, which put index keys and which keys, and the LMQ /
 multi-dispatch copies of a record's entry. The one statement of these rules: the prediction, the
-repair, the audit, ``dump --verify`` and the replica comparison all ask here.
+repair, the audit, ``dump --verify`` and the replica comparison all ask here. A batch of records
+becomes its consume queue puts, LMQ copies included, in one place: ``queue_puts``.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -131,7 +134,8 @@ def multi_dispatch_rows(config: BrokerConfig, broker_5x: bool, records: pa.Recor
                         ) -> list[tuple[int, str, int, int]]:
     """Every LMQ copy of ``records`` (dispatchable ones, with a ``properties`` column): (row, queue
     topic, queue id, queue offset) in row order, a row's copies in property order
-    (``multi_dispatch_targets``; only rows carrying INNER_MULTI_DISPATCH are looked at)."""
+    (``multi_dispatch_targets``; only rows carrying INNER_MULTI_DISPATCH are looked at). Used
+    through ``queue_puts``."""
     import pyarrow.compute as pc
 
     props = records.column("properties")
@@ -144,3 +148,55 @@ def multi_dispatch_rows(config: BrokerConfig, broker_5x: bool, records: pa.Recor
                                                              dict(props[r].as_py() or [])):
             out.append((r, name, copy_qid, offset))
     return out
+
+
+@dataclass(frozen=True)
+class QueuePuts:
+    """A batch's consume queue puts (``queue_puts``): the dispatchable records' own puts in row
+    order (the first ``own``), then their LMQ copies in row order, a row's in property order."""
+
+    row: np.ndarray             # int64: the record's row in the batch
+    topic: np.ndarray           # int64: the queue's topic, as its number in ``topics``
+    topics: list[str]           # the put records' topics as they first appear, then the LMQ ones
+    queue_id: np.ndarray        # int32
+    queue_offset: np.ndarray    # int64
+    copy: np.ndarray            # int32: 0 the record's own put, k its k-th LMQ copy
+    own: int
+
+
+def queue_puts(config: BrokerConfig, broker_5x: bool, records: pa.RecordBatch | pa.Table,
+               keep: np.ndarray | None = None) -> QueuePuts:
+    """The consume queue puts ``CommitLogDispatcherBuildConsumeQueue`` makes of ``records`` (columns
+    sys_flag, topic, queue_id, queue_offset; ``properties`` with ``enableMultiDispatch``), of the
+    rows where ``keep`` (default all): a put per ``dispatchable`` record, then its LMQ copies
+    (``multi_dispatch_rows``). What every reader of the dispatch (the replay, the CQ rebuild, the
+    audit, ``dump --verify``) takes a batch's puts from."""
+    put = dispatchable(_column(records, "sys_flag").to_numpy(zero_copy_only=False))
+    if keep is not None:
+        put &= keep
+    rows = np.flatnonzero(put)
+    topic = _column(records, "topic")
+    enc = (topic if len(rows) == len(put) else topic.take(pa.array(rows))).dictionary_encode()
+    topics = enc.dictionary.to_pylist()
+    code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    qid = _column(records, "queue_id").to_numpy(zero_copy_only=False)[rows].astype(np.int32)
+    offset = _column(records, "queue_offset").to_numpy(zero_copy_only=False)[rows].astype(np.int64)
+    copies = [] if not config.enableMultiDispatch or not len(rows) else multi_dispatch_rows(
+        config, broker_5x, records.select(["topic", "queue_id", "properties"]).take(pa.array(rows)))
+    if not copies:
+        return QueuePuts(rows, code, topics, qid, offset, np.zeros(len(rows), np.int32), len(rows))
+    number = {name: i for i, name in enumerate(topics)}
+    for _, name, _, _ in copies:
+        if name not in number:
+            number[name] = len(topics)
+            topics.append(name)
+    at = np.array([c[0] for c in copies], np.int64)
+    nth = np.ones(len(at), np.int32)         # k-th copy of its record
+    for i in range(1, len(at)):
+        if at[i] == at[i - 1]:
+            nth[i] = nth[i - 1] + 1
+    return QueuePuts(np.concatenate([rows, rows[at]]),
+                     np.concatenate([code, np.array([number[c[1]] for c in copies], np.int64)]), topics,
+                     np.concatenate([qid, np.array([c[2] for c in copies], np.int32)]),
+                     np.concatenate([offset, np.array([c[3] for c in copies], np.int64)]),
+                     np.concatenate([np.zeros(len(rows), np.int32), nth]), len(rows))

@@ -28,7 +28,7 @@ from store_reader.formats.commitlog import SegmentSummary
 from store_reader.formats.controller import ConfirmOffset, correct_confirm_offset
 from store_reader.formats.consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, list_queue_files,
                                                list_queues, range_status, read_queue_slots)
-from store_reader.broker.dispatch import dispatchable, index_put_keys, multi_dispatch_rows
+from store_reader.broker.dispatch import dispatchable, index_put_keys, queue_puts
 from store_reader.exceptions import OutputError, StoreReaderError, UnsupportedStoreError
 from store_reader.formats.indexfile import (IndexFile, IndexHeader, _put_all, create_index_file, list_index_files,
                                             query_key_hash, read_header, unmap_entries)
@@ -1035,7 +1035,8 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
 def _dispatch_to_queues(config: BrokerConfig, broker_5x: bool, batch: pa.RecordBatch,
                         queues: dict[tuple[str, int], ConsumeQueueState], out: Dispatched,
                         no_delay_levels: bool) -> None:
-    """The CQ puts of one batch of dispatched records (NOT / COMMIT types, LMQ copies included)."""
+    """The CQ puts of one batch of dispatched records (``dispatch.queue_puts``: NOT / COMMIT types,
+    LMQ copies included)."""
     rows = np.flatnonzero(dispatchable(batch["sys_flag"].to_numpy()))
     if not rows.size:
         return
@@ -1044,60 +1045,33 @@ def _dispatch_to_queues(config: BrokerConfig, broker_5x: bool, batch: pa.RecordB
     out.last_cq_store_timestamp = int(b["store_timestamp"][-1].as_py())
     phy, size = b["stored_phy_offset"].to_numpy(), b["total_size"].to_numpy().astype(np.int64)
     out.last_cq_phy_offset = int(phy[-1])
-    qid, offset = b["queue_id"].to_numpy(), b["queue_offset"].to_numpy()
     tags_code = b["tags_code"].to_numpy().copy()
-    topics = b["topic"].dictionary_encode()
-    names = topics.dictionary.to_pylist()
-    topic_code = topics.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    p = queue_puts(config, broker_5x, b)       # every row of b is put
+    names, qid = p.topics, p.queue_id
     if no_delay_levels:
         import pyarrow.compute as pc
 
-        delayed = np.flatnonzero((topic_code == (names.index(rf.SCHEDULE_TOPIC)
-                                                 if rf.SCHEDULE_TOPIC in names else -1))
+        delayed = np.flatnonzero((p.topic[:p.own] == (names.index(rf.SCHEDULE_TOPIC)
+                                                      if rf.SCHEDULE_TOPIC in names else -1))
                                  & pc.is_valid(b["delay_level"]).to_numpy(zero_copy_only=False))
         if delayed.size:
             tags_code[delayed] = java_string_hashes(b["tags"].take(pa.array(delayed)))
             out.early_delivery += list(zip(qid[delayed].tolist(), phy[delayed].tolist()))
-    # one group per target queue: (topic code, queue id) of the record, then its LMQ copies
-    group = topic_code << 32 | (qid.astype(np.int64) & 0xFFFFFFFF)
-    order = np.arange(len(rows), dtype=np.int64)
-    copies = _multi_dispatch_puts(config, broker_5x, b, names) if config.enableMultiDispatch else None
-    if copies:
-        extra_group, extra_row, extra_qid, extra_offset = copies
-        group = np.concatenate([group, extra_group])
-        order = np.concatenate([order, extra_row])
-        phy, size = np.concatenate([phy, phy[extra_row]]), np.concatenate([size, size[extra_row]])
-        tags_code = np.concatenate([tags_code, tags_code[extra_row]])
-        offset = np.concatenate([offset, extra_offset])
-        qid = np.concatenate([qid, extra_qid])
-        topic_code = group >> 32
+    # one group per target queue: (topic number, queue id) of the record, then its LMQ copies
+    group = p.topic << 32 | (qid.astype(np.int64) & 0xFFFFFFFF)
+    order = p.row
+    if p.own < len(p.row):
+        phy, size, tags_code = phy[p.row], size[p.row], tags_code[p.row]
     sort = np.lexsort((order, group))           # by queue, then commitlog order (base put first)
     group = group[sort]
     cut = np.flatnonzero(np.diff(group)) + 1
     for lo, hi in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [len(group)]]).tolist()):
         i = sort[lo:hi]
-        key = (names[int(topic_code[i[0]])], int(qid[i[0]]))
+        key = (names[int(p.topic[i[0]])], int(qid[i[0]]))
         q = queues.get(key)
         if q is None:
             q = queues[key] = ConsumeQueueState(*key, config.cq_file_size)
-        q.put_many(phy[i], size[i], tags_code[i], offset[i])
-
-
-def _multi_dispatch_puts(config: BrokerConfig, broker_5x: bool, b: pa.RecordBatch, names: list[str]
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """The LMQ copies of a batch's CQ puts as (group, row, queue id, queue offset) arrays;
-    ``names`` grows by the LMQ topics."""
-    copies = multi_dispatch_rows(config, broker_5x, b)
-    if not copies:
-        return None
-    code = {name: i for i, name in enumerate(names)}
-    for _, name, _, _ in copies:
-        if name not in code:
-            code[name] = len(names)
-            names.append(name)
-    g = np.array([(code[name] << 32) | (qid & 0xFFFFFFFF) for _, name, qid, _ in copies], np.int64)
-    r, q, o = (np.array(c, dtype=np.int64) for c in zip(*[(r, q, o) for r, _, q, o in copies]))
-    return g, r, q.astype(np.int32), o
+        q.put_many(phy[i], size[i], tags_code[i], p.queue_offset[i])
 
 
 def predict(store: Store, broker_version: str | None = None,

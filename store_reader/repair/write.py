@@ -36,7 +36,7 @@ from store_reader.formats.config import CONSUMER_OFFSET_FILES, rewrite_consumer_
 from store_reader.formats.controller import EPOCH_FILE, IDENTITY_FILES, epoch_file_bytes, read_epoch_file
 from store_reader.formats.consumequeue import (CQ_ENTRY_DTYPE, PRE_BLANK_SIZE, logic_offset_of, range_status,
                                                slots_per_file, write_queue_files, write_queue_slots)
-from store_reader.broker.dispatch import dispatchable, index_key_counts, index_put_keys, multi_dispatch_rows
+from store_reader.broker.dispatch import index_key_counts, index_put_keys, queue_puts
 from store_reader.exceptions import OutputError, StoreReaderError, UnreadableFileError, UnsupportedStoreError
 from store_reader.io.fsutil import walk_files
 from store_reader.formats.indexfile import (IndexHeader, _put_all, entry_position, index_file_size,
@@ -172,27 +172,20 @@ def dispatch_batches(batches: Iterable[pa.RecordBatch], end: int, config: Broker
     """``dispatch_entries`` of a commitlog file's records as read (``DISPATCH_COLUMNS``, and
     ``properties`` when ``enableMultiDispatch``; intact records behind a bad one included)."""
     for rb in batches:
-        keep = (rb.column("phy_offset").to_numpy() < end) & dispatchable(rb.column("sys_flag").to_numpy())
-        if not keep.any():
+        p = queue_puts(config, broker_5x, rb, rb.column("phy_offset").to_numpy() < end)
+        if not p.own:
             continue
-        b = rb if keep.all() else rb.filter(pa.array(keep))
-        own = pa.table([b.column(c) if c != "copy" else pa.array(np.zeros(b.num_rows, np.int32))
+        b = rb if p.own == rb.num_rows else rb.take(pa.array(p.row[:p.own]))
+        own = pa.table([b.column(c) if c != "copy" else pa.array(p.copy[:p.own])
                         for c in ENTRY_SCHEMA.names], schema=ENTRY_SCHEMA)
-        copies = multi_dispatch_rows(config, broker_5x, b) if config.enableMultiDispatch else []
-        if not copies:
-            yield own
-            continue
-        rows = np.array([r for r, _, _, _ in copies], dtype=np.int64)
-        nth = np.ones(len(rows), dtype=np.int32)         # k-th copy of its record
-        for i in range(1, len(rows)):
-            if rows[i] == rows[i - 1]:
-                nth[i] = nth[i - 1] + 1
-        base = own.take(pa.array(rows))
-        replaced = {"topic": pa.array([c[1] for c in copies], pa.string()),
-                    "queue_id": pa.array([c[2] for c in copies], pa.int32()),
-                    "queue_offset": pa.array([c[3] for c in copies], pa.int64()),
-                    "copy": pa.array(nth)}
         yield own
+        if p.own == len(p.row):
+            continue
+        copies = slice(p.own, None)
+        base = own.take(pa.array(np.searchsorted(p.row[:p.own], p.row[copies])))
+        replaced = {"topic": pa.array([p.topics[c] for c in p.topic[copies].tolist()], pa.string()),
+                    "queue_id": pa.array(p.queue_id[copies]), "queue_offset": pa.array(p.queue_offset[copies]),
+                    "copy": pa.array(p.copy[copies])}
         yield pa.table([replaced.get(c, base.column(c)) for c in ENTRY_SCHEMA.names], schema=ENTRY_SCHEMA)
 
 
