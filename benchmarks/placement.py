@@ -36,8 +36,9 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 
 from store_reader import open_store
-from store_reader.repair import placement, write as repair
-from store_reader.broker import recovery
+from store_reader.repair import placement
+from store_reader.io import hashing
+from store_reader.broker import prediction
 
 
 def previous_copy(src: str, dest: str, keep: int, file_size: int) -> str:
@@ -58,7 +59,7 @@ def previous_copy(src: str, dest: str, keep: int, file_size: int) -> str:
                                              done + copied)
             done += n
         fout.truncate(file_size)
-    repair.update_zeros(digest, file_size - done)
+    hashing.update_zeros(digest, file_size - done)
     return digest.hexdigest()
 
 
@@ -70,7 +71,7 @@ def kernel_copy(src: str, dest: str, keep: int, file_size: int, link: bool) -> p
         done = 0
         while done < file_size:
             done += os.copy_file_range(fin.fileno(), fout.fileno(), file_size - done, done, done)
-    return placement.PlacedSegment(repair.sha256_file(src), "copied in the kernel")
+    return placement.PlacedSegment(hashing.sha256_file(src), "copied in the kernel")
 
 
 def _cpu(procs: list[psutil.Process]) -> float:
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
         bench.ensure_store(store_dir, bench.parse_size("1.5GiB"))
     store = open_store(str(store_dir), str(store_dir / "broker.conf"))
-    pred = recovery.predict(store)
+    pred = prediction.predict(store)
     srcs = {c.name: c.path for c in store.commitlog_files}
     out = Path(args.out or f"{store_dir}-placed")
     plan = placement.plan(pred.commitlog_files, link=True)
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             os.sync()
             out.mkdir(parents=True)
             wall, cpu, hows = run(way, tasks, out)
-            got = repair.sha256_files(str(out / p.name) for p in plan)
+            got = hashing.sha256_files(str(out / p.name) for p in plan)
             if digests is None:
                 digests = got
             assert got == digests, f"{way} placed other bytes"

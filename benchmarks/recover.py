@@ -24,7 +24,7 @@ runs this tree once more per size with each Spark task's CPU logged (``benchmark
 prints the Python tasks' CPU by what they run, with its slope between the sizes.
 The driver JVM starts from its class-data-sharing archive (built first if missing, as ``python -m
 jobs.buildcds`` would; ``--no-cds`` measures without it). Next to it the reference:
-the same passes in ONE process without Spark (segment summaries, ``recovery.predict``, the ``repair`` functions writing
+the same passes in ONE process without Spark (segment summaries, ``prediction.predict``, the ``repair`` functions writing
 to a temporary directory; no audit, which needs Spark).
 
 Then the real broker's own restart on a copy of the same store (``tests/oracle.py``, the release jars
@@ -480,8 +480,9 @@ def reference_run(store: Path, work: Path) -> dict:
 def reference(store_path: str, out_path: str) -> dict[str, float]:
     """The recovery's passes in this one process, store_reader alone (no audit)."""
     from store_reader import open_store
-    from store_reader.repair import placement, write as repair
-    from store_reader.broker import recovery
+    from store_reader.repair import checkpoint, index, placement, queues as repair_queues
+    from store_reader.io import fsync, manifest
+    from store_reader.broker import prediction, versions
     from store_reader.formats.recordformat import ScanOptions
 
     times: dict[str, float] = {}
@@ -492,13 +493,13 @@ def reference(store_path: str, out_path: str) -> dict[str, float]:
     t = time.perf_counter()
     store = open_store(store_path, Path(store_path) / "broker.conf")
     version = store.broker_version()
-    summaries = store.summaries(store.scan_options(broker_5x=recovery.is_5x(version)))
+    summaries = store.summaries(store.scan_options(broker_5x=versions.is_5x(version)))
     timed("scan", t)
     t = time.perf_counter()
-    pred = recovery.predict(store, version, summaries=summaries)
+    pred = prediction.predict(store, version, summaries=summaries)
     timed("plan", t)
     out, cfg, end = Path(out_path), store.config, pred.max_phy_offset
-    five = recovery.is_5x(version)
+    five = versions.is_5x(version)
     shutil.rmtree(out, ignore_errors=True)
     for d in ("consumequeue", "index", "commitlog"):
         (out / d).mkdir(parents=True)
@@ -508,12 +509,12 @@ def reference(store_path: str, out_path: str) -> dict[str, float]:
     t = time.perf_counter()
     queues: dict[tuple[str, int], list] = {}
     for path in files:
-        for entries in repair.dispatch_entries(path, opts, end, cfg, five):
-            for key, part in repair.queue_parts(entries, None):
+        for entries in repair_queues.dispatch_entries(path, opts, end, cfg, five):
+            for key, part in repair_queues.queue_parts(entries, None):
                 queues.setdefault(key[:2], []).append(part)
     import pyarrow as pa
 
-    parts = [repair.rebuild_queue_part(topic, qid, -1, pa.concat_tables(queues.pop((topic, qid))),
+    parts = [repair_queues.rebuild_queue_part(topic, qid, -1, pa.concat_tables(queues.pop((topic, qid))),
                                        cfg.cq_file_size, str(out / "consumequeue" / topic / str(qid)),
                                        str(store.root / "consumequeue" / topic / str(qid)),
                                        cfg.mappedFileSizeCommitLog)
@@ -521,13 +522,13 @@ def reference(store_path: str, out_path: str) -> dict[str, float]:
     last_cq_ts = max((p.last_store_timestamp for p in parts), default=0)
     timed("rebuild consume queues", t)
     t = time.perf_counter()
-    counts = repair.index_put_counts(summaries, end, lambda again: [
-        repair.segment_index_counts(files[i], opts, end) for i in again])
-    plan = repair.index_file_plan([n for n, _ in counts], cfg.maxIndexNum)
-    written = [repair.write_index_file_part(str(out / "index" / f".building-{k}"),
+    counts = index.index_put_counts(summaries, end, lambda again: [
+        index.segment_index_counts(files[i], opts, end) for i in again])
+    plan = index.index_file_plan([n for n, _ in counts], cfg.maxIndexNum)
+    written = [index.write_index_file_part(str(out / "index" / f".building-{k}"),
                                             [(files[i], lo, hi) for i, lo, hi in ranges], opts, end,
                                             cfg, k == 0) for k, ranges in enumerate(plan)]
-    for w, name in zip(written, repair.name_index_files(written)):
+    for w, name in zip(written, index.name_index_files(written)):
         os.rename(w.path, out / "index" / name)
     timed("rebuild index", t)
     t = time.perf_counter()
@@ -536,14 +537,14 @@ def reference(store_path: str, out_path: str) -> dict[str, float]:
         placement.place_segment(srcs[p.name], str(out / "commitlog" / p.name), p.keep, p.file_size)
     timed("write commitlog", t)
     t = time.perf_counter()
-    ckpt = repair.repaired_checkpoint(max((ts for _, ts in counts), default=0), last_cq_ts,
-                                      repair.full_index_end_timestamp([w.header for w in written],
+    ckpt = checkpoint.repaired_checkpoint(max((ts for _, ts in counts), default=0), last_cq_ts,
+                                      index.full_index_end_timestamp([w.header for w in written],
                                                                       cfg.maxIndexNum), 0, five)
-    repair.write_checkpoint_file(out, ckpt, five)
-    repair.write_manifest(str(out), {"outputs": repair.tree_manifest(str(out))})
+    checkpoint.write_checkpoint_file(out, ckpt, five)
+    manifest.write_manifest(str(out), {"outputs": manifest.tree_manifest(str(out))})
     timed("checkpoint + manifest", t)
     t = time.perf_counter()
-    repair.sync_tree(str(out))
+    fsync.sync_tree(str(out))
     timed("place repaired store", t)
     return times
 

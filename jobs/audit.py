@@ -8,7 +8,7 @@
                   spark-conf/cluster.conf.example and docs/remote-stores-and-clusters.md)
 
 Reads the store and never writes into it or takes its lock: safe on a live broker's store or on a
-snapshot. What a restart of the broker would do is predicted (``store_reader.broker.recovery``), and the
+snapshot. What a restart of the broker would do is predicted (``store_reader.broker.prediction``), and the
 difference to the files as they are, to the commitlog's records and to the consumers' committed
 offsets is written to the audit tables (``schemas/audit.py``; ``jobs/findings.py`` for the kinds).
 
@@ -45,10 +45,10 @@ from jobs import whatif
 from jobs._spark.deltasink import read_table, store_id_for, table_uri
 from jobs._spark.scan import SCAN_DIR_HELP, records_dir, scan_once
 from jobs._spark.taskerrors import reports_store_errors
-from store_reader.formats import dledger
+from store_reader.broker import dledgercommitlog
 from store_reader import open_store
 from store_reader.repair import publish
-from store_reader.broker import recovery
+from store_reader.broker import prediction as broker_prediction, versions as broker_versions
 from store_reader.repair import scanned as scanned_records
 from store_reader.audit import offsets
 from store_reader.audit import state as audit_state
@@ -66,7 +66,7 @@ class AuditRun:
     run_id: str
     store_id: str
     audited_at: dt.datetime
-    prediction: recovery.Prediction
+    prediction: broker_prediction.Prediction
     summaries: list[SegmentSummary]
     scanned: list[str]
     findings: fnd.Findings
@@ -117,7 +117,7 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     started = time.monotonic()
     audited_at = dt.datetime.now(dt.timezone.utc)
     store = open_store(store_path, broker_config, read_dledger=True)
-    version = recovery.resolve_version(broker_version or store.broker_version())
+    version = broker_versions.resolve_version(broker_version or store.broker_version())
     store_id = store_id_for(str(store.root))
     if since_last and store.dledger is not None:
         # its record findings, judged inside the scanned range, differ from a full run's
@@ -135,16 +135,16 @@ def run_audit(spark, store_path: str, audit_path: str | None, broker_config: str
     with records_dir(run_id, scan_dir) as kept:
         passes = []
         t = time.monotonic()
-        opts = store.scan_options(broker_5x=recovery.is_5x(version), index_tags=recovery.index_tag_keys(version))
+        opts = store.scan_options(broker_5x=broker_versions.is_5x(version), index_tags=broker_versions.index_tag_keys(version))
         scan = scan_once(spark, store, opts, kept, [f.path for f in to_scan])
         scanned = scan.summaries
         by_name = {s.segment: s for s in scanned}
         summaries = [by_name.get(f.name) or carried[f.name] for f in store.commitlog_files]
         if store.dledger is not None:      # DLedger's recovery first, then the broker's (R§16)
-            pred = dledger.predict(store, version, scratch=kept)
-            dledger.check_auditable(store, pred)
+            pred = dledgercommitlog.predict(store, version, scratch=kept)
+            dledgercommitlog.check_auditable(store, pred)
         else:
-            pred = recovery.predict(store, version, summaries=summaries,
+            pred = broker_prediction.predict(store, version, summaries=summaries,
                                     records=scanned_records.prefix_source(scan.records, opts),
                                     puts=scanned_records.prefix_puts(scan.records), scratch=kept)
         passes.append(("scan + plan", time.monotonic() - t, ""))
@@ -233,9 +233,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--report", metavar="FILE.html",
                     help="write the audit as one self-contained HTML page (no network, figures inline)")
     args = ap.parse_args(argv)
-    if recovery.is_whatif(args.broker_version) and args.report:
+    if broker_versions.is_whatif(args.broker_version) and args.report:
         ap.error(f"--report pages one version's audit: not with --broker-version {args.broker_version}")
-    if recovery.is_whatif(args.broker_version) and args.since_last:
+    if broker_versions.is_whatif(args.broker_version) and args.since_last:
         # each version's run would carry the other's scan summaries over
         ap.error(f"--since-last audits one version: it cannot be used with --broker-version {args.broker_version}")
     return args
@@ -251,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         htmlreport.check_target(args.report, args.store)
     spark = get_spark("rocketmq-audit", session=False)
-    several = recovery.is_whatif(args.broker_version)
-    versions = recovery.versions_of(args.broker_version) if several else [args.broker_version]
+    several = broker_versions.is_whatif(args.broker_version)
+    versions = broker_versions.versions_of(args.broker_version) if several else [args.broker_version]
     runs = [run_audit(spark, args.store, args.audit_path, args.broker_config, v, args.since_last, args.scan_dir)
             for v in versions]
     sides = [whatif.Side(v or r.prediction.broker_version, r.prediction, r.summaries, r.findings)

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from jobs._spark.deltasink import read_table, store_id_for, table_uri
 from schemas import audit as A
-from store_reader.broker import recovery
+from store_reader.broker import prediction, versions
 from store_reader.formats.config import CONSUMER_OFFSET_GENERATIONS, ROCKSDB_CONSUMER_OFFSETS
 from store_reader.store import Store
 
@@ -49,7 +49,7 @@ class AuditRun:
     def broker_version(self) -> str:
         # runs recorded before 5.4 had rules of their own wrote "5.x" for 5.3.3's
         v = self.run["broker_version"]
-        return recovery.V53 if v == recovery.V5X else v
+        return versions.V53 if v == versions.V5X else v
 
     def describe(self) -> pd.Series:
         """The run's headline fields, for display."""
@@ -89,9 +89,9 @@ def load_run(audit_path: str, store: Store | str | None = None, run_id: str | No
     return AuditRun(run, tables)
 
 
-def predict(store: Store, run: AuditRun) -> recovery.Prediction:
+def predict(store: Store, run: AuditRun) -> prediction.Prediction:
     """The broker's recovery as the audit run predicted it (same broker version)."""
-    pred = recovery.predict(store, run.broker_version)
+    pred = prediction.predict(store, run.broker_version)
     if pred.load_result and pred.max_phy_offset != run.truncation_point:
         raise ValueError(f"the store changed since run {run.run_id}: truncation point now "
                          f"{pred.max_phy_offset}, the run found {run.truncation_point}")

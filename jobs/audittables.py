@@ -16,12 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.findings import Findings, alerting_counts, run_status
-from store_reader.broker import recovery
+from store_reader.broker import prediction
 from store_reader.formats.commitlog import SegmentSummary
 from store_reader.store import Store
 
 
-def segment_rows(summaries: Sequence[SegmentSummary], pred: recovery.Prediction,
+def segment_rows(summaries: Sequence[SegmentSummary], pred: prediction.Prediction,
                  mtimes: dict[str, int], scanned: set[str], fingerprints: dict[str, str]) -> list[dict]:
     kept = {f.name: f.wrote for f in pred.commitlog_files} if pred.load_result else {}   # refused: keeps none
 
@@ -54,7 +54,7 @@ def passes_json(passes: Sequence[tuple[str, float, str]]) -> str:
 # -- the run: rows with their keys, the summary, the exit status -----------------------------------------
 
 
-def run_row(job: str, mode: str, status: str, pred: recovery.Prediction, summaries, scanned, f: Findings,
+def run_row(job: str, mode: str, status: str, pred: prediction.Prediction, summaries, scanned, f: Findings,
             counts: dict[str, int], started: float, passes, repaired: str | None) -> dict:
     fw = f.tables.get("flush_window")
     flush = 0 if fw is None or not fw.num_rows else \
@@ -84,7 +84,7 @@ def table_rows(name: str, t: pa.Table | None, run_id: str, store_id: str, audite
     return audit_rows(A.TABLES[name], t if t is not None and t.num_rows else [], run_id, store_id, audited_at)
 
 
-def run_tables(job: str, mode: str, store: Store, pred: recovery.Prediction,
+def run_tables(job: str, mode: str, store: Store, pred: prediction.Prediction,
                summaries: Sequence[SegmentSummary], scanned: Sequence[SegmentSummary], f: Findings,
                started: float, passes, repaired: str | None, run_id: str, store_id: str,
                audited_at) -> dict[str, pa.Table]:

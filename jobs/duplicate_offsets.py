@@ -12,7 +12,7 @@ from jobs.auditrun import AuditRun, by_queue, consumer_offsets, per_queue
 from jobs._spark.storequery import SHOWN_RECORD_COLUMNS, messages, queue_entries, records_at, \
     repeated_index_entries, to_pandas
 from store_reader.formats import recordformat as rf
-from store_reader.broker import recovery
+from store_reader.broker import prediction, versions
 from store_reader.audit.kinds import QUEUE_KINDS
 from store_reader.broker.dispatch import DISPATCHABLE_TRANSACTION_TYPES
 from store_reader.store import Store
@@ -33,7 +33,7 @@ def duplicate_queue_findings(run: AuditRun) -> pd.DataFrame:
     return q.reset_index(drop=True)
 
 
-def queue_finding_messages(spark: "SparkSession", store: Store, pred: recovery.Prediction,
+def queue_finding_messages(spark: "SparkSession", store: Store, pred: prediction.Prediction,
                            findings: pd.DataFrame) -> pd.DataFrame:
     """Every CQ entry of ``findings``' runs (the broker's view or the disk's, by kind) with the
     record it points at: keys, msgId, store/born time (null where no record starts there)."""
@@ -49,7 +49,7 @@ def queue_finding_messages(spark: "SparkSession", store: Store, pred: recovery.P
     # findings' order, each run's entries in queue offset order
     entries = entries.sort_values(["order", "queue_offset"], kind="stable")[cols].reset_index(drop=True)
     entries["queue_id"] = entries["queue_id"].astype(int)
-    rec = records_at(spark, store, recovery.is_5x(pred.broker_version),
+    rec = records_at(spark, store, versions.is_5x(pred.broker_version),
                      entries["phy_offset"])[["phy_offset", *SHOWN_RECORD_COLUMNS]]
     return entries.merge(rec, on="phy_offset", how="left")
 
@@ -76,7 +76,7 @@ def redelivered_messages(spark: "SparkSession", store: Store, run: AuditRun,
     cols = ["group", "topic", "queue_id", "queue_offset", "phy_offset", "served_again", *SHOWN_RECORD_COLUMNS]
     if redelivered.empty:
         return pd.DataFrame(columns=cols)
-    broker_5x = recovery.is_5x(run.broker_version)
+    broker_5x = versions.is_5x(run.broker_version)
     groups = redelivered[["group", "topic", "queue_id", "next_begin_offset", "committed_offset"]]
     # 1. the rewound queues' records at those queue offsets (only dispatchable ones are in a CQ)
     rewound = F.lit(False)
@@ -102,7 +102,7 @@ def duplicate_index_findings(run: AuditRun) -> pd.DataFrame:
     return ix[ix["kind"] == "duplicate_entry"].reset_index(drop=True)
 
 
-def duplicate_index_messages(spark: "SparkSession", store: Store, pred: recovery.Prediction,
+def duplicate_index_messages(spark: "SparkSession", store: Store, pred: prediction.Prediction,
                              findings: pd.DataFrame) -> pd.DataFrame:
     """The index entries behind ``duplicate_entry`` findings (a (key hash, phy offset) indexed
     again, so ``queryMessage`` by that key returns the message twice) with their records."""
@@ -117,7 +117,7 @@ def duplicate_index_messages(spark: "SparkSession", store: Store, pred: recovery
     if not rows:
         return pd.DataFrame(columns=cols)
     dup = pd.concat(rows, ignore_index=True).drop_duplicates()
-    rec = records_at(spark, store, recovery.is_5x(pred.broker_version), dup["phy_offset"])
+    rec = records_at(spark, store, versions.is_5x(pred.broker_version), dup["phy_offset"])
     rec = rec[["phy_offset", "topic", "queue_id", "queue_offset", *SHOWN_RECORD_COLUMNS]]
     return dup.merge(rec, on="phy_offset", how="left")
 

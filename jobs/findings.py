@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs._spark.exchange import exchange
-from store_reader.broker import recovery
+from store_reader.broker import prediction, versions
 from store_reader.audit import offsets
 from store_reader.audit.compare import audit_partition, audit_tables
 from store_reader.audit.files import store_file_findings
@@ -80,7 +80,7 @@ class Findings:
         return t.num_rows if where is None else int(pc.sum(where(t)).as_py() or 0)
 
 
-def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
+def audit(spark, store: Store, pred: prediction.Prediction, summaries: Sequence[SegmentSummary],
           scan: Sequence[SegmentSummary] | None = None, records: dict[str, str] | None = None,
           work_dir: str | None = None, on_lost: Callable[[list], Future] | None = None) -> Findings:
     """Every finding for ``store`` given the broker's predicted recovery. ``scan``: the segments
@@ -96,7 +96,7 @@ def audit(spark, store: Store, pred: recovery.Prediction, summaries: Sequence[Se
     if len(scan) < len(summaries):       # --since-last: records read only in the new segments
         last = summaries[-1].file_start + summaries[-1].file_size if summaries else 0
         out.scope = (scan[0].file_start, last) if scan else (last, last)
-    out.tables["store_findings"] = store_file_findings(store, recovery.is_5x(pred.broker_version), summaries, pred)
+    out.tables["store_findings"] = store_file_findings(store, versions.is_5x(pred.broker_version), summaries, pred)
     out.flush = flush_risk(store)
     if not pred.load_result:
         return out
@@ -133,7 +133,7 @@ def bad_segments(summaries: Sequence[SegmentSummary]) -> list[SegmentSummary]:
     return [s for s in summaries if s.end_reason in ("corrupt", "torn_tail")]
 
 
-def run_status(pred: recovery.Prediction, summaries: Sequence[SegmentSummary], f: Findings) -> str:
+def run_status(pred: prediction.Prediction, summaries: Sequence[SegmentSummary], f: Findings) -> str:
     """``runs.status``: refused (the broker would not load the store), findings, or clean."""
     if not pred.load_result:
         return "refused"

@@ -22,7 +22,7 @@ from typing import Sequence
 import pyarrow as pa
 
 from store_reader.repair import publish
-from store_reader.broker import recovery
+from store_reader.broker import prediction as broker_prediction
 from store_reader.audit import offsets
 from store_reader.audit.kinds import KINDS
 from store_reader.audit.timer import FATE_COLOURS, FATES, TimerPrediction, predict_timer, timer_queue_range
@@ -40,7 +40,7 @@ class PageInput:
     job: str                          # recover | audit
     run_id: str
     store: str
-    prediction: recovery.Prediction
+    prediction: broker_prediction.Prediction
     summaries: Sequence[SegmentSummary]
     tables: dict[str, pa.Table] = field(default_factory=dict)
     flush_text: str | None = None
@@ -386,7 +386,7 @@ def render(page: PageInput) -> str:
             f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>{''.join(head)}{body}</body></html>\n")
 
 
-def _timer(store: str, broker_config: str | None, pred: recovery.Prediction) -> TimerPrediction | None:
+def _timer(store: str, broker_config: str | None, pred: broker_prediction.Prediction) -> TimerPrediction | None:
     """A local 5.x store's timer store through the broker's restart (None without one; a
     timerwheel the broker refuses is a finding already)."""
     from store_reader import open_store

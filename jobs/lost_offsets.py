@@ -12,7 +12,7 @@ import pandas as pd
 
 from jobs.auditrun import AuditRun, by_queue, consumer_offsets, per_queue
 from jobs._spark.storequery import messages, to_pandas
-from store_reader.broker import recovery
+from store_reader.broker import versions
 from store_reader.audit.plan import flush_risk
 from store_reader.formats.checkpoint import read_checkpoint
 from store_reader.broker.dispatch import dispatchable
@@ -115,7 +115,7 @@ def timeline(spark: "SparkSession", store: Store, run: AuditRun, max_kept_points
     end = run.truncation_point
     flush_ms = read_checkpoint(store.checkpoint_path).physic_msg_timestamp
     risky = dict(flush_risk(store).windows).get("commitlog") is not None
-    t = messages(spark, store, recovery.is_5x(run.broker_version), ["store_timestamp"])
+    t = messages(spark, store, versions.is_5x(run.broker_version), ["store_timestamp"])
     # 1. below the truncation point: kept or at risk, counted in Spark
     at_risk = (F.col("valid_prefix") & (F.col("store_timestamp") > flush_ms)) if risky else F.lit(False)
     t = t.withColumn("state", F.when(F.col("phy_offset") >= end, F.lit("past"))

@@ -12,14 +12,14 @@
 
 Passes (each a function the notebooks can call):
   1. discover the store, refuse a store a live broker holds (its ``lock``) or one without commitlog
-     files (unless ``--commitlog-gone``: ``repair.check_recoverable``); check every output target
+     files (unless ``--commitlog-gone``: ``checks.check_recoverable``); check every output target
      and lock the output (``publish.claim_outputs``), before any work;
   1b. the answer first (logged as pass ``predict``): the broker's restart predicted on the driver
      from the files it reads (``store_reader.broker.bounded``), before any file is walked whole;
   2. scan segments in parallel, one Spark task per commitlog file, each walked once
      (``store_reader.repair.scanned``): its summary, and its records kept (Arrow, under ``--scan-dir``)
      for every later pass, none of which reads a segment again;
-  3. decide on the driver what the broker would do (``store_reader.broker.recovery.predict``; its replay
+  3. decide on the driver what the broker would do (``store_reader.broker.prediction.predict``; its replay
      reads the kept records); passes 4-7 start as soon as it knows the cut, while its replay runs;
   4-7. the repaired store (``jobs.repairwrite``): consume queues (4) and index files (5) rebuilt
      from every record below the cut, the commitlog placed, with ``--salvage`` the lost records
@@ -37,7 +37,7 @@ Passes (each a function the notebooks can call):
 A store the broker refuses to start on (a file of the wrong size, a stray entry in ``commitlog/``,
 5.3.3's correctMinOffset throw) still gets a repaired store it starts on: the refusal is printed
 (and a ``warning:`` line on stderr), the repaired store follows the broker's recovery of the store
-without what it refuses (``recovery.Prediction``), the entries left out are listed.
+without what it refuses (``prediction.Prediction``), the entries left out are listed.
 Exit codes: 0 done, 2 could not recover (bad input, disk full, an output another run holds),
 with one ``error:`` line on stderr.
 """
@@ -53,10 +53,10 @@ import threading
 import time
 from pathlib import Path
 
-from store_reader.repair import apply, publish, write as repair, scanned
+from store_reader.repair import apply, checks, publish, scanned
 from store_reader.repair import dledger as dledger_repair
-from store_reader.formats import dledger
-from store_reader.broker import bounded, recovery
+from store_reader.broker import dledgercommitlog
+from store_reader.broker import bounded, prediction, versions as broker_versions
 from store_reader import open_store
 from store_reader.audit import offsets
 from store_reader.audit import state as audit_state
@@ -103,12 +103,12 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
             "committed consumer offsets kept in RocksDB (storeType=defaultRocksDB): this project reads "
             "them but does not rewrite them; pass --keep-consumer-offsets (the broker moves an offset "
             "past its queue's end at the consumer's next pull)", os.path.join(store.root, "config", "consumerOffsets"))
-    repair.check_recoverable(store, commitlog_gone, replacing=backup is not None)
+    checks.check_recoverable(store, commitlog_gone, replacing=backup is not None)
     with publish.claim_outputs(store.root, None if dry_run else out, overwrite,
                                backup if not dry_run else None, audit_path,
                                lambda done: log.info("output: %s", done), scan_dir):
         audited_at = dt.datetime.now(dt.timezone.utc)
-        version = recovery.resolve_version(broker_version or store.broker_version())
+        version = broker_versions.resolve_version(broker_version or store.broker_version())
         mode = "dry_run" if dry_run or out is None else "apply" if backup is not None else "write"
         run_id = audit_state.run_id("recover", store, version, mode)
         log.info("pass %-22s %7.2fs  %d commitlog files, version %s, abort=%s", "discover",
@@ -130,7 +130,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
                      keep_consumer_offsets: bool, started: float, audited_at, kept: str,
                      link_commitlog: bool = False, salvage: bool = False) -> RunReport:
     t = time.monotonic()
-    opts = store.scan_options(broker_5x=recovery.is_5x(version), index_tags=recovery.index_tag_keys(version))
+    opts = store.scan_options(broker_5x=broker_versions.is_5x(version), index_tags=broker_versions.index_tag_keys(version))
     scan = scan_once(spark, store, opts, kept)
     summaries = scan.summaries
     scan_done = time.monotonic()
@@ -139,7 +139,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
     report: RunReport | None = None
     write: StartedWrite | None = None
 
-    def cut_known(pred: recovery.Prediction) -> None:
+    def cut_known(pred: prediction.Prediction) -> None:
         # the repaired store is started as soon as the cut is known, while the broker's replay
         # (most of the plan) runs on: what it reads of the replay waits for ``replayed``
         nonlocal report, write
@@ -147,22 +147,22 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
                            keep_consumer_offsets=keep_consumer_offsets, link_commitlog=link_commitlog,
                            records=scan.records, scan_dir=kept, scans=dict(scan.scans),
                            salvage=salvage and writing)
-        report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
+        report.left_out, report.resized = store.left_out, checks.resized_commitlog_files(store)
         report.store_modes = store.inventory.modes_text()
         report.log_pass("scan", t, f"{sum(s.records for s in summaries)} records", ended=scan_done)
         if writing:
-            repair.check_repairable(store, pred, summaries, salvage)
+            checks.check_repairable(store, pred, summaries, salvage)
             write = start_write(spark, report, store, Path(out), replayed)
 
     try:
         if store.dledger is not None:      # DLedger's recovery first, then the broker's (R§16)
-            pred = dledger.predict(store, version, scratch=kept)
-            dledger.check_auditable(store, pred)
+            pred = dledgercommitlog.predict(store, version, scratch=kept)
+            dledgercommitlog.check_auditable(store, pred)
             if writing and pred.dledger.refused is not None:
                 raise UnsupportedStoreError(f"{pred.dledger.refused}: no repaired store", str(store.dledger))
             cut_known(pred)
         else:
-            pred = recovery.predict(store, version, summaries=summaries,
+            pred = prediction.predict(store, version, summaries=summaries,
                                     records=scanned.prefix_source(scan.records, opts),
                                     puts=scanned.prefix_puts(scan.records), on_cut=cut_known, scratch=kept)
         replayed.set()
@@ -205,7 +205,7 @@ def _recover_bounded(store: Store, version: str, run_id: str, keep_consumer_offs
     pred, segments = bounded.predict(store, version, scratch=scratch)
     report = RunReport(run_id, str(store.root), None, version, pred, segments.summaries,
                        keep_consumer_offsets=keep_consumer_offsets, scan_dir=scratch)
-    report.left_out, report.resized = store.left_out, repair.resized_commitlog_files(store)
+    report.left_out, report.resized = store.left_out, checks.resized_commitlog_files(store)
     report.store_modes = store.inventory.modes_text()
     walked = sum(s.walked for s in segments.summaries)
     lost = sum(s.records_after_cut for s in segments.summaries if s.file_start + s.file_size > pred.max_phy_offset)
@@ -273,9 +273,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--out is required unless --dry-run")
     if args.link and args.dry_run:
         ap.error("--link places a repaired store's commitlog: it needs --out, not --dry-run")
-    if recovery.is_whatif(args.broker_version) and (not args.dry_run or args.demo):
+    if broker_versions.is_whatif(args.broker_version) and (not args.dry_run or args.demo):
         ap.error(f"--broker-version {args.broker_version} is a what-if: it needs --dry-run")
-    if recovery.is_whatif(args.broker_version) and args.report:
+    if broker_versions.is_whatif(args.broker_version) and args.report:
         ap.error(f"--report pages one version's run: not with --broker-version {args.broker_version}")
     return args
 
@@ -324,9 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run and _dledger_dry_run(args):
         return 0
     spark = get_spark("rocketmq-recover", session=False)
-    if recovery.is_whatif(args.broker_version):
+    if broker_versions.is_whatif(args.broker_version):
         # a scan and an audit per version: their record checks differ
-        versions = recovery.versions_of(args.broker_version)
+        versions = broker_versions.versions_of(args.broker_version)
         reports = [recover(spark, args.store, None, args.broker_config, v, dry_run=True,
                            audit_path=args.audit_path, commitlog_gone=args.commitlog_gone)
                    for v in versions]

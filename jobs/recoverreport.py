@@ -15,7 +15,7 @@ import pyarrow as pa
 from jobs import findings as fnd
 from jobs.salvage import print_reappended
 from store_reader.repair import publish, scanned
-from store_reader.broker import recovery
+from store_reader.broker import prediction as broker_prediction, versions
 from store_reader.audit import offsets
 from store_reader.formats.brokerconf import BrokerConfig
 from store_reader.formats.commitlog import SegmentSummary
@@ -33,7 +33,7 @@ class RunReport:
     store: str
     out: str | None
     broker_version: str
-    prediction: recovery.Prediction
+    prediction: broker_prediction.Prediction
     summaries: list[SegmentSummary]
     passes: list[tuple[str, float, str]] = field(default_factory=list)
     written: bool = False
@@ -44,7 +44,7 @@ class RunReport:
     link_commitlog: bool = False
     """Whole commitlog files below the cut hard-linked to the input's (``placement.linkable``)."""
     offsets_moved: list[dict] = field(default_factory=list)
-    """Committed offsets the repaired store carries moved, originals included (repair.correct_consumer_offsets)."""
+    """Committed offsets the repaired store carries moved, originals included (config.correct_consumer_offsets)."""
     left_out: list[str] = field(default_factory=list)
     """Entries of the commitlog directories the broker skips or cannot map: not in the repaired store."""
     resized: list[tuple[str, int, int]] = field(default_factory=list)
@@ -94,7 +94,7 @@ class RunReport:
             for s in self.summaries:
                 if not scanned.lost_columns_cover(s, end):
                     self.scans[s.segment] += 1
-        if writing and not scanned.serves_rebuild(config, recovery.is_5x(pred.broker_version)):
+        if writing and not scanned.serves_rebuild(config, versions.is_5x(pred.broker_version)):
             for s in self.summaries:      # the consume queue and the index rebuilds
                 if s.file_start < end:
                     self.scans[s.segment] += 2
@@ -107,7 +107,7 @@ class RunReport:
                  max(walks, default=0), len(walks))
 
 
-def prediction_summary(pred: recovery.Prediction, report: RunReport | None = None) -> dict:
+def prediction_summary(pred: broker_prediction.Prediction, report: RunReport | None = None) -> dict:
     return {
         "brokerVersion": pred.broker_version,
         "loadResult": pred.load_result,

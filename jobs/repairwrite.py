@@ -35,9 +35,11 @@ from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index
 from jobs.recoverreport import RunReport, manifest
 from jobs._spark.sparkutil import Passes, await_tasks
 from store_reader.formats import consumequeue, rocksdbcq
-from store_reader.repair import dledger as dledger_repair, placement, publish, write as repair, scanned
+from store_reader.repair import (checkpoint, config, dledger as dledger_repair, index, placement, publish,
+                                 queues as repair_queues, scanned)
+from store_reader.io import hashing, manifest as io_manifest
 from store_reader import open_store
-from store_reader.broker import recovery, timerrecovery
+from store_reader.broker import cqueue, cut, timerrecovery, versions
 from store_reader.exceptions import StoreReaderError
 from store_reader.store import Store
 
@@ -47,12 +49,12 @@ log = logging.getLogger("jobs.recover")
 
 def _digests(root: Path, sub: str) -> dict[str, str]:
     """SHA-256 of every file under ``root/sub`` by path relative to ``root`` (for the manifest)."""
-    files = repair.tree_files(str(root / sub))
-    got = repair.sha256_files(p for _, p in files)
+    files = io_manifest.tree_files(str(root / sub))
+    got = hashing.sha256_files(p for _, p in files)
     return {os.path.join(sub, rel): got[p] for rel, p in files}
 
 
-def place_commitlog(spark, store: Store, kept: Sequence[recovery.CommitLogFileState], dest_dir: str,
+def place_commitlog(spark, store: Store, kept: Sequence[cut.CommitLogFileState], dest_dir: str,
                     link: bool) -> list[placement.PlacedSegment]:
     """The repaired store's commitlog files under ``dest_dir``, one task per kept file
     (``placement.place_segment``: cloned, copied or linked, the cut file rewritten), so no
@@ -76,11 +78,11 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
     further Spark job starts); ``group``: the Spark job group of this
     build's jobs, which run on threads of their own; ``queued``: set once the rebuild jobs are
     being submitted; ``replayed``: set once ``report.prediction`` is whole (the build may start
-    as soon as the cut is known, ``recovery.predict(on_cut=...)``: what reads the broker's replay,
+    as soon as the cut is known, ``prediction.predict(on_cut=...)``: what reads the broker's replay,
     the kept queues' ranges, the salvage and the manifest, waits for it)."""
     pred = report.prediction
-    version_5x = recovery.is_5x(pred.broker_version)
-    index_tags = recovery.index_tag_keys(pred.broker_version)
+    version_5x = versions.is_5x(pred.broker_version)
+    index_tags = versions.index_tag_keys(pred.broker_version)
     cfg = store.config
     end = pred.max_phy_offset
     cancel = cancel or threading.Event()
@@ -166,11 +168,11 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         if report.salvaged is not None:
             last_ts, last_cq_ts, headers, confirm = report.salvaged.checkpoint_inputs(last_ts, last_cq_ts,
                                                                                       headers, confirm)
-        ckpt = repair.repaired_checkpoint(int(last_ts), int(last_cq_ts),
-                                          repair.full_index_end_timestamp(headers, cfg.maxIndexNum),
+        ckpt = checkpoint.repaired_checkpoint(int(last_ts), int(last_cq_ts),
+                                          index.full_index_end_timestamp(headers, cfg.maxIndexNum),
                                           confirm, version_5x)
-        repair.write_checkpoint_file(tmp, ckpt, version_5x)
-        report.config_left_out = repair.copy_config(store.root, tmp)
+        checkpoint.write_checkpoint_file(tmp, ckpt, version_5x)
+        report.config_left_out = config.copy_config(store.root, tmp)
         if store.dledger is not None:
             t = time.monotonic()
             dledger_repair.write_dledger_files(store, pred.dledger, tmp)
@@ -178,7 +180,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             report.log_pass("dledger files", t, f"index units to entry {pred.dledger.ledger_end_index}, "
                             f"checkpoint committedIndex {pred.dledger.ledger_end_index}")
         if pred.controller is not None:
-            repair.copy_controller_files(store, tmp, end)
+            config.copy_controller_files(store, tmp, end)
         for line in report.config_left_out:
             log.warning("config file left out of the repaired store (the broker reads its .bak "
                         "instead): %s", line)
@@ -204,8 +206,8 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             # (R§15.2), or the only one (R§15.1), whose file queues, built above, are then dropped
             t = time.monotonic()
             where = store.inventory.rocksdb_cq_dir or "consumequeue" if served_rocksdb else \
-                recovery.combined_rocksdb_dir(cfg, pred.broker_version)
-            puts, max_keys = repair.rocksdb_puts(tmp, cfg, pred.dispatched_from if pred.dispatched_from is not None
+                cqueue.combined_rocksdb_dir(cfg, pred.broker_version)
+            puts, max_keys = repair_queues.rocksdb_puts(tmp, cfg, pred.dispatched_from if pred.dispatched_from is not None
                                                  else end)
             if served_rocksdb:
                 for ref in consumequeue.list_queues(tmp):
@@ -216,12 +218,12 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
         if not report.keep_consumer_offsets:
             ranges = {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"]) for r in
                       queues.select(["topic", "queue_id", "min_offset", "max_offset"]).to_pylist()}
-            report.offsets_moved = repair.correct_consumer_offsets(tmp / "config", ranges)
+            report.offsets_moved = config.correct_consumer_offsets(tmp / "config", ranges)
         passes.check()
         t = time.monotonic()
         known = {k: v for k, v in {**commitlog_digests, **index_digests, **queue_digests}.items()
                  if report.salvaged is None or k not in report.salvaged.touched}
-        repair.write_manifest(str(tmp), manifest(store, report, repair.tree_manifest(
+        io_manifest.write_manifest(str(tmp), manifest(store, report, io_manifest.tree_manifest(
             str(tmp), skip={publish.TMP_MARKER}, known=known)))
         report.log_pass("write manifest", t, f"sizes and SHA-256 of every output file "
                         f"({len(known)} hashed as they were written)")

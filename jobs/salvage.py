@@ -7,7 +7,7 @@
 Reads the store only (local or a URI ``storefs`` reads). Passes:
   1. check the output (a new local file, or ``--overwrite``), before any work;
   2. scan segments, one Spark task per commitlog file, and predict the broker's recovery
-     (``jobs._spark.scan.scan_segments``, ``store_reader.broker.recovery.predict``): the truncation point; a
+     (``jobs._spark.scan.scan_segments``, ``store_reader.broker.prediction.predict``): the truncation point; a
      DLedger store's data files are read through the DLedger framing and its end is DLedger's
      (``dledger_end``, R§16.1);
   3. one Spark task per commitlog file reaching past it: its lost records (``store_reader.repair.salvage``,
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from store_reader import open_store
-from store_reader.broker import recovery
+from store_reader.broker import prediction, versions
 from store_reader.repair import publish
 from store_reader.repair import salvage as sv
 from store_reader.exceptions import StoreReaderError
@@ -72,7 +72,7 @@ def dledger_end(store) -> tuple[int, str | None]:
     """A DLedger store's end as DLedger's recovery sets it (R§16.1) and the data file it cuts:
     the messages of entries at or past it are lost (entries past a bad header, a term going back,
     a file of them deleted), whatever the broker version."""
-    from store_reader.formats import dledger
+    from store_reader.broker import dledger
     from store_reader.exceptions import UnsupportedStoreError
 
     rec = dledger.recover(store)
@@ -95,13 +95,13 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
     publish.check_output_file(out, overwrite, "salvage file")
     store = open_store(store_path, broker_config, read_dledger=True)
     publish.check_outside_store(store.root, out, "salvage file")
-    version = recovery.resolve_version(broker_version or store.broker_version())
-    broker_5x = recovery.is_5x(version)
+    version = versions.resolve_version(broker_version or store.broker_version())
+    broker_5x = versions.is_5x(version)
     summaries = scan_segments(spark, store, store.scan_options(broker_5x=broker_5x))
     if store.dledger is not None:
         end, cut = dledger_end(store)
     else:
-        pred = recovery.predict(store, version, summaries=summaries)
+        pred = prediction.predict(store, version, summaries=summaries)
         end, cut = pred.max_phy_offset, sv.cut_segment(pred)
     segments = sv.lost_segments(summaries, end, cut)
     # beside --out: the rename into place stays on one filesystem; one a killed run left is
@@ -121,9 +121,9 @@ def salvage(spark, store_path: str, out: str, broker_config: str | None = None,
                          time.monotonic() - started)
 
 
-def reappend(spark, store, pred: recovery.Prediction, summaries, out_root: str, queues) -> sv.Reappended:
+def reappend(spark, store, pred: prediction.Prediction, summaries, out_root: str, queues) -> sv.Reappended:
     """``jobs.recover --salvage``: the lost records whose verdict is ``send`` put back into the
-    repaired store being built at ``out_root`` (``queues``: its rebuilt queues, ``repair.queue_table``),
+    repaired store being built at ``out_root`` (``queues``: its rebuilt queues, ``queues.queue_table``),
     after everything else is written (``store_reader.repair.salvage.reappend``). One Spark task per file
     past the cut finds them (no bodies); the driver writes them in commitlog order."""
     from store_reader.audit.plan import audit_scan_options
@@ -132,7 +132,7 @@ def reappend(spark, store, pred: recovery.Prediction, summaries, out_root: str, 
     if any(f.start + f.wrote > end for f in pred.commitlog_files):
         raise StoreReaderError(f"--salvage: the broker keeps records after its truncation point {end}; "
                                "appending there would overwrite records it serves", store.commitlog_dirs[0])
-    broker_5x = recovery.is_5x(pred.broker_version)
+    broker_5x = versions.is_5x(pred.broker_version)
     segments = sv.lost_segments(summaries, end, sv.cut_segment(pred))
     opts = audit_scan_options(store, pred.broker_version)
     tables = spark.sparkContext.parallelize(segments, len(segments)).map(
@@ -176,8 +176,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--store", required=True, help="store root (storePathRootDir), a path or URI")
     ap.add_argument("--out", required=True, help="the file to write (must not exist)")
     ap.add_argument("--broker-config", help="the broker's broker.conf (sizes, CRC check, ...)")
-    ap.add_argument("--broker-version", choices=[*recovery.VERSIONS, recovery.V5X],
-                    help=f"recovery rules of broker {', '.join(recovery.VERSIONS)} ({recovery.V5X}: "
+    ap.add_argument("--broker-version", choices=[*versions.VERSIONS, versions.V5X],
+                    help=f"recovery rules of broker {', '.join(versions.VERSIONS)} ({versions.V5X}: "
                          "the newest); default: guessed from the store")
     ap.add_argument("--format", choices=sv.FORMATS, default="jsonl",
                     help="jsonl (bodies base64) or parquet (bodies binary); default jsonl")

@@ -12,7 +12,7 @@ import pandas as pd
 
 from jobs.auditrun import AuditRun
 from jobs._spark.storequery import read_store, to_pandas
-from store_reader.broker import recovery
+from store_reader.broker import prediction as broker_prediction
 from store_reader.audit.timer import FATE_COLOURS, FATES, TimerPrediction, predict_timer, timer_queue_range
 from store_reader.store import Store
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def prediction(store: Store, run: AuditRun, pred: recovery.Prediction) -> TimerPrediction:
+def prediction(store: Store, run: AuditRun, pred: broker_prediction.Prediction) -> TimerPrediction:
     """The timer store through the broker's restart, at the run's truncation point."""
     tp = predict_timer(store, run.truncation_point, timer_queue_range(pred))
     if tp is None:

@@ -17,12 +17,12 @@ from typing import Any, Sequence
 
 from jobs import findings as fnd
 from jobs.recoverreport import prediction_summary
-from store_reader.broker import recovery
+from store_reader.broker import prediction as broker_prediction, versions
 from store_reader.audit import offsets
 from store_reader.formats.commitlog import SegmentSummary
 
-VERSIONS = (recovery.V49, recovery.V5X)      # ``both``
-VERSION_HELP = (f"recovery rules of broker {', '.join(recovery.VERSIONS)} ({recovery.V5X}: the newest); "
+VERSIONS = (versions.V49, versions.V5X)      # ``both``
+VERSION_HELP = (f"recovery rules of broker {', '.join(versions.VERSIONS)} ({versions.V5X}: the newest); "
                 "default: guessed from the store")
 WHATIF_HELP = ("; both, all or a comma list (e.g. 5.3,5.5): those versions' predictions side by side")
 
@@ -32,8 +32,8 @@ def version_arg(value: str) -> str:
     import argparse
 
     try:
-        for name in recovery.versions_of(value) if recovery.is_whatif(value) else [value]:
-            recovery.resolve_version(name)
+        for name in versions.versions_of(value) if versions.is_whatif(value) else [value]:
+            versions.resolve_version(name)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
@@ -48,7 +48,7 @@ class Side:
     """One version's prediction and findings of the store."""
 
     version: str
-    prediction: recovery.Prediction
+    prediction: broker_prediction.Prediction
     summaries: Sequence[SegmentSummary]
     findings: fnd.Findings | None
 
@@ -76,7 +76,7 @@ def _rows(f: fnd.Findings | None, table: str) -> list[dict]:
     return [_plain(r) for r in t.to_pylist()]
 
 
-def _queues(pred: recovery.Prediction) -> dict[str, list[int]]:
+def _queues(pred: broker_prediction.Prediction) -> dict[str, list[int]]:
     """min..max of every queue the broker keeps; an empty one (max 0) answers a pull as a missing
     one does (R§9.2) and is left out."""
     return {f"{t}/{q}": [s.min_offset, s.max_offset] for (t, q), s in sorted(pred.consume_queues.items())

@@ -1,4 +1,4 @@
-"""Record kinds of the repair: what the consume queue rebuild reads and reports (``store_reader.repair.write``)."""
+"""Record kinds of the repair: what the consume queue rebuild reads and reports (``store_reader.repair.queues``)."""
 from ._types import Field as F
 from ._types import RecordSchema
 

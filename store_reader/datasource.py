@@ -58,7 +58,7 @@ from store_reader.formats.commitlog import DEFAULT_BATCH_SIZE, SegmentScan, summ
 from store_reader.exceptions import ConfigError
 from store_reader.formats.mappedfile import MappedFile, file_name
 from store_reader.formats.recordformat import ScanOptions
-from store_reader.broker.recovery import V5X, VERSIONS, is_5x, resolve_version
+from store_reader.broker.versions import V5X, VERSIONS, is_5x, resolve_version
 from store_reader.store import open_store
 
 FORMAT_NAME = "rocketmq"

@@ -135,11 +135,11 @@ class Store:
         return self.version_hints().get("broker_5x", False)
 
     def broker_version(self) -> str:
-        """The recovery rules a prediction uses when none is asked for (``recovery.VERSIONS``):
+        """The recovery rules a prediction uses when none is asked for (``versions.VERSIONS``):
         4.9 for a 4.9 store; 5.5 when the checkpoint holds a logicsPhysicalOffset (only 5.5.0 and
         later write one); 5.4 with ``rocksdbstore/`` (``MessageRocksDBStorage``: 5.4.0 and later
         make it at every start, 5.3.3 never), else 5.3."""
-        from store_reader.broker.recovery import V49, V53, V54, V55
+        from store_reader.broker.versions import V49, V53, V54, V55
 
         hints = self.version_hints()
         if not hints.get("broker_5x", False):

@@ -22,7 +22,7 @@ from jobs import findings as fnd
 from jobs._spark.deltasink import read_table
 from schemas import audit as A
 from store_reader import open_store
-from store_reader.broker import recovery
+from store_reader.broker import prediction, versions
 from store_reader.formats.consumequeue import list_queue_files, list_queues, read_queue_file
 from support import broker_conf, case_id, expected, input_store, scenarios
 
@@ -32,14 +32,14 @@ MAGICS = (0xDAA320A7, 0xDAA320AB)
 
 
 def _version(case) -> str:
-    return recovery.V49 if "4.9" in case[0] else recovery.V53
+    return versions.V49 if "4.9" in case[0] else versions.V53
 
 
 @functools.lru_cache(maxsize=None)
 def _audit(case, spark):
     store = open_store(input_store(*case), broker_conf(*case))
-    summaries = store.summaries(store.scan_options(broker_5x=_version(case) == recovery.V53))
-    pred = recovery.predict(store, _version(case), summaries)
+    summaries = store.summaries(store.scan_options(broker_5x=_version(case) == versions.V53))
+    pred = prediction.predict(store, _version(case), summaries)
     return store, pred, fnd.audit(spark, store, pred, summaries)
 
 
@@ -57,7 +57,7 @@ def _disk_entries(case) -> dict[tuple[str, int, int], tuple[int, int, int]]:
     store = open_store(input_store(*case), broker_conf(*case))
     out = {}
     for ref in list_queues(store.root):
-        for f in list_queue_files(ref.path, store.config.cq_file_size, rocketmq5=_version(case) == recovery.V53):
+        for f in list_queue_files(ref.path, store.config.cq_file_size, rocketmq5=_version(case) == versions.V53):
             e = read_queue_file(f.path)
             for i, (phy, size, tags) in enumerate(zip(e.phy_offset, e.size, e.tags_code)):
                 if phy or size or tags:
@@ -206,8 +206,8 @@ def test_damage_the_normal_path_never_reads_is_served(version, damage, spark, tm
         data[pos + 4: pos + 8] = bytes.fromhex("deadbeef")
     path.write_bytes(bytes(data))
     st = open_store(store, broker_conf(*case))
-    summaries = st.summaries(st.scan_options(broker_5x=_version(case) == recovery.V53))
-    pred = recovery.predict(st, _version(case), summaries)
+    summaries = st.summaries(st.scan_options(broker_5x=_version(case) == versions.V53))
+    pred = prediction.predict(st, _version(case), summaries)
     assert pred.max_phy_offset == expected(*case)["afterRecovery"]["maxPhyOffset"]   # nothing cut
     q = fnd.audit(spark, st, pred, summaries).tables["queue_findings"]
     served = _expand(q, {"corrupt_served"})

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from jobs import findings as fnd
 from store_reader import _native, open_store
-from store_reader.broker import recovery
+from store_reader.broker import prediction, versions
 from store_reader.audit import compare, index, plan, queues, records
 from store_reader.audit.records import INDEX_PUTS
 from store_reader.formats.commitlog import SegmentScan
@@ -35,10 +35,10 @@ def _rows(t: pa.Table) -> list:
 
 
 def _audit(spark, case):
-    version = recovery.V49 if "4.9" in case[0] else recovery.V53
+    version = versions.V49 if "4.9" in case[0] else versions.V53
     store = open_store(input_store(*case), broker_conf(*case))
-    summaries = store.summaries(store.scan_options(broker_5x=version == recovery.V53))
-    pred = recovery.predict(store, version, summaries)
+    summaries = store.summaries(store.scan_options(broker_5x=version == versions.V53))
+    pred = prediction.predict(store, version, summaries)
     return fnd.audit(spark, store, pred, summaries)
 
 
@@ -188,7 +188,7 @@ def test_unfindable_keys_span_commitlog_files(spark, tmp_path):
     store = open_store(root)
     summaries = store.summaries(store.scan_options(broker_5x=store.looks_5x()))
     assert len(summaries) >= 3
-    pred = recovery.predict(store, recovery.V53 if store.looks_5x() else recovery.V49, summaries)
+    pred = prediction.predict(store, versions.V53 if store.looks_5x() else versions.V49, summaries)
     keys: dict[str, int] = {}
     records: dict[str, int] = {}
     for s in summaries:

@@ -9,7 +9,7 @@ import pytest
 
 from jobs import recover
 from jobs.recoverreport import prediction_summary
-from store_reader.broker import bounded, recovery
+from store_reader.broker import bounded, prediction, versions
 from store_reader import open_store
 from store_reader.formats.commitlog import summarize_segment
 from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
@@ -34,10 +34,10 @@ def _dry_run(root, capsys, *extra) -> str:
     return capsys.readouterr().out
 
 
-def _walked(root, version) -> tuple[list[str], recovery.Prediction]:
+def _walked(root, version) -> tuple[list[str], prediction.Prediction]:
     """The files a bounded prediction walks, and the prediction."""
     store = open_store(root, root / "broker.conf")
-    opts = store.scan_options(broker_5x=recovery.is_5x(version))
+    opts = store.scan_options(broker_5x=versions.is_5x(version))
     walked: list[str] = []
 
     def walk(files):
@@ -50,7 +50,7 @@ def _walked(root, version) -> tuple[list[str], recovery.Prediction]:
 def test_bounded_prediction_is_the_full_one_and_reads_no_old_file(crashed, tmp_path, capsys):
     store = open_store(crashed, crashed / "broker.conf")
     version = store.broker_version()
-    full = prediction_summary(recovery.predict(store, version))
+    full = prediction_summary(prediction.predict(store, version))
     walked, pred = _walked(crashed, version)
     assert prediction_summary(pred) == full
     names = [f.name for f in store.commitlog_files]

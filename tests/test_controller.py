@@ -21,7 +21,7 @@ import pytest
 from jobs import dump
 from jobs import recover as recover_job
 from store_reader import open_store
-from store_reader.broker import recovery
+from store_reader.broker import prediction, versions
 from store_reader.audit.files import store_file_findings
 from store_reader.formats.checkpoint import CHECKPOINT_STRUCT, read_checkpoint
 from store_reader.formats.controller import (EpochEntry, correct_confirm_offset, epoch_file_bytes, epoch_problems,
@@ -99,7 +99,7 @@ def test_abnormal_recovery_dispatches_up_to_the_confirm_offset(tmp_path):
     root, conf, confirm = _controller_store(tmp_path)
     store = open_store(root, conf)
     assert store.inventory.modes == ("controller",)
-    pred = recovery.predict(store, recovery.V53)
+    pred = prediction.predict(store, versions.V53)
     assert pred.recovery_path == "abnormal" and pred.confirm_offset == confirm
     assert pred.reput_from_offset == confirm and pred.checkpoint.confirm_phy_offset == confirm
     ends = [int(e["phy_offset"]) + int(e["size"]) for q in pred.consume_queues.values() for e in q.entries()]
@@ -113,7 +113,7 @@ def test_abnormal_recovery_dispatches_up_to_the_confirm_offset(tmp_path):
     for r in rows:
         assert table[f"{r['topic']}-{r['queue_id']}"] >= r["queue_offset"] + 1
     # without controller mode the same files recover to the end
-    plain = recovery.predict(open_store(root, support.broker_conf(V5, "crash-tail")), recovery.V53)
+    plain = prediction.predict(open_store(root, support.broker_conf(V5, "crash-tail")), versions.V53)
     assert plain.controller is None and max(
         int(e["phy_offset"]) + int(e["size"]) for q in plain.consume_queues.values() for e in q.entries()) > confirm
 
@@ -121,7 +121,7 @@ def test_abnormal_recovery_dispatches_up_to_the_confirm_offset(tmp_path):
 def test_unconfirmed_tail_in_dump_verify_and_store_findings(tmp_path):
     root, conf, confirm = _controller_store(tmp_path)
     store = open_store(root, conf)
-    pred = recovery.predict(store, recovery.V53)
+    pred = prediction.predict(store, versions.V53)
     rows = [r for r in store_file_findings(store, True, store.summaries(store.scan_options(True)), pred).to_pylist()
             if r["kind"].startswith("controller.")]
     out = io.StringIO()
@@ -143,7 +143,7 @@ def test_controller_files_without_a_broker_conf_are_refused(tmp_path):
 
 def test_repaired_store_keeps_the_confirm_offset_and_the_epochs_it_holds(spark, tmp_path):
     root, conf, confirm = _controller_store(tmp_path)
-    end = recovery.predict(open_store(root, conf), recovery.V53).max_phy_offset
+    end = prediction.predict(open_store(root, conf), versions.V53).max_phy_offset
     # an epoch past the commitlog's end: the epochs claim data it does not hold
     (root / "epochFileCheckpoint").write_bytes(epoch_file_bytes(
         [EpochEntry(1, 0), EpochEntry(2, confirm), EpochEntry(3, end + 4096)]))

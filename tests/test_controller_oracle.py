@@ -1,6 +1,6 @@
 """Controller mode against the real 5.x brokers (``compat/src/v5/oracle/ControllerRun``, run by
 ``tests/oracle.py``; 5.3.3, 5.4.0 and 5.5.1): a store written in controller mode (two elections, a lone master's puts past
-the confirm offset, kill -9), restarted fenced as the broker loads it, is what ``recovery.predict``
+the confirm offset, kill -9), restarted fenced as the broker loads it, is what ``prediction.predict``
 says (confirm offset, end, every queue's entries, the queue offset table); the repaired store,
 restarted by the broker, comes back unchanged (commitlog, consume queues, index, confirm offset,
 epochs). About 30 s per version.
@@ -15,7 +15,7 @@ import pytest
 
 from jobs import recover as recover_job
 from store_reader import open_store
-from store_reader.broker import recovery
+from store_reader.broker import prediction, versions
 from store_reader.formats.checkpoint import read_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -41,7 +41,7 @@ def served_queues(answer: dict) -> dict[tuple[str, int], list[tuple[int, int, in
             for t, qs in answer["queues"].items() for q, v in qs.items()}
 
 
-def predicted_queues(pred: recovery.Prediction) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
+def predicted_queues(pred: prediction.Prediction) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
     return {k: [(int(e["phy_offset"]), int(e["size"]), int(e["tags_code"])) for e in q.entries()]
             for k, q in pred.consume_queues.items()}
 
@@ -83,7 +83,7 @@ def test_fenced_restart_is_predicted_and_the_repaired_store_is_kept(spark, writt
         shutil.rmtree(store / "consumequeue")
     confirm = w["confirmOffsetAtSecondElection"]
     assert [e["startOffset"] for e in w["epochs"]] == [0, confirm] and w["maxPhyOffset"] > confirm
-    pred = recovery.predict(open_store(store, conf), recovery.V53)
+    pred = prediction.predict(open_store(store, conf), versions.V53)
     copy = tmp_path / "restarted"
     shutil.copytree(store, copy)
     got = oracle.run(version, "oracle.ControllerRun", "restart", copy, conf)

@@ -8,10 +8,10 @@ import pyarrow as pa
 import pytest
 
 from store_reader.formats import recordformat as rf
-from store_reader.broker import recovery
+from store_reader.broker import versions
 from store_reader.broker.dispatch import index_key_counts, index_put_keys
 from store_reader.formats.javahash import index_key, index_key_hash
-from store_reader.repair.write import index_puts
+from store_reader.repair.index import index_puts
 
 NOT, PREPARED, COMMIT, ROLLBACK = (rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_PREPARED_TYPE,
                                    rf.TRANSACTION_COMMIT_TYPE, rf.TRANSACTION_ROLLBACK_TYPE)
@@ -51,7 +51,7 @@ def _expected(tag_keys: bool) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize("version", ["4.9.8", "5.3.3", "5.4.0", "5.5.1"])
 def test_index_put_keys_follow_the_version(version):
-    tag_keys = recovery.index_tag_keys(version)
+    tag_keys = versions.index_tag_keys(version)
     assert tag_keys == (version >= "5.4")
     batch = _batch()
     counts, rows, keys = index_put_keys(batch, tag_keys)

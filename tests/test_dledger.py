@@ -12,7 +12,7 @@ import struct
 import pytest
 
 from dledgerstore import FILE_SIZE, write_store
-from store_reader.formats import dledger
+from store_reader.broker import dledger, dledgercommitlog
 from store_reader import open_store
 from store_reader.formats import recordformat as rf
 from store_reader.exceptions import UnsupportedStoreError
@@ -99,9 +99,9 @@ def test_the_restart_serves_every_surviving_message(tmp_path, version):
     entries = write_store(tmp_path, N)
     store = _open(tmp_path)
     rec = dledger.recover(store)
-    b = dledger.broker_restart(store, rec, version)
+    b = dledgercommitlog.broker_restart(store, rec, version)
     served = b.served()
-    assert served == dledger.restart_keeps(store, rec).queues()
+    assert served == dledgercommitlog.restart_keeps(store, rec).queues()
     assert sum(len(v) for v in served.values()) == N
     assert sorted(p for v in served.values() for _, p, _ in v) == [p + 48 for p, _, _ in entries]
     # no consume queue on disk: 4.9.7 dispatches them all in the reput from the first data file,
@@ -117,8 +117,8 @@ def test_accelerated_recovery_under_the_5_5_rules_is_refused_by_name(tmp_path):
     store = _open(tmp_path)
     for version in ("5.5", "5.x"):
         with pytest.raises(UnsupportedStoreError, match="enableAcceleratedRecovery=true: a DLedger store"):
-            dledger.broker_restart(store, dledger.recover(store), version)
-    assert dledger.broker_restart(store, dledger.recover(store), "5.4").served()
+            dledgercommitlog.broker_restart(store, dledger.recover(store), version)
+    assert dledgercommitlog.broker_restart(store, dledger.recover(store), "5.4").served()
 
 
 def test_the_store_is_refused_by_name_unless_read_as_dledger(tmp_path):

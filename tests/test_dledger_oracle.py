@@ -3,7 +3,7 @@
 and 0.3.3.4): a one-member group's
 store written through the real put path and halted (kill -9), then damaged at seeded points (a torn
 body, index units lost or wrong, every index file lost, a bad header, a term going back, a torn
-tail under a checkpoint that is ahead), and restarted. ``store_reader.formats.dledger`` must predict
+tail under a checkpoint that is ahead), and restarted. ``store_reader.broker.dledger`` must predict
 DLedger's recovery exactly (begin/end index, end term, write positions, the committed index and
 position the checkpoint gives back, data files kept, or the JVM's exit) and what the restarted
 broker serves (every queue's entries); the scanners' DLedger framing must read every message the
@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from store_reader.formats import dledger
+from store_reader.broker import dledger as broker_dledger, dledgercommitlog
 from store_reader import open_store
 from store_reader.formats import recordformat as rf
 from store_reader.exceptions import StoreReaderError, UnsupportedStoreError
@@ -173,7 +174,7 @@ def restarted(written, tmp_path_factory):
             if damage is not None:
                 damage(root, _entries(root), random.Random(f"{v}/{name}"))
             store = open_store(root, base / "broker.conf", read_dledger=True)
-            rec = dledger.recover(store)
+            rec = broker_dledger.recover(store)
             copy = _copy(root, work / f"{name}.restarted")
             out[name] = [store, rec, copy, None]
             if rec.refused is None:
@@ -196,7 +197,7 @@ def test_the_framing_reads_every_acked_message(written, version):
     base, stores = written
     root, w = stores[version]
     store = open_store(root, base / "broker.conf", read_dledger=True)
-    got = {r["phy_offset"]: r for r in dledger.restart_keeps(store, dledger.recover(store)).messages.to_pylist()}
+    got = {r["phy_offset"]: r for r in dledgercommitlog.restart_keeps(store, broker_dledger.recover(store)).messages.to_pylist()}
     acked = [p for p in w["written"] if p["status"] == "PUT_OK"]
     assert len(acked) == 150
     for p in acked:
@@ -212,9 +213,9 @@ def test_restart_predicted_exactly(restarted, version, damage):
     if rec.refused is not None:          # the JVM exited: status 255 = System.exit(-1)
         assert "exited 255" in got["error"]
         return
-    kept = dledger.restart_keeps(store, rec)
+    kept = dledgercommitlog.restart_keeps(store, rec)
     assert not kept.unreadable
-    broker = dledger.broker_restart(store, rec, version)
+    broker = dledgercommitlog.broker_restart(store, rec, version)
     assert got["loadResult"] and got["committedAndDispatched"]
     load, after = got["afterLoad"], got["afterCommit"]
     assert (load["ledgerBeginIndex"], load["ledgerEndIndex"], load["ledgerEndTerm"]) == \
@@ -240,13 +241,13 @@ def test_restart_predicted_exactly(restarted, version, damage):
 @pytest.mark.parametrize("damage", DAMAGE, ids=lambda d: d.__name__ if d else "halted")
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_audits_broker_view_is_the_real_restart(restarted, written, version, damage):
-    """``dledger.predict``, the prediction the classic audit compares the store with, against the
+    """``dledgercommitlog.predict``, the prediction the classic audit compares the store with, against the
     real broker after its restart: min/max phy offset, every queue's range and entries, queryMessage
     answers from the index files, and what a pull at each committed consumer offset gets."""
     from tests.test_real_broker import recovery_differences
 
     store, rec, copy, got = restarted[version][damage.__name__ if damage else "halted"]
-    pred = dledger.predict(store, version)
+    pred = dledgercommitlog.predict(store, version)
     if rec.refused is not None:
         assert not pred.load_result and pred.load_problems == [rec.refused]
         return
@@ -368,7 +369,7 @@ def test_findings_against_the_real_recovery(restarted, written, version, damage)
     assert count == ({"dledger.unit_disagrees": lost} if lost else {})
     after = open_store(copy, written[0] / "broker.conf", read_dledger=True)
     found = Findings()
-    dledger_findings(after, dledger.recover(after), found)
+    dledger_findings(after, broker_dledger.recover(after), found)
     assert found.anomalies == []
 
 
@@ -488,7 +489,7 @@ def test_the_repaired_store_is_loaded_and_not_changed(repaired, restarted, versi
         return
     # the broker's restart of the damaged store serves queue entries past DLedger's end (5.3.3's
     # and 5.4.0's abnormal walk dispatched them, 5.5.1 kept them): refused, as the audit refuses it
-    past = any(e[1] >= rec.last_entry_end for v in dledger.broker_restart(store, rec, version).served().values()
+    past = any(e[1] >= rec.last_entry_end for v in dledgercommitlog.broker_restart(store, rec, version).served().values()
                for e in v)
     assert ("refused" in r) == past, r.get("refused")
     if past:
@@ -515,7 +516,7 @@ def test_the_repaired_store_is_loaded_and_not_changed(repaired, restarted, versi
     assert any(p.startswith("index/") for p in before) and any(p.startswith("consumequeue/") for p in before)
     served = {(t, int(q)): [(x["q"], x["phy"], x["size"]) for x in d.get("entries", [])]
               for t, byq in b["queues"].items() for q, d in byq.items()}
-    assert {k: v for k, v in served.items() if v} == dledger.restart_keeps(store, rec).queues()
+    assert {k: v for k, v in served.items() if v} == dledgercommitlog.restart_keeps(store, rec).queues()
     assert all(own_record(t, int(q), e) for t, byq in b["queues"].items() for q, d in byq.items()
                for e in d.get("entries", []))
     assert _dledger_files_as_recovery_leaves_them(r["dest"].parent / name, copy, rec) == []

@@ -18,7 +18,7 @@ import pytest
 import support
 from jobs import dump
 from store_reader import open_store
-from store_reader.broker import recovery
+from store_reader.broker import prediction
 from store_reader.audit import StoreView
 from store_reader.audit import kinds
 from store_reader.audit.files import store_file_findings
@@ -113,7 +113,7 @@ def test_audit_segment_findings_are_dump_verify_findings(case):
                   if x["kind"] in RECORD_FREE | SEGMENT_KINDS)
     store = open_store(store_dir, conf)
     view = StoreView(store)
-    pred = recovery.predict(store, view.version)
+    pred = prediction.predict(store, view.version)
     rows = store_file_findings(store, view.broker_5x, view.summaries, pred).to_pylist()
     got = sorted((r["kind"], r["severity"], r["file"], r["position"], r["detail"]) for r in rows)
     assert got == want

@@ -170,7 +170,7 @@ def test_rocksdb_consume_queue_is_read_and_an_unreadable_one_named(tmp_path):
     useSeparateStorePathForRocksdbCQ) is what
     the recovery reads (R§15.1), the committed offsets RocksDB's; a database RocksDB cannot open
     is one error naming its directory."""
-    from store_reader.broker import recovery
+    from store_reader.broker import prediction
     from store_reader.exceptions import StoreReaderError
 
     root = _copy(tmp_path)
@@ -182,7 +182,7 @@ def test_rocksdb_consume_queue_is_read_and_an_unreadable_one_named(tmp_path):
     assert (inv.cq_served_by, inv.rocksdb_cq_dir, inv.offsets_in, inv.refusals) == \
         ("rocksdb", "consumequeue_rocksdb", "rocksdb", [])
     with pytest.raises(StoreReaderError, match="RocksDB consume queue: RocksDB cannot open") as err:
-        recovery.predict(store)
+        prediction.predict(store)
     assert err.value.path == f"{root}/consumequeue_rocksdb" and "\n" not in str(err.value)
 
 
@@ -275,14 +275,14 @@ def test_double_write_store_recovers_from_its_file_consume_queue(tmp_path, case)
     """RocksDB double-write beside the file queues under the 5.3 rules (an extra dispatcher):
     the prediction is the file store's, whatever the RocksDB queue holds."""
     from jobs.recoverreport import prediction_summary
-    from store_reader.broker import recovery
+    from store_reader.broker import prediction, versions
 
     root = _copy(tmp_path, case)
-    want = recovery.predict(open_store(root, support.broker_conf(*case)), recovery.V53)
+    want = prediction.predict(open_store(root, support.broker_conf(*case)), versions.V53)
     _touch(root, *(f"consumequeue/{n}" for n in ROCKSDB))
     store = open_store(root, _conf(tmp_path, case, rocksdbCQDoubleWriteEnable="true"))
     assert store.inventory.modes == (inventory.ROCKSDB_CQ_DOUBLE_WRITE,)
-    got = recovery.predict(store, recovery.V53)
+    got = prediction.predict(store, versions.V53)
     assert got.rocksdb_beside_max_phy_offset is None
     assert prediction_summary(got) == prediction_summary(want)
     assert {k: s.entries().tolist() for k, s in got.consume_queues.items()} == \
@@ -311,24 +311,24 @@ def test_double_write_start_file_moves_back_for_the_rocksdb_queue(tmp_path):
     with no RocksDB queue yet (R§15.2): a 5.4 broker's search passes over 3 files the empty RocksDB
     queue does not match and starts at the 9th, so its walk cuts at byte 30000 of the 11th; a 5.5
     broker skips a queue that never started; the 5.3 rules know no RocksDB queue."""
-    from store_reader.broker import recovery
+    from store_reader.broker import prediction, versions
 
     root = _copy(tmp_path)
     files = sorted((root / "commitlog").iterdir())
     with open(files[10], "r+b") as f:
         f.seek(30000)
         f.write(bytes(files[10].stat().st_size - 30000))
-    plain = recovery.predict(open_store(root, support.broker_conf(V5, "clean")), recovery.V54)
+    plain = prediction.predict(open_store(root, support.broker_conf(V5, "clean")), versions.V54)
     store = open_store(root, _conf(tmp_path, rocksdbCQDoubleWriteEnable="true"))
     assert store.inventory.modes == (inventory.ROCKSDB_CQ_DOUBLE_WRITE,)
-    p53, p54, p55 = (recovery.predict(store, v) for v in (recovery.V53, recovery.V54, recovery.V55))
+    p53, p54, p55 = (prediction.predict(store, v) for v in (versions.V53, versions.V54, versions.V55))
     assert plain.start_file == files[11].name and plain.max_phy_offset > int(files[11].name)
     assert p54.rocksdb_beside_max_phy_offset == p55.rocksdb_beside_max_phy_offset == 0
     assert p54.start_file == files[8].name and p54.max_phy_offset <= int(files[10].name) + 30000
     assert p54.deleted_commitlog_files == [f.name for f in files[11:]]
     assert (p55.start_file, p55.max_phy_offset) == (p53.start_file, p53.max_phy_offset) == \
         (plain.start_file, plain.max_phy_offset)
-    from store_reader.repair import write as repair
+    from store_reader.repair import checks
 
     with pytest.raises(UnsupportedStoreError, match="--salvage with a RocksDB consume queue"):
-        repair.check_repairable(store, p54, store.summaries(store.scan_options(True)), salvage=True)
+        checks.check_repairable(store, p54, store.summaries(store.scan_options(True)), salvage=True)

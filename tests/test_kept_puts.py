@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from store_reader import open_store
-from store_reader.broker import recovery
-from store_reader.repair import write as repair, scanned
+from store_reader.broker import prediction, versions
+from store_reader.repair import index, scanned
 from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
 pytestmark = [pytest.mark.reader]
@@ -38,15 +38,15 @@ def kept(request, tmp_path_factory):
     finally:
         mp.undo()
     assert max(g.rows for g in got) > 3 * 700
-    return (store, recovery.V53 if five else recovery.V49, [g.summary for g in got],
+    return (store, versions.V53 if five else versions.V49, [g.summary for g in got],
             {g.summary.segment: g.records_path for g in got})
 
 
 def test_each_batch_of_records_has_its_puts(kept):
     store, version, _, records = kept
     for path in records.values():
-        for rb, p in zip(scanned.read_records(path, repair.INDEX_COLUMNS), scanned.read_puts(path), strict=True):
-            want = repair.index_puts(rb, recovery.index_tag_keys(version), ordered=True)
+        for rb, p in zip(scanned.read_records(path, index.INDEX_COLUMNS), scanned.read_puts(path), strict=True):
+            want = index.index_puts(rb, versions.index_tag_keys(version), ordered=True)
             assert np.array_equal(p.key_hash, want.key_hash) and np.array_equal(p.phy, want.phy)
             assert np.array_equal(p.record_phy, want.record_phy)
             assert np.array_equal(p.store_timestamp, want.store_timestamp)
@@ -55,10 +55,10 @@ def test_each_batch_of_records_has_its_puts(kept):
 
 def test_replay_predicts_the_same_index_with_the_kept_puts(kept):
     store, version, summaries, records = kept
-    opts = store.scan_options(broker_5x=version == recovery.V53)
+    opts = store.scan_options(broker_5x=version == versions.V53)
     source = scanned.prefix_source(records, opts)
-    built = recovery.predict(store, version, summaries=summaries, records=source)
-    taken = recovery.predict(store, version, summaries=summaries, records=source, puts=scanned.prefix_puts(records))
+    built = prediction.predict(store, version, summaries=summaries, records=source)
+    taken = prediction.predict(store, version, summaries=summaries, records=source, puts=scanned.prefix_puts(records))
     assert any(f.data is not None for f in built.index_files)      # the replay writes index files
     assert [(f.name, f.header) for f in taken.index_files] == [(f.name, f.header) for f in built.index_files]
     for a, b in zip(taken.index_files, built.index_files):
@@ -68,17 +68,17 @@ def test_replay_predicts_the_same_index_with_the_kept_puts(kept):
 
 def test_index_rebuild_writes_the_same_file_from_the_kept_puts(kept, tmp_path):
     store, version, summaries, records = kept
-    pred = recovery.predict(store, version, summaries=summaries)
+    pred = prediction.predict(store, version, summaries=summaries)
     end, cfg = pred.max_phy_offset, store.config
-    opts = store.scan_options(broker_5x=version == recovery.V53)
+    opts = store.scan_options(broker_5x=version == versions.V53)
     files = [f.path for f in store.commitlog_files if f.start < end]
-    counts = [repair.segment_index_counts(p, opts, end)[0] for p in files]
-    plan = repair.index_file_plan(counts, cfg.maxIndexNum)
+    counts = [index.segment_index_counts(p, opts, end)[0] for p in files]
+    plan = index.index_file_plan(counts, cfg.maxIndexNum)
     assert len(plan) > 2
     read = lambda path, cut: scanned.index_puts_below(records[path.rsplit("/", 1)[-1]], cut)  # noqa: E731
     for k in (0, 1, len(plan) - 1):      # the first file, one that spans files, the last
         ranges = [(files[i], lo, hi) for i, lo, hi in plan[k]]
-        kept_file = repair.write_index_file_part(str(tmp_path / f"kept-{k}"), ranges, opts, end, cfg, k == 0, read)
-        own_file = repair.write_index_file_part(str(tmp_path / f"own-{k}"), ranges, opts, end, cfg, k == 0)
+        kept_file = index.write_index_file_part(str(tmp_path / f"kept-{k}"), ranges, opts, end, cfg, k == 0, read)
+        own_file = index.write_index_file_part(str(tmp_path / f"own-{k}"), ranges, opts, end, cfg, k == 0)
         assert kept_file.header == own_file.header and kept_file.header.index_count > 1
         assert (tmp_path / f"kept-{k}").read_bytes() == (tmp_path / f"own-{k}").read_bytes()

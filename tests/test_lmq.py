@@ -8,7 +8,7 @@ import pytest
 from jobs.recover import recover
 from store_reader import load_broker_config, open_store
 from store_reader.formats.consumequeue import decode_entries
-from store_reader.broker.recovery import predict
+from store_reader.broker.prediction import predict
 from store_reader.testing.synthetic import encode_message
 
 SEGMENT = 65536

@@ -20,7 +20,7 @@ import support
 from jobs import audit as audit_job
 from jobs import recover as recover_job
 from jobs._spark.deltasink import read_table
-from store_reader.broker import bounded, recovery
+from store_reader.broker import bounded, prediction
 from store_reader import open_store
 from store_reader.repair import salvage
 from store_reader.formats import config as cf
@@ -159,7 +159,7 @@ def test_the_bounded_rows_are_a_full_walks(case):
     store = open_store(support.input_store(*case), support.broker_conf(*case))
     pred, segments = bounded.predict(store)
     rows = offsets.predicted_findings(store, pred, segments.summaries, segments.opts).to_pylist()
-    full = recovery.predict(store, pred.broker_version)
+    full = prediction.predict(store, pred.broker_version)
     summaries = [summarize_segment(f.path, segments.opts) for f in store.commitlog_files]
     lost = salvage.lost_queue_offsets(salvage.lost_segments(summaries, full.max_phy_offset, salvage.cut_segment(full)),
                                       full.max_phy_offset, segments.opts)

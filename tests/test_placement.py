@@ -21,7 +21,7 @@ import support
 from jobs import recover as job
 from store_reader.repair import placement
 from store_reader.exceptions import OutputError
-from store_reader.broker.recovery import CommitLogFileState
+from store_reader.broker.cut import CommitLogFileState
 
 V4, V5 = support.VERSIONS
 SIZE = 3 * 4096 + 100

@@ -12,7 +12,8 @@ import textwrap
 import pytest
 
 import support
-from store_reader.repair import publish, write as repair
+from store_reader.repair import publish
+from store_reader.io import hashing, manifest as io_manifest
 from store_reader.exceptions import StoreReaderError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,7 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PUBLISHER = textwrap.dedent("""
     import errno, os, sys
     from pathlib import Path
-    from store_reader.repair import publish, write as repair
+    from store_reader.repair import publish
+    from store_reader.io import manifest
 
     out, mode, tag = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     if mode == "no-exchange":
@@ -33,7 +35,7 @@ _PUBLISHER = textwrap.dedent("""
     for rel in ("commitlog/00000000000000000000", "consumequeue/T/0/00000000000000000000", "checkpoint"):
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp / rel).write_bytes(tag.encode() * 1000)
-    repair.write_manifest(str(tmp), {"runId": tag, "outputs": repair.tree_manifest(str(tmp), skip={publish.TMP_MARKER})})
+    manifest.write_manifest(str(tmp), {"runId": tag, "outputs": manifest.tree_manifest(str(tmp), skip={publish.TMP_MARKER})})
     publish.publish(tmp, out, overwrite=True)
 """)
 
@@ -52,7 +54,7 @@ def _published_tag(out) -> str:
     publish.verify_against_manifest(out)
     manifest = json.loads((out / "MANIFEST.json").read_text())
     for e in manifest["outputs"]:
-        assert repair.sha256_file(str(out / e["path"])) == e["sha256"]
+        assert hashing.sha256_file(str(out / e["path"])) == e["sha256"]
     return manifest["runId"]
 
 
@@ -96,7 +98,7 @@ def test_a_tree_that_does_not_match_its_manifest_is_not_published(tmp_path):
     for rel in ("commitlog/00000000000000000000", "consumequeue/T/0/00000000000000000000"):
         (tmp / rel).parent.mkdir(parents=True)
         (tmp / rel).write_bytes(b"x" * 100)
-    repair.write_manifest(str(tmp), {"outputs": repair.tree_manifest(str(tmp), skip={publish.TMP_MARKER})})
+    io_manifest.write_manifest(str(tmp), {"outputs": io_manifest.tree_manifest(str(tmp), skip={publish.TMP_MARKER})})
     (tmp / "consumequeue" / "T" / "0" / "00000000000000000000").unlink()   # another run removed it
     with pytest.raises(StoreReaderError, match=r"does not match its manifest \(missing \['consumequeue/"):
         publish.publish(tmp, out, overwrite=False)

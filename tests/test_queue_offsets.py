@@ -12,15 +12,16 @@ import pytest
 
 from jobs.recover import recover
 from store_reader import open_store
-from store_reader.repair import write as repair
+from store_reader.repair import queues
 from store_reader.formats.commitlog import scan_segment
 from store_reader.formats.consumequeue import CQ_ENTRY_DTYPE
 from store_reader.formats.recordformat import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
-from store_reader.broker.recovery import V53, predict
+from store_reader.broker.versions import V53
+from store_reader.broker.prediction import predict
 from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
 KiB = 1 << 10
-FILLER = repair.FILLER_SIZE
+FILLER = queues.FILLER_SIZE
 SEGMENT = 512 * KiB
 
 
@@ -28,7 +29,7 @@ SEGMENT = 512 * KiB
 
 def _place(offsets, phys, file_size=1000, per_cq_file=4):
     phys = np.asarray(phys, np.int64)
-    return repair.place_entries("T", 0, phys, np.full(len(phys), 10), np.arange(len(phys)) + 100,
+    return queues.place_entries("T", 0, phys, np.full(len(phys), 10), np.arange(len(phys)) + 100,
                                 np.asarray(offsets, np.int64), per_cq_file * 20, file_size)
 
 
@@ -62,8 +63,8 @@ def test_tail_fillers_cross_cq_files(tmp_path):
     """``extend_queue`` past the rebuilt max into later CQ files, which are named by byte offset
     (4 slots of 20 bytes a file: 00..080, 00..160)."""
     q = _place([0, 1, 2, 3, 4, 5], [0, 100, 200, 300, 400, 500])
-    repair.write_repaired_queue(q, str(tmp_path))
-    part = repair.extend_queue("T", 0, str(tmp_path), 4 * 20, (0, 6), (0, 11), 256)
+    queues.write_repaired_queue(q, str(tmp_path))
+    part = queues.extend_queue("T", 0, str(tmp_path), 4 * 20, (0, 6), (0, 11), 256)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{n:020d}" for n in (0, 80, 160)]
     slots = np.concatenate([np.fromfile(p, CQ_ENTRY_DTYPE) for p in sorted(tmp_path.iterdir())])
     # the start of the last entry's commitlog file (256 bytes a file here)
@@ -79,7 +80,7 @@ def test_repeats_and_duplicate_claims_keep_the_first_put():
 
 
 def test_placement_equals_the_brokers_put_wherever_that_put_does_not_renumber():
-    from store_reader.broker.recovery import ConsumeQueueState
+    from store_reader.broker.cqueue import ConsumeQueueState
 
     rng = np.random.default_rng(7)
     for _ in range(50):
@@ -174,7 +175,7 @@ def test_every_entry_sits_at_its_records_queue_offset(case, repaired):
                 assert int(e["tags_code"]) == 0 and o not in held.get(key, {}), (key, o)
                 earlier = [p for off, p in real if off < o]
                 nxt = next((p for off, p in real if off > o), None)
-                # at a commitlog file's start (a pull reads nothing there, repair.filler_phy_of)
+                # at a commitlog file's start (a pull reads nothing there, queues.filler_phy_of)
                 assert phy % SEGMENT == 0, (key, o, phy)
                 if nxt is None:       # past the last record left: the last entry's file
                     assert phy == (earlier[-1] // SEGMENT * SEGMENT if earlier else 0), (key, o, phy)

@@ -35,7 +35,7 @@ import pytest
 import oracle
 import support
 from jobs.recover import recover
-from store_reader.broker import bounded, recovery
+from store_reader.broker import bounded, cqueue, indexservice, prediction, pull, versions
 from store_reader import load_broker_config, open_store
 from store_reader.formats.config import read_consumer_offsets
 from store_reader.exceptions import StoreReaderError
@@ -51,10 +51,10 @@ def project_version(release: str) -> str:
     """The project's ``--broker-version`` for a broker release: its own major.minor where the
     project has rules of that name, else the rules it has today (4.9, or 5.x = 5.3.3's)."""
     mm = ".".join(release.split(".")[:2])
-    known = getattr(recovery, "VERSIONS", (recovery.V49, recovery.V5X))
+    known = getattr(versions, "VERSIONS", (versions.V49, versions.V5X))
     if mm in known:
         return mm
-    return recovery.V49 if mm == "4.9" else recovery.V5X
+    return versions.V49 if mm == "4.9" else versions.V5X
 
 
 # -- what the broker did, what the project says -------------------------------------------------------
@@ -70,19 +70,19 @@ def broker_queues(r: dict) -> dict:
     return out
 
 
-def predicted_queues(pred: recovery.Prediction) -> dict:
+def predicted_queues(pred: prediction.Prediction) -> dict:
     """The same for the project (an offset in a missing CQ file: (None, None, None), as the
     oracle's ``missing`` entry)."""
     out = {}
     for (topic, qid), q in pred.consume_queues.items():
         e = q.entries()
         out[(topic, qid)] = (q.min_offset, q.max_offset,
-                             [(None, None, None) if x == recovery.NO_FILE_ENTRY else x
+                             [(None, None, None) if x == cqueue.NO_FILE_ENTRY else x
                               for x in zip(e["phy_offset"].tolist(), e["size"].tolist(), e["tags_code"].tolist())])
     return out
 
 
-def recovery_differences(pred: recovery.Prediction, r: dict, store_root: Path, conf: Path) -> list[str]:
+def recovery_differences(pred: prediction.Prediction, r: dict, store_root: Path, conf: Path) -> list[str]:
     """Where the project's prediction and the broker's recovery of the same store differ."""
     diffs = []
     if pred.load_result != r["loadResult"]:
@@ -108,13 +108,13 @@ def recovery_differences(pred: recovery.Prediction, r: dict, store_root: Path, c
             diffs.append(f"{key[0]}/{key[1]} entry {a_lo + at}: project {a[at]}, broker {b[at]}")
     cfg = open_store(store_root, conf, read_dledger=True).config
     for q in r.get("index", []):
-        got = recovery.query_message(pred, cfg, q["topic"], q["key"])
+        got = indexservice.query_message(pred, cfg, q["topic"], q["key"])
         if got != q["phyOffsets"]:
             diffs.append(f"queryMessage {q['topic']}/{q['key']}: project {got}, broker {q['phyOffsets']}")
             break
     offsets = read_consumer_offsets(store_root).value
     ours_c = {(c.topic, c.group, c.queue_id): (c.committed_offset, c.status, c.next_begin_offset)
-              for c in recovery.consumer_offset_checks(pred, cfg, offsets)}
+              for c in pull.consumer_offset_checks(pred, cfg, offsets)}
     theirs_c = {(c["topic"], c["group"], c["queueId"]): (c["committedOffset"], c.get("status"), c.get("nextBeginOffset"))
                 for c in r.get("consumerOffsets", {}).get("checks", [])}
     if ours_c != theirs_c:

@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files, surviving_records
 from jobs._spark.scan import scan_segments
 from store_reader import open_store
-from store_reader.repair import write as repair
+from store_reader.repair import index, queues as repair_queues
 from store_reader.formats.commitlog import scan_segment
 from store_reader.formats.indexfile import build_index_files
 from store_reader.formats.recordformat import ScanOptions
-from store_reader.broker.recovery import V53, ConsumeQueueState, predict
+from store_reader.broker.versions import V53
+from store_reader.broker.cqueue import ConsumeQueueState
+from store_reader.broker.prediction import predict
 from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, encode_message, write_store
 
 KiB = 1 << 10
@@ -75,22 +77,22 @@ def _trees(root: Path) -> dict[str, bytes]:
 
 
 def _unsplit(store, end: int, out: Path) -> None:
-    """The reference: every queue rebuilt in one piece (``repair.rebuild_queue``)."""
+    """The reference: every queue rebuilt in one piece (``queues.rebuild_queue``)."""
     opts = ScanOptions(check_crc=False, compute_crc=False, broker_5x=True,
                        delay_levels_ms=tuple(store.config.delay_levels_ms))
     queues: dict[tuple[str, int], list[pa.Table]] = {}
     for f in store.commitlog_files:
         if f.start >= end:
             continue
-        for entries in repair.dispatch_entries(f.path, opts, end, store.config, True):
+        for entries in repair_queues.dispatch_entries(f.path, opts, end, store.config, True):
             for topic, qid in set(zip(entries["topic"].to_pylist(), entries["queue_id"].to_pylist())):
                 mask = pa.array((np.asarray(entries["topic"].to_pylist(), dtype=object) == topic)
                                 & (entries["queue_id"].to_numpy() == qid))
                 queues.setdefault((topic, qid), []).append(entries.filter(mask))
     for (topic, qid), tables in queues.items():
-        q = repair.rebuild_queue(topic, qid, pa.concat_tables(tables), store.config.cq_file_size,
+        q = repair_queues.rebuild_queue(topic, qid, pa.concat_tables(tables), store.config.cq_file_size,
                                  store.config.mappedFileSizeCommitLog)
-        repair.write_repaired_queue(q, str(out / "consumequeue" / topic / str(qid)),
+        repair_queues.write_repaired_queue(q, str(out / "consumequeue" / topic / str(qid)),
                                  str(store.root / "consumequeue" / topic / str(qid)))
 
 
@@ -211,7 +213,7 @@ def test_queues_that_do_not_split_are_rebuilt_whole(spark, tmp_path):
     from store_reader.formats.consumequeue import decode_entries
 
     got = decode_entries((tmp_path / "split" / "consumequeue" / "GapAtFile" / "0" / "00000000000000000100").read_bytes())
-    assert (got.size[0], got.tags_code[0]) == (repair.FILLER_SIZE, 0)
+    assert (got.size[0], got.tags_code[0]) == (repair_queues.FILLER_SIZE, 0)
     assert got.phy_offset[0] == 0           # its neighbours share the commitlog file: nothing earlier
     t = scan_segment(store.commitlog_files[0].path, ScanOptions(), columns=["phy_offset", "queue_offset"])[0]
     records = dict(zip(t["phy_offset"].to_pylist(), t["queue_offset"].to_pylist()))
@@ -244,7 +246,7 @@ def test_index_put_counts_from_the_scan_equal_a_recount(spark, tmp_path, damage)
     end = predict(store, V53).max_phy_offset
     summaries = scan_segments(spark, store, store.scan_options(True))
     opts = ScanOptions(check_crc=False, compute_crc=False, broker_5x=True)
-    recount = [repair.segment_index_counts(f.path, opts, end) for f in store.commitlog_files if f.start < end]
+    recount = [index.segment_index_counts(f.path, opts, end) for f in store.commitlog_files if f.start < end]
     assert len(recount) > 3 and all(n > 0 for n, _ in recount)
     assert index_put_counts(spark, store, summaries, end, True, False) == recount
     from_scan = [(s.index_puts, s.max_store_timestamp) for s in summaries[:len(recount)]]
@@ -265,7 +267,7 @@ def test_index_files_built_one_task_each_equal_one_sequential_build(spark, hot_s
     kh, phy, ts, stamps = [], [], [], []
     for f in store.commitlog_files:
         if f.start < end:
-            for p, t in repair.segment_index_puts(f.path, opts, end):
+            for p, t in index.segment_index_puts(f.path, opts, end):
                 kh.append(p.key_hash)
                 phy.append(p.phy)
                 ts.append(p.store_timestamp)

@@ -14,14 +14,15 @@ import pyarrow as pa
 import pytest
 
 from store_reader import open_store
-from store_reader.repair import write as repair
+from store_reader.repair import queues
 from store_reader.audit.plan import audit_plan
 from store_reader.audit.queues import compare_queue, rebuilt_entries
 from store_reader.audit.records import segment_items
 from store_reader.audit.view import StoreView
 from store_reader.formats.consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE
 from store_reader.formats.recordformat import ScanOptions
-from store_reader.broker.recovery import V53, predict
+from store_reader.broker.versions import V53
+from store_reader.broker.prediction import predict
 from store_reader.testing.synthetic import encode_message
 from support import broker_conf, input_store
 
@@ -62,16 +63,16 @@ def _repaired_queues(store, end: int, out: Path) -> dict[tuple[str, int], tuple[
     puts: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
     for f in store.commitlog_files:
         if f.start < end:
-            for t in repair.dispatch_entries(f.path, opts, end, store.config, True):
+            for t in queues.dispatch_entries(f.path, opts, end, store.config, True):
                 for key in set(zip(t["topic"].to_pylist(), t["queue_id"].to_pylist())):
                     mask = (np.array(t["topic"].to_pylist(), object) == key[0]) & (t["queue_id"].to_numpy() == key[1])
                     puts[key].append(t.filter(pa.array(mask)))
     got = {}
     for (topic, qid), tables in puts.items():
-        q = repair.rebuild_queue(topic, qid, pa.concat_tables(tables), store.config.cq_file_size,
+        q = queues.rebuild_queue(topic, qid, pa.concat_tables(tables), store.config.cq_file_size,
                                  store.config.mappedFileSizeCommitLog)
         qdir = out / topic / str(qid)
-        repair.write_repaired_queue(q, str(qdir))
+        queues.write_repaired_queue(q, str(qdir))
         files = sorted(qdir.iterdir())
         first = int(files[0].name) // CQ_STORE_UNIT_SIZE
         slots = np.concatenate([np.fromfile(p, CQ_ENTRY_DTYPE) for p in files])
@@ -108,7 +109,7 @@ def _check(store, tmp_path: Path) -> dict[tuple[str, int], tuple]:
         assert tags.tolist() == slots["tags_code"][at].tolist(), key
         # ... and every entry written is a REBUILT row (not the fillers, the pre-blank head, the
         # zeros past the last one)
-        written = np.flatnonzero((slots["size"] != repair.FILLER_SIZE) & (slots["size"] > 0)) + first
+        written = np.flatnonzero((slots["size"] != queues.FILLER_SIZE) & (slots["size"] > 0)) + first
         assert written.tolist() == off.tolist() and (off >= min_offset).all(), key
         # dump --verify expects the same records at the same offsets (and those past the cut)
         e = expected[key]

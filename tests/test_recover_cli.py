@@ -17,7 +17,8 @@ import pytest
 import support
 from jobs import recover as job
 from jobs import repairwrite
-from store_reader.repair import apply, publish, write as repair
+from store_reader.repair import apply, publish
+from store_reader.io import hashing
 from store_reader.exceptions import StoreReaderError
 
 pytestmark = pytest.mark.spark
@@ -191,7 +192,7 @@ def _assert_verified(out, reference):
     ``reference``."""
     publish.verify_against_manifest(out)
     for e in json.loads((out / "MANIFEST.json").read_text())["outputs"]:
-        assert repair.sha256_file(str(out / e["path"])) == e["sha256"], e["path"]
+        assert hashing.sha256_file(str(out / e["path"])) == e["sha256"], e["path"]
     assert support.tree_digest(out) == support.tree_digest(reference)
 
 

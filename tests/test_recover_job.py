@@ -13,7 +13,7 @@ from jobs.recover import recover
 from store_reader import open_store
 from store_reader.formats.consumequeue import decode_entries
 from store_reader.formats.indexfile import list_index_files, query
-from store_reader.broker.recovery import predict
+from store_reader.broker.prediction import predict
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

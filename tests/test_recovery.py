@@ -1,4 +1,4 @@
-"""The broker's predicted recovery (store_reader.broker.recovery) against the real broker's own answers."""
+"""The broker's predicted recovery (store_reader.broker.prediction) against the real broker's own answers."""
 from __future__ import annotations
 
 import gc
@@ -9,9 +9,10 @@ import pytest
 
 import support
 from store_reader import open_store
-from store_reader.broker import recovery
+from store_reader.broker import pull, versions
 from store_reader.formats.consumequeue import CQ_ENTRY_DTYPE
-from store_reader.broker.recovery import NO_FILE_ENTRY, predict
+from store_reader.broker.cqueue import NO_FILE_ENTRY
+from store_reader.broker.prediction import predict
 from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
 pytestmark = pytest.mark.reader
@@ -90,7 +91,7 @@ def test_index_files_and_queries(case):
     pred = _predict(case)
     got = [{k: getattr(f.header, v) for k, v in HEADER_KEYS.items()} for f in pred.index_files]
     assert got == [{k: f[k] for k in HEADER_KEYS} for f in exp["indexFiles"]]
-    from store_reader.broker.recovery import query_message
+    from store_reader.broker.indexservice import query_message
     cfg = open_store(support.input_store(*case), support.broker_conf(*case)).config
     # the fixtures' broker ran with maxMsgsNumBatch=100000 (fixtures/README.md), so every hit is returned
     for q in exp["index"]["queries"]:
@@ -111,7 +112,7 @@ def test_checkpoint_after_recovery(case):
                          ids=support.case_id)
 def test_consumer_offset_checks(case):
     from store_reader.formats.config import read_consumer_offsets
-    from store_reader.broker.recovery import consumer_offset_checks
+    from store_reader.broker.pull import consumer_offset_checks
 
     exp = support.expected(*case)["afterRecovery"]["consumerOffsetChecks"]
     store = open_store(support.input_store(*case), support.broker_conf(*case))
@@ -128,7 +129,7 @@ def test_consumer_offset_checks(case):
 @pytest.mark.parametrize("n", [0, 1, 4095, 4096, 4097, 300_000])
 def test_leading_slots_tested_in_chunks_match_one_test_of_all(n):
     """The chunked walk the CQ recovery uses stops where one test over the whole file would."""
-    from store_reader.broker.recovery import _leading
+    from store_reader.broker.cqueue import _leading
     rng = np.random.default_rng(n)
     for bad_at in sorted({0, n // 2, max(n - 1, 0), 4096, 20_479, 20_480, n}):
         if bad_at > n:
@@ -206,7 +207,7 @@ def test_a_replayed_index_file_the_scratch_filesystem_cannot_hold_is_one_clear_e
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
         "from store_reader import open_store\n"
         "from store_reader.exceptions import OutputError\n"
-        "from store_reader.broker.recovery import predict\n"
+        "from store_reader.broker.prediction import predict\n"
         f"store = open_store({str(support.input_store(*case))!r}, {str(support.broker_conf(*case))!r})\n"
         "try:\n"
         f"    predict(store, {'5.3' if case[0].endswith('5.3.3') else '4.9'!r}, scratch={str(tmp_path)!r})\n"
@@ -232,11 +233,11 @@ def test_a_consume_queue_file_missing_between_two_others_serves_nothing(tmp_path
         topics=(("TopicA", 1),), broker="5.x", seed=7), CrashSpec(abort=abort, cq_behind=3))
     root = info.root
     whole = {}
-    for v in recovery.VERSIONS:       # (read before the file goes: a prediction reads CQ files lazily)
+    for v in versions.VERSIONS:       # (read before the file goes: a prediction reads CQ files lazily)
         q = predict(open_store(root, root / "broker.conf"), v).consume_queues[("TopicA", 0)]
         whole[v] = (q.min_offset, q.max_offset, q.entries())
     (root / "consumequeue" / "TopicA" / "0" / "00000000000000001200").unlink()    # offsets 60..89
-    for v in recovery.VERSIONS:
+    for v in versions.VERSIONS:
         pred = predict(open_store(root, root / "broker.conf"), v)
         q, (lo, hi, we) = pred.consume_queues[("TopicA", 0)], whole[v]
         assert (q.min_offset, q.max_offset) == (lo, hi) and hi > 120, v
@@ -247,5 +248,5 @@ def test_a_consume_queue_file_missing_between_two_others_serves_nothing(tmp_path
         assert (e[:gap.start] == we[:gap.start]).all() and (e[gap.stop:] == we[gap.stop:]).all(), v
         assert_runs_are_the_entries(q)
         assert not any(r.first < 90 and r.first + r.hi - r.lo > 60 for r in q.entry_runs()), v
-        got = recovery.check_offset(pred, open_store(root, root / "broker.conf").config, "TopicA", "g", 0, 65)
+        got = pull.check_offset(pred, open_store(root, root / "broker.conf").config, "TopicA", "g", 0, 65)
         assert (got.status, got.next_begin_offset) == ("OFFSET_FOUND_NULL", 90), v

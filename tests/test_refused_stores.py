@@ -19,7 +19,7 @@ import pytest
 
 import support
 from store_reader import open_store
-from store_reader.broker import recovery
+from store_reader.broker import prediction
 from store_reader.formats.consumequeue import list_queue_files, list_queues, read_queue_slots
 from store_reader.testing.synthetic import SyntheticStoreSpec, write_store
 
@@ -77,7 +77,7 @@ def test_short_consume_queue_file_is_refused_naming_file_and_byte(tmp_path, brok
     victim = _queue_files(root, "TopicA", 1)[1].path
     with open(victim, "r+b") as fh:
         fh.truncate(300)
-    pred = recovery.predict(_open(root), broker)
+    pred = prediction.predict(_open(root), broker)
     assert not pred.load_result
     (problem,) = pred.load_problems
     assert f"{victim} @ byte 300" in problem and "600" in problem
@@ -97,7 +97,7 @@ def test_short_consume_queue_file_is_refused_naming_file_and_byte(tmp_path, brok
 def test_empty_last_consume_queue_file_throws_in_5x_only(tmp_path, partial, throws):
     root, info = _store(tmp_path, "5.3")
     (topic, qid), last = _empty_last_cq_file(root, partial)
-    pred = recovery.predict(_open(root), "5.3")
+    pred = prediction.predict(_open(root), "5.3")
     assert pred.load_result is not throws
     if throws:
         (problem,) = pred.load_problems
@@ -105,7 +105,7 @@ def test_empty_last_consume_queue_file_throws_in_5x_only(tmp_path, partial, thro
         assert f"{topic}/{qid}" in problem
     # the recovery itself went through: the same cut either way
     assert pred.max_phy_offset == info.truncation_offset
-    assert recovery.predict(_open(root), "4.9").load_result       # 4.9.7 checks the position
+    assert prediction.predict(_open(root), "4.9").load_result       # 4.9.7 checks the position
 
 
 def test_single_empty_consume_queue_file_not_named_zero_throws(tmp_path):
@@ -116,7 +116,7 @@ def test_single_empty_consume_queue_file_not_named_zero_throws(tmp_path):
     for f in _queue_files(root, *os.path.normpath(last.path).split(os.sep)[-3:-1]):
         if f.path != last.path:
             os.unlink(f.path)
-    pred = recovery.predict(_open(root), "5.3")
+    pred = prediction.predict(_open(root), "5.3")
     assert not pred.load_result and "correctMinOffset" in pred.load_problems[0]
 
 
@@ -125,7 +125,7 @@ def test_only_consume_queue_file_named_zero_and_empty_does_not_throw(tmp_path):
     q = root / "consumequeue" / "TopicC" / "0"
     q.mkdir(parents=True)
     (q / "00000000000000000000").write_bytes(bytes(600))
-    pred = recovery.predict(_open(root), "5.3")
+    pred = prediction.predict(_open(root), "5.3")
     assert pred.load_result, pred.load_problems
 
 
@@ -137,7 +137,7 @@ def test_name_that_is_not_a_number(tmp_path, broker):
     first = root / "commitlog" / info.commitlog_files[0]
     shutil.copy(first, root / "commitlog" / "00000000000000000000.bak")
     store = _open(root)
-    pred = recovery.predict(store, broker)
+    pred = prediction.predict(store, broker)
     assert not pred.load_result
     assert "NumberFormatException" in pred.load_problems[0] and ".bak" in pred.load_problems[0]
     assert store.left_out == [str(root / "commitlog" / "00000000000000000000.bak")]
@@ -152,12 +152,12 @@ def test_name_that_is_a_number_but_not_20_digits(tmp_path, broker):
     os.rename(root / "commitlog" / last, root / "commitlog" / str(int(last)))
     store = _open(root)
     assert store.loadable and store.commitlog_files[-1].start == int(last)
-    pred = recovery.predict(store, broker)
+    pred = prediction.predict(store, broker)
     assert pred.load_result and pred.max_phy_offset == info.truncation_offset
     # the same name on a file of another length: refused for its length, the true reason
     with open(root / "commitlog" / str(int(last)), "r+b") as fh:
         fh.truncate(1000)
-    pred = recovery.predict(_open(root), broker)
+    pred = prediction.predict(_open(root), broker)
     assert not pred.load_result
     (problem,) = pred.load_problems
     assert "is 1000 bytes but mappedFileSizeCommitLog" in problem and "20-digit" not in problem
@@ -169,7 +169,7 @@ def test_sub_directory_refused_by_4x_only(tmp_path, broker):
     (root / "commitlog" / "lost+found").mkdir()
     store = _open(root)
     assert store.loadable and store.left_out == [str(root / "commitlog" / "lost+found")]
-    pred = recovery.predict(store, broker)
+    pred = prediction.predict(store, broker)
     assert pred.load_result is (broker == "5.3")
     if broker == "4.9":
         (problem,) = pred.load_problems
@@ -182,7 +182,7 @@ def test_zero_length_last_file_names_the_file_on_4x(tmp_path, broker):
     root, info = _store(tmp_path, broker)
     empty = root / "commitlog" / f"{int(info.commitlog_files[-1]) + SEGMENT:020d}"
     empty.write_bytes(b"")
-    pred = recovery.predict(_open(root), broker)
+    pred = prediction.predict(_open(root), broker)
     assert pred.load_result is (broker == "5.3")
     if broker == "4.9":
         (problem,) = pred.load_problems
@@ -205,7 +205,7 @@ def test_short_commitlog_file_is_read_as_never_written_past_its_data(tmp_path, b
         with open(path, "r+b") as fh:
             fh.truncate(10_000)
         store = _open(root)
-        pred = recovery.predict(store, broker)
+        pred = prediction.predict(store, broker)
         assert not pred.load_result and f"{path} @ byte 10000" in pred.load_problems[-1]
         assert all(f.size == SEGMENT for f in pred.commitlog_files)
         s = next(s for s in store.summaries(store.scan_options(broker == "5.3")) if s.path == str(path))
@@ -242,7 +242,7 @@ def test_cq_file_short_repaired_store_is_the_clean_stores(spark, tmp_path, capsy
     short = src / "consumequeue" / "TopicA" / "0" / "00000000000000000600"
     assert f"warning: the broker would not start on this store: {short} @ byte 300" in err
     version_arg = "5.3" if version == V5 else "4.9"
-    repaired = recovery.predict(open_store(out, support.broker_conf(version, "clean")), version_arg)
+    repaired = prediction.predict(open_store(out, support.broker_conf(version, "clean")), version_arg)
     assert repaired.load_result
     assert_matches_broker(out, (version, "clean"), repaired.max_phy_offset)
     manifest = json.loads((out / "MANIFEST.json").read_text())
@@ -282,7 +282,7 @@ def test_recover_writes_a_store_the_broker_starts_on(spark, tmp_path, capsys, br
     root, info = _store(tmp_path, broker)
     damage(root, info)
     store = _open(root)
-    want = recovery.predict(store, broker)
+    want = prediction.predict(store, broker)
     assert not want.load_result
     before = support.tree_digest(root)
     out = tmp_path / "out"
@@ -294,7 +294,7 @@ def test_recover_writes_a_store_the_broker_starts_on(spark, tmp_path, capsys, br
         assert not (out / "commitlog" / os.path.basename(path)).exists()
     manifest = json.loads((out / "MANIFEST.json").read_text())["prediction"]
     assert manifest.get("leftOut", []) == store.left_out
-    repaired = recovery.predict(open_store(out, root / "broker.conf"), broker)
+    repaired = prediction.predict(open_store(out, root / "broker.conf"), broker)
     assert repaired.load_result, repaired.load_problems
     assert repaired.max_phy_offset == want.max_phy_offset
     assert sorted(os.listdir(out / "commitlog")) == [f.name for f in want.commitlog_files]
@@ -311,7 +311,7 @@ def test_dirty_cq_truncation_after_dispatch_keeps_the_empty_file_from_throwing(t
     5.3.3's does; 5.5 never throws (the read is guarded since 5.5.0)."""
     root, info = _store(tmp_path, "5.3")
     (topic, qid), last = _empty_last_cq_file(root)
-    p53, p54, p55 = (recovery.predict(_open(root), v) for v in ("5.3", "5.4", "5.5"))
+    p53, p54, p55 = (prediction.predict(_open(root), v) for v in ("5.3", "5.4", "5.5"))
     assert (p53.cq_truncated, p54.cq_truncated, p55.cq_truncated) == (False, True, True)
     assert not p53.load_result and "correctMinOffset" in p53.load_problems[0]
     assert p54.load_result and p55.load_result, (p54.load_problems, p55.load_problems)

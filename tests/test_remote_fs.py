@@ -26,7 +26,7 @@ from store_reader.formats import consumequeue as cq
 from store_reader.formats import indexfile as ix
 from store_reader.io import fsutil, storefs
 from store_reader import open_store
-from store_reader.broker import recovery
+from store_reader.broker import indexservice, prediction, versions
 from store_reader.formats.commitlog import scan_segment, summarize_segment
 from store_reader.exceptions import (CorruptEntryError, NotAStoreError, StoreReaderError,
                                      UnreadableFileError)
@@ -162,7 +162,7 @@ def _without_path(summaries):
 
 
 def _version(case) -> str:
-    return recovery.V53 if case[0].endswith("5.3.3") else recovery.V49
+    return versions.V53 if case[0].endswith("5.3.3") else versions.V49
 
 
 # -- discovery, scans, consume queues, index files, checkpoint, config -------------------------------------
@@ -240,8 +240,8 @@ def test_remote_store_reads_exactly_like_local(case, kind):
 def test_predicted_recovery_is_the_same_over_a_remote_filesystem(case):
     local, remote, _ = _open_pair(case, "subtree")
     version = _version(case)
-    want = recovery.predict(local, version)
-    got = recovery.predict(remote, version)
+    want = prediction.predict(local, version)
+    got = prediction.predict(remote, version)
     _same_text(want.load_problems, got.load_problems, local.root, remote.root)
     same = ("broker_version", "load_result", "recovery_path", "start_file", "max_phy_offset",
             "min_phy_offset", "commitlog_files", "deleted_commitlog_files",
@@ -262,7 +262,7 @@ def test_predicted_recovery_is_the_same_over_a_remote_filesystem(case):
     after = exp["afterRecovery"]
     assert (got.max_phy_offset, got.min_phy_offset) == (after["maxPhyOffset"], after["minPhyOffset"])
     for q in after["index"]["queries"]:
-        assert recovery.query_message(got, remote.config, q["topic"], q["key"], max_num=100000) == \
+        assert indexservice.query_message(got, remote.config, q["topic"], q["key"], max_num=100000) == \
             q["queryMessagePhyOffsets"], q
 
 

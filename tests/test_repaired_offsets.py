@@ -13,8 +13,9 @@ from jobs import audit as audit_job
 from jobs import recover as job
 from store_reader import open_store
 from store_reader.formats import config as cf
-from store_reader.broker.recovery import check_offset, predict
-from store_reader.repair.write import correct_consumer_offsets
+from store_reader.broker.pull import check_offset
+from store_reader.broker.prediction import predict
+from store_reader.repair.config import correct_consumer_offsets
 
 V4, V5 = support.VERSIONS
 # fixtures whose truncation point leaves committed offsets past the new queue ends

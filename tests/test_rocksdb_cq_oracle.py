@@ -21,7 +21,7 @@ from jobs import dump
 from jobs import recover as recover_job
 from store_reader.formats import config, inventory, rocksdbcq
 from store_reader import open_store
-from store_reader.broker import recovery
+from store_reader.broker import prediction, versions
 from store_reader.exceptions import UnsupportedStoreError
 from tests.test_controller_oracle import predicted_queues, served_queues
 
@@ -33,7 +33,7 @@ maxHashSlotNum=100
 maxIndexNum=400
 storeType=defaultRocksDB
 """
-RULES = {"5.3.3": recovery.V53, "5.4.0": recovery.V54, "5.5.1": recovery.V55}
+RULES = {"5.3.3": versions.V53, "5.4.0": versions.V54, "5.5.1": versions.V55}
 
 
 def digests(root: Path) -> dict[str, str]:
@@ -64,7 +64,7 @@ def repaired_restart(version: str, store: Path, conf: Path, tmp_path: Path, got:
     assert {(t, q): e["minOffset"] for t, qs in after["queues"].items() for q, e in qs.items()} == mins
 
 
-def compare(pred: recovery.Prediction, got: dict) -> None:
+def compare(pred: prediction.Prediction, got: dict) -> None:
     """The broker's restart, as RocksDBRun printed it, against the prediction."""
     assert got["loadResult"] and pred.load_result
     assert got["recoveryPath"] == pred.recovery_path
@@ -94,7 +94,7 @@ def test_rocksdb_queue_after_a_kill_is_predicted(spark, tmp_path, capsys, versio
     assert 0 < units < len(w["written"])
     opened = open_store(store, conf)
     assert opened.inventory.cq_served_by == "rocksdb" and opened.inventory.has(inventory.ROCKSDB_CQ)
-    pred = recovery.predict(opened, RULES[version])
+    pred = prediction.predict(opened, RULES[version])
     assert pred.max_phy_offset_of_consume_queue == db.max_phy_offset
     capsys.readouterr()
     assert dump.main([str(store), "--json", "--broker-config", str(conf)]) == 0
@@ -134,7 +134,7 @@ def test_rocksdb_queue_ahead_of_a_cut_commitlog(spark, tmp_path, capsys, version
     for r in w["written"]:
         ends[(r["topic"], r["queueId"])] = max(ends.get((r["topic"], r["queueId"]), 0), r["queueOffset"] + 1)
     before = digests(store)
-    pred = recovery.predict(open_store(store, conf), RULES[version])
+    pred = prediction.predict(open_store(store, conf), RULES[version])
     assert pred.max_phy_offset == cut and pred.max_phy_offset_of_consume_queue == w["maxPhyOffset"]
     assert pred.cq_truncated
     copy = tmp_path / "restarted"
@@ -199,7 +199,7 @@ def test_empty_rocksdb_queue_on_a_clean_restart(spark, tmp_path, version="5.3.3"
     w = oracle.run(version, "oracle.RocksDBRun", "write", store, conf, 80, 5, "halt")
     (store / "abort").unlink()
     assert rocksdbcq.read_consume_queue(store / "consumequeue").max_phy_offset == 0
-    pred = recovery.predict(open_store(store, conf), RULES[version])
+    pred = prediction.predict(open_store(store, conf), RULES[version])
     copy = tmp_path / "restarted"
     shutil.copytree(store, copy)
     got = oracle.run(version, "oracle.RocksDBRun", "restart", copy, conf)

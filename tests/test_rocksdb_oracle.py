@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from jobs import recover as recover_job
-from store_reader.broker import bounded, recovery
+from store_reader.broker import bounded, prediction, versions
 from store_reader.formats import inventory, rocksdbcq
 from store_reader import open_store
 from store_reader.formats.indexfile import read_entries
@@ -50,7 +50,7 @@ def test_double_write_store_is_recovered_from_its_file_queues(spark, tmp_path, v
     assert (store / "consumequeue" / "CURRENT").is_file()
     opened = open_store(store, conf)
     assert opened.inventory.modes == (inventory.ROCKSDB_CQ_DOUBLE_WRITE,)
-    pred = recovery.predict(opened, recovery.V53)
+    pred = prediction.predict(opened, versions.V53)
     copy = tmp_path / "restarted"
     shutil.copytree(store, copy)
     got = oracle.run(version, "oracle.DoubleWriteRun", "restart", copy, conf)
@@ -146,7 +146,7 @@ def test_combined_double_write_store_against_the_real_broker(spark, tmp_path, ve
     store, conf, written = _combined_store(version, tmp_path, COMBINED[case])
     opened = open_store(store, conf)
     assert opened.inventory.modes == (inventory.ROCKSDB_CQ_DOUBLE_WRITE, inventory.ROCKSDB_MESSAGE)
-    pred = recovery.predict(opened, version)
+    pred = prediction.predict(opened, version)
     bounded_pred, _ = bounded.predict(opened, version)       # the dry run's, from the files the restart reads
     assert (bounded_pred.start_file, bounded_pred.max_phy_offset) == (pred.start_file, pred.max_phy_offset)
     assert predicted_queues(bounded_pred) == predicted_queues(pred)

@@ -108,7 +108,7 @@ def test_data_source_errors_are_rebuilt(spark, tmp_path):
 
 
 def test_writer_errors_name_their_file(tmp_path):
-    from store_reader.repair.write import writing
+    from store_reader.io.outputs import writing
 
     with pytest.raises(OutputError) as info:
         with writing(str(tmp_path / "x"), "index file"):

@@ -21,7 +21,8 @@ import pytest
 from jobs.recover import recover
 from store_reader import open_store
 from store_reader.audit.timer import predict_timer, timer_queue_range
-from store_reader.broker.recovery import predict, resolve_version
+from store_reader.broker.prediction import predict
+from store_reader.broker.versions import resolve_version
 from tests import oracle
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.oracle]

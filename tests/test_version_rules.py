@@ -12,7 +12,7 @@ import struct
 import pytest
 
 from store_reader import open_store
-from store_reader.broker import recovery
+from store_reader.broker import indexservice, prediction, versions
 from store_reader.formats.checkpoint import read_checkpoint, write_checkpoint
 from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.reader]
 
 SEGMENT = 64 << 10
 FILES = 14                      # more than commitLogRecoverMaxNum (10)
-V53, V54, V55 = recovery.V53, recovery.V54, recovery.V55
+V53, V54, V55 = versions.V53, versions.V54, versions.V55
 
 
 def _spec(broker: str, **kw) -> SyntheticStoreSpec:
@@ -55,7 +55,7 @@ def _predict(root, version, **conf):
     store = open_store(root, root / "broker.conf")
     if conf:
         store.config = store.config.replace(**conf)
-    return recovery.predict(store, version)
+    return prediction.predict(store, version)
 
 
 def _files(root):
@@ -78,11 +78,11 @@ def _records_in(info, segment: str):
 
 
 def test_versions_and_spellings():
-    assert recovery.resolve_version("5.x") == V55 and recovery.resolve_version("4.9.8") == recovery.V49
-    assert recovery.versions_of("all") == list(recovery.VERSIONS)
-    assert recovery.versions_of("5.3,5.5.1,5.x") == ["5.3", "5.5.1"]          # one per version
+    assert versions.resolve_version("5.x") == V55 and versions.resolve_version("4.9.8") == versions.V49
+    assert versions.versions_of("all") == list(versions.VERSIONS)
+    assert versions.versions_of("5.3,5.5.1,5.x") == ["5.3", "5.5.1"]          # one per version
     with pytest.raises(ValueError):
-        recovery.resolve_version("5.2")
+        versions.resolve_version("5.2")
 
 
 def test_normal_recovery_looks_back_ten_files_at_most(stores, tmp_path):
@@ -125,8 +125,8 @@ def test_abnormal_recovery_looks_back_ten_files_at_most(stores, tmp_path):
     store = open_store(root, root / "broker.conf")
     old = next(r for r in info.messages.to_pylist() if r["keys"] and r["phy_offset"] < int(names[1]))
     key = old["keys"].split(" ")[0]
-    assert old["phy_offset"] in recovery.query_message(p53, store.config, old["topic"], key)
-    assert old["phy_offset"] not in recovery.query_message(p54, store.config, old["topic"], key)
+    assert old["phy_offset"] in indexservice.query_message(p53, store.config, old["topic"], key)
+    assert old["phy_offset"] not in indexservice.query_message(p54, store.config, old["topic"], key)
 
 
 def test_normal_start_file_needs_a_valid_first_record(stores, tmp_path):
@@ -258,4 +258,4 @@ def test_version_guessed_from_the_store(stores):
     one), else 5.3 for a 5.x store (5.3.3, 5.4.0 and a young 5.5 store look alike)."""
     crashed, clean = (open_store(stores[k][0], stores[k][0] / "broker.conf") for k in ("crashed-5.5", "clean"))
     assert (crashed.broker_version(), clean.broker_version()) == (V55, V53)
-    assert recovery.predict(crashed).broker_version == V55
+    assert prediction.predict(crashed).broker_version == V55

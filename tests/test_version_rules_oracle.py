@@ -17,14 +17,14 @@ import pytest
 import test_refused_stores as refused
 import test_version_rules as vr
 from store_reader import open_store
-from store_reader.broker import recovery
+from store_reader.broker import indexservice, prediction, versions as broker_versions
 from store_reader.formats.checkpoint import read_checkpoint, write_checkpoint
 
 import oracle
 
 pytestmark = [pytest.mark.slow, pytest.mark.oracle]
 
-RELEASE = {recovery.V53: "5.3.3", recovery.V54: "5.4.0", recovery.V55: "5.5.1"}
+RELEASE = {broker_versions.V53: "5.3.3", broker_versions.V54: "5.4.0", broker_versions.V55: "5.5.1"}
 ALL = tuple(RELEASE)
 
 
@@ -40,7 +40,7 @@ def _both(root, tmp_path, versions=ALL, conf_extra: str = "", max_keys: int = 0,
         store = open_store(root, root / "broker.conf")
         if conf:
             store.config = store.config.replace(**conf)
-        pred = recovery.predict(store, v)
+        pred = prediction.predict(store, v)
         dest = tmp_path / f"broker-{v}"
         shutil.copytree(root, dest)
         if conf_extra:
@@ -61,7 +61,7 @@ def _assert_agrees(pred, real, store):
                 mine = pred.consume_queues[(topic, int(qid))]
                 assert [mine.min_offset, mine.max_offset] == [q["minOffset"], q["maxOffset"]], (topic, qid)
     for q in real.get("index", []):
-        assert recovery.query_message(pred, store.config, q["topic"], q["key"]) == sorted(q["phyOffsets"]), q
+        assert indexservice.query_message(pred, store.config, q["topic"], q["key"]) == sorted(q["phyOffsets"]), q
 
 
 def _check(runs, root):
@@ -79,13 +79,13 @@ def test_real_brokers_look_back_ten_files_at_most(vr_stores, tmp_path):
     shutil.rmtree(root / "consumequeue")
     real = _check(_both(root, tmp_path / "normal"), root)
     mins = {v: r["queues"]["TopicA"]["0"]["minOffset"] for v, r in real.items()}
-    assert mins[recovery.V53] == 0 < mins[recovery.V54] == mins[recovery.V55]
+    assert mins[broker_versions.V53] == 0 < mins[broker_versions.V54] == mins[broker_versions.V55]
     root, _ = vr._copy(vr_stores, "clean", tmp_path / "in2")
     (root / "checkpoint").unlink()
     (root / "abort").write_bytes(b"")
     real = _check(_both(root, tmp_path / "abnormal", max_keys=60), root)
     found = {v: sum(1 for q in r["index"] if q["phyOffsets"]) for v, r in real.items()}
-    assert found[recovery.V53] == len(real[recovery.V53]["index"]) > found[recovery.V54] == found[recovery.V55]
+    assert found[broker_versions.V53] == len(real[broker_versions.V53]["index"]) > found[broker_versions.V54] == found[broker_versions.V55]
 
 
 def test_real_brokers_check_the_start_files_first_record(vr_stores, tmp_path):
@@ -97,8 +97,8 @@ def test_real_brokers_check_the_start_files_first_record(vr_stores, tmp_path):
     second = vr._records_in(info, names[-2])
     vr._flip(root, second[len(second) // 2]["phy_offset"], 8)
     real = _check(_both(root, tmp_path), root)
-    assert real[recovery.V53]["maxPhyOffset"] == int(names[-1])
-    assert real[recovery.V54]["maxPhyOffset"] == real[recovery.V55]["maxPhyOffset"] == second[len(second) // 2]["phy_offset"]
+    assert real[broker_versions.V53]["maxPhyOffset"] == int(names[-1])
+    assert real[broker_versions.V54]["maxPhyOffset"] == real[broker_versions.V55]["maxPhyOffset"] == second[len(second) // 2]["phy_offset"]
 
 
 def test_real_brokers_start_from_the_logics_physical_offset(vr_stores, tmp_path):
@@ -107,17 +107,17 @@ def test_real_brokers_start_from_the_logics_physical_offset(vr_stores, tmp_path)
     logicsMsgTimestamp with no margin."""
     root, info = vr._copy(vr_stores, "crashed-5.5", tmp_path / "in")
     names = vr._files(root)
-    start55 = recovery.predict(open_store(root, root / "broker.conf"), recovery.V55).start_file
+    start55 = prediction.predict(open_store(root, root / "broker.conf"), broker_versions.V55).start_file
     victim = vr._records_in(info, names[names.index(start55) - 1])[3]["phy_offset"]
     vr._flip(root, victim, 8)
     real = _check(_both(root, tmp_path / "field"), root)
-    assert real[recovery.V53]["maxPhyOffset"] == real[recovery.V54]["maxPhyOffset"] == victim
-    assert real[recovery.V55]["maxPhyOffset"] == info.truncation_offset
+    assert real[broker_versions.V53]["maxPhyOffset"] == real[broker_versions.V54]["maxPhyOffset"] == victim
+    assert real[broker_versions.V55]["maxPhyOffset"] == info.truncation_offset
     ckpt = read_checkpoint(root)
     write_checkpoint(root / "checkpoint", ckpt.__class__(ckpt.physic_msg_timestamp, ckpt.logics_msg_timestamp,
                                                          ckpt.index_msg_timestamp))
-    real = _check(_both(root, tmp_path / "no-field", (recovery.V54, recovery.V55)), root)
-    assert real[recovery.V54]["maxPhyOffset"] == victim < real[recovery.V55]["maxPhyOffset"]
+    real = _check(_both(root, tmp_path / "no-field", (broker_versions.V54, broker_versions.V55)), root)
+    assert real[broker_versions.V54]["maxPhyOffset"] == victim < real[broker_versions.V55]["maxPhyOffset"]
 
 
 def test_real_brokers_offset_check_on_recover(vr_stores, tmp_path):
@@ -129,9 +129,9 @@ def test_real_brokers_offset_check_on_recover(vr_stores, tmp_path):
     with open(root / "commitlog" / newest, "r+b") as fh:
         fh.seek(at % vr.SEGMENT + 28)
         fh.write(struct.pack(">q", at + 2 * vr.SEGMENT))
-    real = _check(_both(root, tmp_path, (recovery.V54, recovery.V55), conf_extra="checkCommitLogOffsetOnRecover=true\n",
+    real = _check(_both(root, tmp_path, (broker_versions.V54, broker_versions.V55), conf_extra="checkCommitLogOffsetOnRecover=true\n",
                         checkCommitLogOffsetOnRecover=True), root)
-    assert real[recovery.V55]["maxPhyOffset"] == at < real[recovery.V54]["maxPhyOffset"]
+    assert real[broker_versions.V55]["maxPhyOffset"] == at < real[broker_versions.V54]["maxPhyOffset"]
 
 
 def test_real_brokers_negative_blank_marker_size(vr_stores, tmp_path):
@@ -145,8 +145,8 @@ def test_real_brokers_negative_blank_marker_size(vr_stores, tmp_path):
         fh.write(struct.pack(">i", -8))
     (root / "checkpoint").unlink()
     (root / "abort").write_bytes(b"")
-    real = _check(_both(root, tmp_path, (recovery.V54, recovery.V55)), root)
-    assert real[recovery.V55]["maxPhyOffset"] == marker < real[recovery.V54]["maxPhyOffset"]
+    real = _check(_both(root, tmp_path, (broker_versions.V54, broker_versions.V55)), root)
+    assert real[broker_versions.V55]["maxPhyOffset"] == marker < real[broker_versions.V54]["maxPhyOffset"]
 
 
 def test_real_brokers_on_an_empty_last_cq_file(tmp_path):
@@ -155,8 +155,8 @@ def test_real_brokers_on_an_empty_last_cq_file(tmp_path):
     root, _ = refused._store(tmp_path, "5.x")
     (topic, qid), _ = refused._empty_last_cq_file(root)
     real = _check(_both(root, tmp_path), root)
-    assert not real[recovery.V53]["loadResult"]
-    q54, q55 = (real[v]["queues"][topic][str(qid)] for v in (recovery.V54, recovery.V55))
+    assert not real[broker_versions.V53]["loadResult"]
+    q54, q55 = (real[v]["queues"][topic][str(qid)] for v in (broker_versions.V54, broker_versions.V55))
     assert q54["maxOffset"] == q55["maxOffset"]
 
 
@@ -175,8 +175,8 @@ def test_real_newer_brokers_on_the_533_fixtures(scenario, tmp_path):
 
     case = ("rocketmq-5.3.3", scenario)
     root, conf = support.input_store(*case), support.broker_conf(*case)
-    for v in (recovery.V54, recovery.V55):
+    for v in (broker_versions.V54, broker_versions.V55):
         store = open_store(root, conf)
         dest = tmp_path / v
         shutil.copytree(root, dest)
-        _assert_agrees(recovery.predict(store, v), oracle.restart(RELEASE[v], dest, conf, max_keys=40), store)
+        _assert_agrees(prediction.predict(store, v), oracle.restart(RELEASE[v], dest, conf, max_keys=40), store)

@@ -13,7 +13,8 @@ from jobs import audit as audit_job
 from jobs import recover as job
 from store_reader import open_store
 from store_reader.formats.config import read_consumer_offsets
-from store_reader.broker.recovery import consumer_offset_checks, predict
+from store_reader.broker.pull import consumer_offset_checks
+from store_reader.broker.prediction import predict
 
 CASE = ("rocketmq-4.9.7", "torn-middle-crc-normal")
 SPAN_FILE, SPAN_AT, SPAN_LEN = "00000000000000720896", 20000, 4096

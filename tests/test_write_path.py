@@ -23,8 +23,9 @@ from jobs import auditwrite, repairwrite
 from jobs.recoverreport import RunReport
 from jobs._spark.scan import scan_segments
 from store_reader import open_store
-from store_reader.repair import placement, publish, write as repair
-from store_reader.broker import recovery
+from store_reader.repair import placement, publish
+from store_reader.io import fsync, hashing, manifest
+from store_reader.broker import prediction, replay
 from store_reader.io import storefs
 from store_reader.exceptions import OutputError, StoreReaderError
 
@@ -48,13 +49,13 @@ def _source(tmp_path, size: int, seed: int = 1) -> tuple[str, bytes]:
 @pytest.mark.parametrize("keep", [0, 1, 4095, 4096, 10_000, 20_479, 20_480])
 def test_copy_writes_the_kept_bytes_then_zeros_and_returns_their_digest(tmp_path, monkeypatch, keep):
     monkeypatch.setattr(placement, "HASH_CHUNK", 4096)        # many chunks, one partial
-    monkeypatch.setattr(repair, "_ZEROS", bytes(3000))        # zero tails fed in several pieces
+    monkeypatch.setattr(hashing, "_ZEROS", bytes(3000))        # zero tails fed in several pieces
     src, data = _source(tmp_path, 20_480)
     dest = tmp_path / "dest"
     digest = placement.place_segment(src, str(dest), keep, 20_480).sha256
     want = data[:keep] + bytes(20_480 - keep)
     assert dest.read_bytes() == want
-    assert digest == _sha(want) == repair.sha256_file(str(dest))
+    assert digest == _sha(want) == hashing.sha256_file(str(dest))
 
 
 def test_copy_of_a_source_shorter_than_keep_zero_fills_to_the_file_size(tmp_path, monkeypatch):
@@ -87,9 +88,9 @@ def test_copy_errors_are_raised_naming_the_file_written(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("n", [0, 1, 2999, 3000, 3001, 9000, 10_001])
 def test_update_zeros_is_the_digest_of_that_many_zero_bytes(monkeypatch, n):
-    monkeypatch.setattr(repair, "_ZEROS", bytes(3000))
+    monkeypatch.setattr(hashing, "_ZEROS", bytes(3000))
     h = hashlib.sha256(b"head")
-    repair.update_zeros(h, n)
+    hashing.update_zeros(h, n)
     assert h.hexdigest() == _sha(b"head" + bytes(n))
 
 
@@ -112,7 +113,7 @@ def test_file_digest_hashes_holes_as_zeros_without_reading_them(tmp_path, monkey
     read = []
     real = os.pread
     monkeypatch.setattr(os, "pread", lambda fd, n, at: read.append(n) or real(fd, n, at))
-    assert repair.sha256_file(str(path)) == want
+    assert hashing.sha256_file(str(path)) == want
     with open(path, "rb") as fh:
         runs = list(storefs.data_extents(fh.fileno(), size))
     assert all(any(a <= at and at + len(d) <= b for a, b in runs) for at, d in layout)   # no data missed
@@ -133,7 +134,7 @@ def test_file_digest_reads_everything_where_holes_cannot_be_asked_for(tmp_path, 
     monkeypatch.setattr(os, "lseek", no_seek_data)
     with open(path, "rb") as fh:
         assert list(storefs.data_extents(fh.fileno(), 70_101)) == [(0, 70_101)]
-    assert repair.sha256_file(str(path)) == _sha(path.read_bytes())
+    assert hashing.sha256_file(str(path)) == _sha(path.read_bytes())
 
 
 # -- manifest --------------------------------------------------------------------------------------
@@ -157,14 +158,14 @@ def test_tree_manifest_takes_known_digests_and_reads_only_the_rest(tmp_path, mon
             for rel in sorted(files) if rel != ".recover-incomplete"]
     known = {rel: _sha(data) for rel, data in files.items() if rel.startswith("commitlog/")}
     read = []
-    real = repair.sha256_file
-    monkeypatch.setattr(repair, "sha256_file", lambda p: read.append(os.path.relpath(p, root)) or real(p))
-    got = repair.tree_manifest(str(root), skip={".recover-incomplete"}, known=known)
+    real = hashing.sha256_file
+    monkeypatch.setattr(hashing, "sha256_file", lambda p: read.append(os.path.relpath(p, root)) or real(p))
+    got = manifest.tree_manifest(str(root), skip={".recover-incomplete"}, known=known)
     assert got == want
     assert sorted(read) == sorted(rel for rel in files
                                   if rel not in known and rel != ".recover-incomplete")
     read.clear()
-    assert repair.tree_manifest(str(root), skip={".recover-incomplete"}) == want
+    assert manifest.tree_manifest(str(root), skip={".recover-incomplete"}) == want
     assert len(read) == len(want)
 
 
@@ -215,7 +216,7 @@ def _report(spark, case, out):
     store = open_store(support.input_store(*case), support.broker_conf(*case))
     version = "5.3" if case[0] == V5 else "4.9"
     summaries = scan_segments(spark, store, store.scan_options(broker_5x=version == "5.3"))
-    pred = recovery.predict(store, version, summaries=summaries)
+    pred = prediction.predict(store, version, summaries=summaries)
     return store, RunReport("test-run", str(store.root), str(out), version, pred, summaries)
 
 
@@ -256,8 +257,8 @@ def test_placed_store_is_synced_to_disk_before_the_rename_publishes_it(spark, tm
     store, report = _report(spark, case, out)
     tmp = repairwrite.build_repaired_store(spark, store, report, out)
     synced = []
-    real = repair.sync_path
-    monkeypatch.setattr(repair, "sync_path", lambda p: (synced.append((p, out.exists())), real(p)))
+    real = fsync.sync_path
+    monkeypatch.setattr(fsync, "sync_path", lambda p: (synced.append((p, out.exists())), real(p)))
     publish.publish(tmp, out, overwrite=False)
     before = {os.path.relpath(p, tmp) for p, placed in synced if not placed}
     files = {os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs}
@@ -466,12 +467,12 @@ def test_built_cds_archive_is_one_the_driver_jvm_maps(tmp_path):
 @pytest.mark.spark
 @pytest.mark.parametrize("version", ["4.9", "5.3"])
 def test_the_write_starts_once_the_cut_is_known_while_the_replay_runs(spark, tmp_path, monkeypatch, version):
-    """``recovery.predict(on_cut=...)``: the commitlog is placed while the broker's replay is still
+    """``prediction.predict(on_cut=...)``: the commitlog is placed while the broker's replay is still
     held back, and the repaired store is the one written after the whole prediction. (The bounded
     prediction the job logs first, before its scan, replays on its own: not counted.)"""
     case = (V4, "crash-tail") if version == "4.9" else (V5, "crash-tail")
     placed, predicted, replays = threading.Event(), threading.Event(), []
-    real_place, real_dispatch, real_bounded = repairwrite.place_commitlog, recovery.dispatch_records, \
+    real_place, real_dispatch, real_bounded = repairwrite.place_commitlog, replay.dispatch_records, \
         job._recover_bounded
 
     def place(*a, **k):
@@ -490,7 +491,8 @@ def test_the_write_starts_once_the_cut_is_known_while_the_replay_runs(spark, tmp
         return real_dispatch(*a, **k)
 
     monkeypatch.setattr(repairwrite, "place_commitlog", place)
-    monkeypatch.setattr(recovery, "dispatch_records", dispatch)
+    monkeypatch.setattr(replay, "dispatch_records", dispatch)
+    monkeypatch.setattr(prediction, "dispatch_records", dispatch)
     monkeypatch.setattr(job, "_recover_bounded", bounded)
     early = job.recover(spark, str(support.input_store(*case)), str(tmp_path / "early"),
                         str(support.broker_conf(*case)), version)
@@ -498,4 +500,4 @@ def test_the_write_starts_once_the_cut_is_known_while_the_replay_runs(spark, tmp
     late = job.recover(spark, str(support.input_store(*case)), str(tmp_path / "late"),
                        str(support.broker_conf(*case)), version)
     assert early.written and late.written and predicted.is_set() and replays and all(replays)
-    assert repair.tree_manifest(str(tmp_path / "early")) == repair.tree_manifest(str(tmp_path / "late"))
+    assert manifest.tree_manifest(str(tmp_path / "early")) == manifest.tree_manifest(str(tmp_path / "late"))

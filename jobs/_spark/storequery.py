@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from store_reader.broker import recovery
+from store_reader.broker import prediction, versions
 from store_reader.formats.indexfile import list_index_files
 from store_reader.store import Store
 
@@ -40,7 +40,7 @@ def read_store(spark: "SparkSession", store: Store, table: str, columns: Sequenc
     if store.config.source is not None:
         options["brokerConfig"] = store.config.source
     if broker_5x is not None:
-        options["brokerVersion"] = store.broker_version() if broker_5x else recovery.V49
+        options["brokerVersion"] = store.broker_version() if broker_5x else versions.V49
     if table == "messages":
         options.update(includeLost="true", verifyCrc="false", computeCrc="true")
     return spark.read.format("rocketmq").options(**options).load()
@@ -80,7 +80,7 @@ def records_at(spark: "SparkSession", store: Store, broker_5x: bool, phy_offsets
     return _records_frame(df.where(F.col("phy_offset").isin(phys) if phys else F.lit(False)).toArrow())
 
 
-def _broker_queue_entries(pred: recovery.Prediction, topic: str, queue_id: int) -> pd.DataFrame:
+def _broker_queue_entries(pred: prediction.Prediction, topic: str, queue_id: int) -> pd.DataFrame:
     """The entries of the broker's recovered queue (the prediction, on the driver)."""
     q = pred.consume_queues.get((topic, queue_id))
     if q is None:
@@ -91,7 +91,7 @@ def _broker_queue_entries(pred: recovery.Prediction, topic: str, queue_id: int) 
                          "tags_code": e["tags_code"]})
 
 
-def queue_entries(spark: "SparkSession", store: Store, pred: recovery.Prediction,
+def queue_entries(spark: "SparkSession", store: Store, pred: prediction.Prediction,
                   runs: pd.DataFrame, broker_view: bool) -> pd.DataFrame:
     """CQ entries (queue_offset, phy_offset, size, tags_code) with a positive size of each run
     (``topic``, ``queue_id``, ``from_offset``, ``to_offset``; its other columns are kept) in run
@@ -108,7 +108,7 @@ def queue_entries(spark: "SparkSession", store: Store, pred: recovery.Prediction
                          .assign(run=i))
     elif len(runs):
         cq = read_store(spark, store, "consume_queue", ["topic", "queue_id", *cols],
-                        recovery.is_5x(pred.broker_version))
+                        versions.is_5x(pred.broker_version))
         wanted = F.lit(False)
         for r in runs.itertuples(index=False):
             wanted = wanted | ((F.col("topic") == r.topic) & (F.col("queue_id") == int(r.queue_id))
@@ -129,7 +129,7 @@ def queue_entries(spark: "SparkSession", store: Store, pred: recovery.Prediction
     return e.join(meta, on="run").drop(columns="run").reset_index(drop=True)
 
 
-def repeated_index_entries(spark: "SparkSession", store: Store, pred: recovery.Prediction,
+def repeated_index_entries(spark: "SparkSession", store: Store, pred: prediction.Prediction,
                            lens: str) -> pd.DataFrame:
     """The entries of the lens' index files that repeat an earlier (key hash, phy offset) in put
     order (file order, then entry number): file, key_hash, phy_offset, times_indexed (how often

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.findings import INDEX_FINDING_ROW, QUEUE_FINDING_ROW
-from store_reader.broker import recovery
+from store_reader.broker import prediction
 from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.offsets import consumer_offset_findings
 from store_reader.audit.plan import AuditPlan
@@ -267,7 +267,7 @@ def lost_table(parts: Iterable[pa.Table]) -> pa.Table:
     return lost if (np.diff(phy) > 0).all() else lost.sort_by("phy_offset")
 
 
-def audit_tables(store: Store, pred: recovery.Prediction, plan: AuditPlan, results: Iterable[tuple]
+def audit_tables(store: Store, pred: prediction.Prediction, plan: AuditPlan, results: Iterable[tuple]
                  ) -> dict[str, pa.Table]:
     """The audit's tables from stage 2's results (``audit_partition``, in key order)."""
     by_kind: dict[str, list] = defaultdict(list)

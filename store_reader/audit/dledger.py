@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from store_reader.formats import dledger
+from store_reader.broker import dledger as broker_dledger
 from store_reader.formats import recordformat as rf
 from store_reader.audit.report import Findings, report_runs
 
 
-def dledger_findings(store, rec: dledger.DLedgerRecovery, found: Findings) -> None:
+def dledger_findings(store, rec: broker_dledger.DLedgerRecovery, found: Findings) -> None:
     """Of the entries DLedger's recovery keeps (``rec``): ``dledger.unit_disagrees``, entries whose
     index unit (absent, or its magic, pos or size) disagrees with the entry's header, which
     DLedger's recovery rewrites only from the first such entry of its walk on; ``dledger.beyond_committed``: entries past the checkpoint's

@@ -25,7 +25,7 @@ from store_reader.store import Store
 
 if TYPE_CHECKING:
     from store_reader.formats.commitlog import SegmentSummary
-    from store_reader.broker.recovery import Prediction
+    from store_reader.broker.prediction import Prediction
 
 CONFIG_READERS: dict[str, Callable[[str], ConfigLoad[Any]]] = {
     "consumerOffset.json": read_consumer_offsets,

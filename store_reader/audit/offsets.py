@@ -18,7 +18,7 @@ definitions, per file:
   and lost messages at or past its committed offset);
 - at risk: offsets with something redelivered or skipped (``runs.consumer_offsets_at_risk`` is their
   sum over both files);
-- repaired: offsets a repaired store carries moved (``repair.correct_consumer_offsets``: the same
+- repaired: offsets a repaired store carries moved (``config.correct_consumer_offsets``: the same
   rule against the repaired queues' range, the ``repaired_min``/``repaired_max`` columns).
 
 The broker reads ``consumerOffset.json`` and falls back to the ``.bak`` only when the live file is
@@ -33,7 +33,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from store_reader.broker import dispatch, recovery
+from store_reader.broker import dispatch, prediction, pull
 from store_reader.repair import salvage
 from store_reader.formats import recordformat as rf
 from store_reader.formats.commitlog import SegmentSummary
@@ -92,7 +92,7 @@ def committed_offsets(store: Store) -> Iterator[tuple[str, pa.Table]]:
             yield source, read_consumer_offsets(path).value
 
 
-def consumer_offset_findings(store: Store, pred: recovery.Prediction, lost: pa.Table,
+def consumer_offset_findings(store: Store, pred: prediction.Prediction, lost: pa.Table,
                              disk_ranges: dict | None = None, rebuilt_ranges: dict | None = None) -> pa.Table:
     """Every committed offset (``consumerOffset.json`` and its ``.bak``, or RocksDB's): the queue before and after
     recovery, the broker's pull status and corrected offset, and what the group loses or gets again.
@@ -108,7 +108,7 @@ def consumer_offset_findings(store: Store, pred: recovery.Prediction, lost: pa.T
     unknown = (None, None)
     rows = []
     for source, offsets in committed_offsets(store):
-        for c in recovery.consumer_offset_checks(pred, store.config, offsets):
+        for c in pull.consumer_offset_checks(pred, store.config, offsets):
             key = (c.topic, c.queue_id)
             before = unknown if disk_ranges is None else disk_ranges.get(key, (0, 0))
             repaired = unknown if rebuilt_ranges is None else rebuilt_ranges.get(key, (0, 0))
@@ -126,7 +126,7 @@ def consumer_offset_findings(store: Store, pred: recovery.Prediction, lost: pa.T
     return pa.Table.from_pylist(rows) if rows else pa.table({})
 
 
-def predicted_findings(store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
+def predicted_findings(store: Store, pred: prediction.Prediction, summaries: Sequence[SegmentSummary],
                        opts: rf.ScanOptions) -> pa.Table:
     """``consumer_offset_findings`` from the prediction alone (a bounded dry run, no audit): the
     lost records' queue offsets read from the files past the cut (which the broker's restart walks
@@ -198,7 +198,7 @@ def moved_rows(rows: pa.Table | None, source: str = CONSUMER_OFFSET_GENERATIONS[
 
 
 def repaired_per_file(moved: list[dict], facts: list[OffsetFacts] = ()) -> dict[str, int]:
-    """Offsets a repaired store carries moved, per file (``repair.correct_consumer_offsets``'s
+    """Offsets a repaired store carries moved, per file (``config.correct_consumer_offsets``'s
     list, as in ``MANIFEST.json``); the files of ``facts`` named even when nothing moved there."""
     out: dict[str, int] = {f.source: 0 for f in facts}
     for m in moved:

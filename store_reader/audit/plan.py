@@ -7,11 +7,11 @@ The audit compares four views of every consume queue entry per (topic, queue id)
 ``disk``
     the entry in the CQ files as they are (all-zero slots are absent);
 ``broker``
-    the entry after the broker's own recovery (``store_reader.broker.recovery.predict``);
+    the entry after the broker's own recovery (``store_reader.broker.prediction.predict``);
 ``rebuilt``
     the entry the commitlog's records below the truncation point give (what the repaired store
     holds): every dispatchable record at its QUEUEOFFSET, LMQ copies included, records behind
-    bytes that are not a record in a file the broker keeps included (``repair.place_entries``);
+    bytes that are not a record in a file the broker keeps included (``queues.place_entries``);
     an offset between two of them that no record holds is a filler there;
 ``rec``
     every record the scan finds, intact ones behind a bad record included, with its damage flag.
@@ -33,14 +33,14 @@ from typing import Sequence
 import numpy as np
 
 from store_reader.formats import recordformat as rf
-from store_reader.broker import recovery
+from store_reader.broker import cqueue, prediction, versions
 from store_reader.formats.brokerconf import BrokerConfig
 from store_reader.formats.checkpoint import read_checkpoint
 from store_reader.formats.commitlog import SegmentSummary
 from store_reader.formats.consumequeue import CQEntries, list_queue_files, list_queues, slots_per_file
 from store_reader.formats.rocksdbcq import served_consume_queue
 from store_reader.formats.indexfile import IndexHeader, list_index_files, read_header
-from store_reader.repair.write import part_bucket
+from store_reader.repair.queues import part_bucket
 from store_reader.store import Store
 
 # rows (records and the views' entries) per compare task: bounds a task's memory (~50 bytes a row)
@@ -94,7 +94,7 @@ def flush_risk(store: Store) -> FlushRisk:
 
 def audit_scan_options(store: Store, version: str) -> rf.ScanOptions:
     """Header checks only (as the broker's dispatch reads records), CRCs computed to flag damage."""
-    return replace(store.scan_options(broker_5x=recovery.is_5x(version), index_tags=recovery.index_tag_keys(version)),
+    return replace(store.scan_options(broker_5x=versions.is_5x(version), index_tags=versions.index_tag_keys(version)),
                    check_crc=False, compute_crc=True)
 
 
@@ -138,7 +138,7 @@ class AuditPlan:
     broker_min: dict[tuple[str, int], int]
     queue_buckets: dict[tuple[str, int], int]
     disk_queues: dict[tuple[str, int], list[tuple[str, int]]]
-    broker_on_disk: dict[tuple[str, int], tuple[recovery.EntryRun, ...]]
+    broker_on_disk: dict[tuple[str, int], tuple[cqueue.EntryRun, ...]]
     """The broker's entries its recovery left in the CQ files as they are: read by the tasks."""
     disk_units: dict[tuple[str, int], tuple[np.ndarray, CQEntries]]
     """A RocksDB consume queue's units as stored (queue offsets, entries): its disk view (R§15.1)."""
@@ -169,9 +169,9 @@ class AuditPlan:
         return self.buckets + np.searchsorted(starts, phy, side="right")
 
 
-def audit_plan(parallelism: int, store: Store, pred: recovery.Prediction, summaries: Sequence[SegmentSummary],
+def audit_plan(parallelism: int, store: Store, pred: prediction.Prediction, summaries: Sequence[SegmentSummary],
                scan: Sequence[SegmentSummary], scope: tuple[int, int] | None, work_dir: str | None) -> AuditPlan:
-    broker_5x = recovery.is_5x(pred.broker_version)
+    broker_5x = versions.is_5x(pred.broker_version)
     cfg = store.config
     disk_queues = {(ref.topic, ref.queue_id): [(f.path, f.start) for f in
                                                list_queue_files(ref.path, cfg.cq_file_size, rocketmq5=broker_5x)]

@@ -26,8 +26,8 @@ from store_reader.exceptions import FileSizeError, StoreReaderError
 from store_reader.broker.dispatch import dispatchable
 from store_reader.formats.mappedfile import MappedFile, list_mapped_files
 from store_reader.ranges import consecutive_runs
-from store_reader.broker.recovery import cq_recovery_start
-from store_reader.repair.write import held_puts
+from store_reader.broker.cqueue import cq_recovery_start
+from store_reader.repair.queues import held_puts
 from store_reader.store import Store
 from store_reader.io.storefs import location
 
@@ -92,7 +92,7 @@ def _aligner(*offsets: np.ndarray):
 
 def rebuilt_entries(t: pa.Table) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """The rebuilt view of a queue's ``QUEUE_ROWS``: the entries the repaired store's queue holds,
-    by the repair's own rule (``repair.held_puts`` over the ``REBUILT`` rows in commitlog order),
+    by the repair's own rule (``queues.held_puts`` over the ``REBUILT`` rows in commitlog order),
     as columns (queue offset, phy offset, size, tags code, flag) ascending by queue offset; and
     the queue offsets several of its kept puts claim (``duplicate_queue_offset``)."""
     i = np.flatnonzero(t["src"].to_numpy() & REBUILT)

@@ -10,14 +10,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.findings import INDEX_FILE_ENTRY, INDEX_PUT, QUEUE_ROW
-from store_reader.broker import dispatch, recovery
+from store_reader.broker import dispatch, prediction
 from store_reader.audit.plan import AuditPlan
 from store_reader.audit.queues import BEHIND_BAD, BROKER, CRC_BAD, REBUILT, REC
 from store_reader.formats.commitlog import SegmentScan
 from store_reader.formats.consumequeue import CQEntries, decode_entries
 from store_reader.formats.indexfile import IndexFile
 from store_reader.ranges import ascending, stable_order
-from store_reader.repair.write import INDEX_COLUMNS, index_puts
+from store_reader.repair.index import INDEX_COLUMNS, index_puts
 from store_reader.repair.salvage import lost_mask
 from store_reader.repair.scanned import LOST_COLUMNS, RECORD_COLUMNS, read_puts, read_records
 
@@ -281,7 +281,7 @@ def entry_rows(first_offset: int | np.ndarray, e: CQEntries, src: int) -> pa.Tab
                      pa.array(np.full(n, -1, np.int64))], schema=QUEUE_ROWS)
 
 
-def driver_items(plan: AuditPlan, pred: recovery.Prediction) -> Iterator[tuple[int, tuple]]:
+def driver_items(plan: AuditPlan, pred: prediction.Prediction) -> Iterator[tuple[int, tuple]]:
     """The shuffle items only the driver has: the entries the broker's predicted recovery wrote
     into its queues (the rest are read from the CQ files, ``AuditPlan.broker_on_disk``). Made one
     at a time: the exchange writes each away before the next is made."""

@@ -19,7 +19,7 @@ from store_reader.formats.recordformat import TIMER_TOPIC
 from store_reader.store import Store
 
 if TYPE_CHECKING:
-    from store_reader.broker.recovery import Prediction
+    from store_reader.broker.prediction import Prediction
 
 _DROPPED_TEXT = {
     tr.BEYOND_CUT: "pointing at or past the truncation point: the dequeue misses it and drops the message "

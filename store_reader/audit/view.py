@@ -9,16 +9,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store_reader.formats import dledger
+from store_reader.broker import dledger
 from store_reader.formats import recordformat as rf
-from store_reader.broker import recovery
+from store_reader.broker import cqueue, cut as broker_cut, versions
 from store_reader.formats.checkpoint import read_checkpoint
 from store_reader.formats.commitlog import SegmentScan, SegmentSummary
 from store_reader.formats.controller import ConfirmOffset, correct_confirm_offset
 from store_reader.broker.dispatch import dispatchable, queue_puts
 from store_reader.exceptions import StoreReaderError
 from store_reader.formats.rocksdbcq import served_consume_queue
-from store_reader.repair.write import held_puts
+from store_reader.repair.queues import held_puts
 from store_reader.store import Store
 
 # What the verifier keeps of every intact record: enough to check CQ and index entries against it.
@@ -106,8 +106,8 @@ class StoreView:
         self.store = store
         self.config = store.config
         self.version = store.broker_version()
-        self.broker_5x = recovery.is_5x(self.version)
-        self.opts = store.scan_options(broker_5x=self.broker_5x, index_tags=recovery.index_tag_keys(self.version))
+        self.broker_5x = versions.is_5x(self.version)
+        self.opts = store.scan_options(broker_5x=self.broker_5x, index_tags=versions.index_tag_keys(self.version))
         self._summaries: list[SegmentSummary] | None = None
         self._records: RecordTable | None = None
         self._recovery: tuple[int, int, int, int] | None = None
@@ -152,7 +152,7 @@ class StoreView:
                 if rocksdb:                     # its stored max phy offset (R§15.1)
                     cq_max = served_consume_queue(self.store).max_phy_offset
                 else:
-                    queues, _ = recovery.load_consume_queues(self.store, self.broker_5x)
+                    queues, _ = cqueue.load_consume_queues(self.store, self.broker_5x)
                     for q in queues.values():
                         q.recover()             # (reads each queue's last files)
                     cq_max = max((q.max_physic_offset for q in queues.values()), default=-1)
@@ -167,7 +167,7 @@ class StoreView:
                 start = next((i for i, s in enumerate(self.summaries) if s.segment == rec.start_file), 0)
                 end, min_phy = rec.last_entry_end, kept[0].file_start if kept else -1
             else:
-                start, end, files, _ = recovery.predict_commitlog(
+                start, end, files, _ = broker_cut.predict_commitlog(
                     self.summaries, self.version, self.config, self.store.abort_exists, ckpt, cq_max,
                     self.opts, rocksdb)
                 min_phy = files[0].start if files else -1
@@ -220,7 +220,7 @@ class StoreView:
 
     # 3. what each consume queue should hold: what the repaired store's queue holds
     def queue_records(self) -> dict[tuple[str, int], QueueRecords]:
-        """Per queue, the records whose entries it holds (``repair.held_puts`` over its puts in
+        """Per queue, the records whose entries it holds (``queues.held_puts`` over its puts in
         commitlog order: no repeat by phy, nothing below its start, the first claim of each
         offset), by queue offset."""
         if self._queues is None:

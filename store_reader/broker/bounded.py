@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Callable
 
 from store_reader.formats import recordformat as rf
-from store_reader.broker import recovery
+from store_reader.broker import prediction, versions
 from store_reader.formats.commitlog import SegmentSummary, head_summary, summarize_segment
 from store_reader.formats.mappedfile import MappedFile
 from store_reader.store import Store
@@ -71,12 +71,12 @@ class _Heads(Sequence):
 
 
 def predict(store: Store, broker_version: str | None = None, walk: Walker | None = None, **kwargs
-            ) -> tuple[recovery.Prediction, Segments]:
-    """``recovery.predict`` from the files the broker's restart reads, and those files' summaries.
+            ) -> tuple[prediction.Prediction, Segments]:
+    """``prediction.predict`` from the files the broker's restart reads, and those files' summaries.
     ``walk``: how a file is walked (default: summarised here, the replay reading it again);
-    ``kwargs``: ``recovery.predict``'s (the replay's ``records`` and ``puts`` where ``walk`` kept them)."""
-    version = recovery.resolve_version(broker_version or store.broker_version())
-    opts = store.scan_options(broker_5x=recovery.is_5x(version), index_tags=recovery.index_tag_keys(version))
+    ``kwargs``: ``prediction.predict``'s (the replay's ``records`` and ``puts`` where ``walk`` kept them)."""
+    version = versions.resolve_version(broker_version or store.broker_version())
+    opts = store.scan_options(broker_5x=versions.is_5x(version), index_tags=versions.index_tag_keys(version))
     segments = Segments(store.commitlog_files, opts,
                         walk or (lambda files: [summarize_segment(f.path, opts) for f in files]))
-    return recovery.predict(store, version, segments=segments, **kwargs), segments
+    return prediction.predict(store, version, segments=segments, **kwargs), segments

@@ -19,6 +19,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from store_reader.formats import dledger
+from store_reader.broker import dledger as broker_dledger
 from store_reader.formats import recordformat as rf
 
 
@@ -40,7 +41,7 @@ class Member:
     """One member's log after its own recovery."""
 
     name: str
-    rec: dledger.DLedgerRecovery
+    rec: broker_dledger.DLedgerRecovery
     entries: dict[int, Entry]
 
     @property
@@ -59,7 +60,7 @@ class Member:
 
 def read_member(name: str, store) -> Member:
     """The entries ``store``'s DLedger recovery keeps (``open_store(read_dledger=True)``)."""
-    rec = dledger.recover(store)
+    rec = broker_dledger.recover(store)
     out: dict[int, Entry] = {}
     for _, p, h, _, buf in dledger.entries_with_units(store):
         magic, size, index, term, pos, channel = h[:6]

@@ -45,7 +45,8 @@ from store_reader.formats.config import read_consumer_offsets
 from store_reader.formats.consumequeue import slot_of
 from store_reader.broker.dispatch import dispatchable
 from store_reader.exceptions import FileSizeError, StoreReaderError
-from store_reader.broker.recovery import V49, V53, load_consume_queues
+from store_reader.broker.versions import V49, V53
+from store_reader.broker.cqueue import load_consume_queues
 from store_reader.store import Store
 from store_reader.io.storefs import PathRef, SegmentBuffer
 

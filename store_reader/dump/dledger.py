@@ -1,13 +1,13 @@
 """What the broker does on restart of a DLedger store (R§16), as ``dump`` and ``recover --dry-run``
-print it: DLedger's own recovery (``store_reader.formats.dledger.recover``), then per broker version the
+print it: DLedger's own recovery (``store_reader.broker.dledger.recover``), then per broker version the
 consume queues it serves (``broker_restart``). Spark-free.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from store_reader.formats import dledger
-from store_reader.broker import recovery
+from store_reader.broker import dledger, dledgercommitlog
+from store_reader.broker import versions as broker_versions
 from store_reader.audit.dledger import dledger_findings
 from store_reader.audit.kinds import KINDS
 from store_reader.audit.report import Findings
@@ -43,13 +43,13 @@ def lines(store: Store, versions: list[str]) -> Iterator[tuple[str, Callable[[],
            f"{rec.ledger_end_index}; other members may truncate this member's uncommitted entries",
            lambda: {"type": "dledger_committed", "after_load": rec.committed_index,
                     "committed_pos_after_load": rec.committed_pos, "after_election": rec.ledger_end_index})
-    kept = dledger.restart_keeps(store, rec)
+    kept = dledgercommitlog.restart_keeps(store, rec)
     if kept.unreadable:
         yield (f"  entries whose record the dispatch cannot read: {kept.unreadable} (the queues past "
                "them are not predicted)", lambda: {"type": "dledger_unreadable", "phy": kept.unreadable})
         return
     for v in versions:
-        b = dledger.broker_restart(store, rec, v)
+        b = dledgercommitlog.broker_restart(store, rec, v)
         served = b.served()
         text = (f"  broker {v} ({b.recovery_path} path): consume queues max phy "
                 f"{b.max_phy_offset_of_consume_queue}"
@@ -79,7 +79,7 @@ def _why(rec: dledger.DLedgerRecovery) -> str:
 
 
 def versions_for(store: Store, broker_version: str | None) -> list[str]:
-    """A what-if's versions (``recovery.versions_of``), one version, or the store's own guess."""
-    if recovery.is_whatif(broker_version):
-        return recovery.versions_of(broker_version)
+    """A what-if's versions (``versions.versions_of``), one version, or the store's own guess."""
+    if broker_versions.is_whatif(broker_version):
+        return broker_versions.versions_of(broker_version)
     return [broker_version or store.broker_version()]

@@ -11,8 +11,10 @@ import os
 import re
 import sys
 from pathlib import Path
+from contextlib import contextmanager
+from typing import Iterator
 
-from store_reader.exceptions import StoreReaderError
+from store_reader.exceptions import OutputError, StoreReaderError
 
 
 class OutputLock:
@@ -96,3 +98,13 @@ def exchange(a: Path, b: Path) -> None:
 def unsupported_exchange(exc: OSError) -> bool:
     """``exchange`` failed because the system or the filesystem lacks it (not for the paths)."""
     return exc.errno in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)
+
+
+@contextmanager
+def writing(path: str, what: str) -> Iterator[None]:
+    """An ``OSError`` while writing ``path`` as an ``OutputError`` naming it: on an executor (a full
+    disk under a rebuild task) the driver gets one line naming the file, not a trace."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(f"cannot write {what}: {exc.strerror or exc}", exc.filename or path) from None

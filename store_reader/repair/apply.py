@@ -41,7 +41,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from store_reader.repair import write as repair
+from store_reader.io import fsync, manifest
 from store_reader.formats.checkpoint import lock_status
 from store_reader.exceptions import StoreReaderError
 from store_reader.io.outputs import OutputLock, exchange, siblings, unsupported_exchange
@@ -78,7 +78,7 @@ class Journal:
             fh.flush()
             os.fsync(fh.fileno())
         os.rename(tmp, self.path)
-        repair.sync_path(str(self.path.parent))
+        fsync.sync_path(str(self.path.parent))
 
     @classmethod
     def read(cls, path: Path) -> "Journal":
@@ -209,7 +209,7 @@ def finish(store: Path) -> Finished | None:
             _advance(journal)
         except _CannotFinish as exc:
             path.unlink()
-            repair.sync_path(str(path.parent))
+            fsync.sync_path(str(path.parent))
             return Finished(journal, done + [f"rolled back an interrupted --apply: {exc}; "
                                              f"{journal.store} is the store as it was"], False)
         return Finished(journal, done + [f"finished an interrupted --apply: {journal.store} is the "
@@ -255,7 +255,7 @@ def _advance(j: Journal) -> None:
     if j.backup_elsewhere and os.path.lexists(aside):
         shutil.rmtree(aside)                  # its copy at the backup is complete
     j.path.unlink()
-    repair.sync_path(str(j.path.parent))
+    fsync.sync_path(str(j.path.parent))
 
 
 def _swap(store: Path, repaired: Path, aside: Path) -> None:
@@ -272,7 +272,7 @@ def _swap(store: Path, repaired: Path, aside: Path) -> None:
 
 def _sync_dirs(*paths: Path) -> None:
     for d in {str(Path(p).parent) for p in paths}:
-        repair.sync_path(d)
+        fsync.sync_path(d)
 
 
 def _copy_backup(store: Path, backup: Path) -> None:
@@ -282,12 +282,12 @@ def _copy_backup(store: Path, backup: Path) -> None:
     tmp.mkdir()
     (tmp / BACKUP_MARKER).write_text(str(store))
     shutil.copytree(store, tmp, symlinks=True, dirs_exist_ok=True)
-    repair.sync_tree(str(tmp))
-    if repair.tree_manifest(str(store)) != repair.tree_manifest(str(tmp), skip={BACKUP_MARKER}):
+    fsync.sync_tree(str(tmp))
+    if manifest.tree_manifest(str(store)) != manifest.tree_manifest(str(tmp), skip={BACKUP_MARKER}):
         shutil.rmtree(tmp)
         raise StoreReaderError("the backup copy does not match the store; nothing changed", backup)
     (tmp / BACKUP_MARKER).unlink()
     shutil.copystat(store, tmp)               # the marker's removal touched the top directory
-    repair.sync_path(str(tmp))
+    fsync.sync_path(str(tmp))
     os.rename(tmp, backup)
-    repair.sync_path(str(backup.parent))
+    fsync.sync_path(str(backup.parent))

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from store_reader.exceptions import StoreReaderError, UnsupportedStoreError
 from store_reader.formats import dledger
+from store_reader.broker import dledger as broker_dledger
 from store_reader.formats import recordformat as rf
 from store_reader.io.storefs import location
 from store_reader.repair import placement
-from store_reader.repair import write as repair
+from store_reader.io import outputs
 
 
 def check_repairable(store) -> None:
@@ -42,7 +43,7 @@ def data_dir(store, root: Path) -> Path:
     return root / location(store.dledger).name / "data"
 
 
-def write_dledger_files(store, rec: dledger.DLedgerRecovery, root: Path) -> None:
+def write_dledger_files(store, rec: broker_dledger.DLedgerRecovery, root: Path) -> None:
     """The index files, checkpoint and ``currterm`` of the repaired store under ``root``
     (its data files are placed already, ``data_dir``)."""
     dl = root / location(store.dledger).name
@@ -50,18 +51,18 @@ def write_dledger_files(store, rec: dledger.DLedgerRecovery, root: Path) -> None
     end = rec.index_write_position
     size = dledger.INDEX_FILE_SIZE
     starts = {}
-    for name, start, f in dledger.recovered_index_files(store, rec):
+    for name, start, f in broker_dledger.recovered_index_files(store, rec):
         dest = str(dl / "index" / name)
         starts[start] = dest
         if f is not None:       # its units up to the log's end, zeros after them
             placement.place_segment(f.path, dest, max(0, min(end - start, size)), size)
         else:                   # created by the recovery's rewrite
-            with repair.writing(dest, "DLedger index file"), open(dest, "xb") as fh:
+            with outputs.writing(dest, "DLedger index file"), open(dest, "xb") as fh:
                 fh.truncate(size)
     handles = {}
     try:
-        with repair.writing(str(dl / "index"), "DLedger index file"):
-            for index, unit in dledger.recovered_index_units(store, rec):
+        with outputs.writing(str(dl / "index"), "DLedger index file"):
+            for index, unit in broker_dledger.recovered_index_units(store, rec):
                 off = index * rf.DLEDGER_INDEX_UNIT.size
                 start = off - off % size
                 if start not in handles:
@@ -80,10 +81,10 @@ def write_dledger_files(store, rec: dledger.DLedgerRecovery, root: Path) -> None
     (dl / dledger.CURRTERM_FILE).write_bytes(dledger.currterm_bytes(term, store.config.dLegerSelfId))
 
 
-def check_recovers_unchanged(repaired, rec: dledger.DLedgerRecovery) -> None:
+def check_recovers_unchanged(repaired, rec: broker_dledger.DLedgerRecovery) -> None:
     """DLedger's recovery of the repaired store (``repaired``: opened with ``read_dledger``)
     keeps every entry and unit as written: else the store is not what the broker's restart leaves."""
-    again = dledger.recover(repaired)
+    again = broker_dledger.recover(repaired)
     same = (again.ledger_end_index, again.ledger_end_term, again.process_offset, again.last_entry_end) == \
         (rec.ledger_end_index, rec.ledger_end_term, rec.process_offset, rec.last_entry_end)
     if not same or again.index_rewritten_from is not None or again.data_files_deleted \

@@ -34,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
-from store_reader.repair import write as repair
+from store_reader.io import hashing, outputs
 from store_reader.exceptions import UnreadableFileError
 from store_reader.io.storefs import READ_CHUNK, PathRef, StoreLocation, location
 
@@ -74,7 +74,7 @@ class PlacedSegment:
 
 
 def plan(kept: Sequence, link: bool) -> list[SegmentPlacement]:
-    """The placement of each kept commitlog file (``recovery.CommitLogFileState``), in order; with
+    """The placement of each kept commitlog file (``cut.CommitLogFileState``), in order; with
     ``link``, the ones ``linkable`` marked so."""
     may_link = linkable(kept) if link else set()
     return [SegmentPlacement(f.name, min(f.wrote, f.size), f.size, f.name in may_link) for f in kept]
@@ -101,7 +101,7 @@ def place_segment(src: PathRef, dest: str, keep: int, file_size: int, link: bool
     when the whole file is kept as it is. A failed write raises ``OutputError`` naming ``dest``."""
     keep = min(keep, file_size)
     loc = location(src)
-    with repair.writing(dest, "commitlog file"):
+    with outputs.writing(dest, "commitlog file"):
         if loc.filesystem is not None:
             return PlacedSegment(_copy_remote(loc, dest, keep, file_size),
                                  COPIED if keep == file_size else REWRITTEN)
@@ -114,17 +114,17 @@ def _place_local(src: str, dest: str, keep: int, file_size: int, link: bool) -> 
         if whole and link:
             try:
                 os.link(src, dest)
-                return PlacedSegment(repair.sha256_file(src), LINKED)
+                return PlacedSegment(hashing.sha256_file(src), LINKED)
             except OSError as exc:
                 if exc.errno not in _NO_LINK:
                     raise
         with open(dest, "xb", buffering=0) as fout:
             if whole and _clone(fin.fileno(), fout.fileno()):
-                return PlacedSegment(repair.sha256_file(src), CLONED)
+                return PlacedSegment(hashing.sha256_file(src), CLONED)
             digest, done = _copy_hashed(fin.fileno(), fout.fileno(), keep)
             fout.truncate(file_size)
             _write_behind(fout.fileno())
-    repair.update_zeros(digest, file_size - done)
+    hashing.update_zeros(digest, file_size - done)
     return PlacedSegment(digest.hexdigest(), COPIED if whole else REWRITTEN)
 
 
@@ -224,7 +224,7 @@ def _copy_remote(src: StoreLocation, dest: str, keep: int, file_size: int) -> st
             done += len(data)
         fout.truncate(file_size)
         _write_behind(fout.fileno())
-    repair.update_zeros(digest, file_size - done)
+    hashing.update_zeros(digest, file_size - done)
     return digest.hexdigest()
 
 

@@ -40,7 +40,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from store_reader.repair import write as repair
+from store_reader.io import fsync, manifest
 from store_reader.exceptions import StoreReaderError
 from store_reader.io.outputs import OutputLock, exchange, siblings, unsupported_exchange
 from store_reader.io.storefs import StoreLocation
@@ -214,7 +214,7 @@ def recover_leftovers(out: Path) -> list[str]:
             raise StoreReaderError("the output is missing and its earlier version is incomplete; "
                                    "nothing to restore", olds[-1])
         os.rename(restorable[-1], out)
-        repair.sync_path(str(out.parent))
+        fsync.sync_path(str(out.parent))
         done.append(f"restored {out} from {restorable[-1].name} (an overwrite was interrupted)")
     for p in siblings(out, "old") + siblings(out, "tmp"):
         if p.is_dir() and not p.is_symlink():
@@ -301,7 +301,7 @@ def verify_against_manifest(tmp: Path) -> None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise StoreReaderError(f"the built store has no readable manifest ({exc}); not published",
                                tmp / MANIFEST) from None
-    found = {rel: os.path.getsize(p) for rel, p in repair.tree_files(str(tmp), skip={MANIFEST, TMP_MARKER})}
+    found = {rel: os.path.getsize(p) for rel, p in manifest.tree_files(str(tmp), skip={MANIFEST, TMP_MARKER})}
     missing = sorted(set(listed) - set(found))
     extra = sorted(set(found) - set(listed))
     resized = sorted(r for r in set(listed) & set(found) if listed[r] != found[r])
@@ -317,17 +317,17 @@ def publish(tmp: Path, out: Path, overwrite: bool) -> None:
     """The complete ``tmp`` synced, verified against its manifest and renamed to ``out`` (an
     earlier repaired store there replaced when ``overwrite``); on failure ``tmp`` is removed."""
     try:
-        repair.sync_tree(str(tmp))            # every byte on disk before the rename publishes it
+        fsync.sync_tree(str(tmp))            # every byte on disk before the rename publishes it
         verify_against_manifest(tmp)
         (tmp / TMP_MARKER).unlink()
-        repair.sync_path(str(tmp))
+        fsync.sync_path(str(tmp))
         pause_point("unmarked")
         if os.path.lexists(out):
             check_output(out, overwrite)
             _replace(tmp, out)
         else:
             os.rename(tmp, out)
-        repair.sync_path(str(out.parent))
+        fsync.sync_path(str(out.parent))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -342,14 +342,14 @@ def _replace(tmp: Path, out: Path) -> None:
         # no exchange here: out is absent for an instant; recover_leftovers restores old after a kill
         old = out.parent / f"{out.name}.old-{tmp.name.rsplit('-', 1)[-1]}"
         os.rename(out, old)
-        repair.sync_path(str(out.parent))
+        fsync.sync_path(str(out.parent))
         pause_point("moved-aside")
         os.rename(tmp, out)
-        repair.sync_path(str(out.parent))
+        fsync.sync_path(str(out.parent))
         pause_point("replaced")
         shutil.rmtree(old)
         return
-    repair.sync_path(str(out.parent))
+    fsync.sync_path(str(out.parent))
     pause_point("replaced")
     shutil.rmtree(tmp)                        # the earlier store, now under the temporary name
 
@@ -380,4 +380,4 @@ def publish_file(tmp: str, out: str, overwrite: bool) -> None:
         except FileExistsError:
             raise StoreReaderError("output file exists (use --overwrite)", out) from None
         os.unlink(tmp)
-    repair.sync_path(os.path.dirname(os.path.abspath(out)))
+    fsync.sync_path(os.path.dirname(os.path.abspath(out)))

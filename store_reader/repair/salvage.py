@@ -77,7 +77,7 @@ def lost_segments(summaries: Sequence[SegmentSummary], end: int, cut_segment: st
 
 
 def cut_segment(pred) -> str | None:
-    """The commitlog file the broker's recovery cuts (``recovery.Prediction``): the last one it
+    """The commitlog file the broker's recovery cuts (``prediction.Prediction``): the last one it
     keeps with less written than its size."""
     return next((f.name for f in pred.commitlog_files if f.wrote < f.size), None)
 
@@ -325,12 +325,12 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
     (``queue_next``: the repaired queues' max offsets; LMQ copies likewise, their
     ``INNER_MULTI_QUEUE_OFFSET`` rewritten), its bytes otherwise as stored (``relocate_record``:
     BODYCRC, UNIQ_KEY and properties kept, ``__CRC32#`` recomputed); its consume queue entries and
-    index puts (``repair.index_puts``; ``index_tags``: a 5.4+ broker's) written after the repaired
+    index puts (``index.index_puts``; ``index_tags``: a 5.4+ broker's) written after the repaired
     ones. ``sources``: commitlog file start -> path of the input files the records are read from."""
     from store_reader.formats.consumequeue import CQ_ENTRY_DTYPE, write_queue_slots
     from store_reader.formats.indexfile import (IndexHeader, append_puts, list_index_files, next_index_file_name,
                                                 read_header)
-    from store_reader.repair.write import index_puts
+    from store_reader.repair.index import index_puts
     from store_reader.io.storefs import FileReader, location
 
     n = records.num_rows

@@ -5,7 +5,7 @@ A scan task walks its segment once (``commitlog.OnePassScan``) and writes the re
 IPC file: the columns the broker's replay, the consume queue and index rebuilds and the audit read
 for every record, and the lost messages' columns (bodies ...) for the records past the broker's
 valid prefix, the only ones that can lie past the truncation point. Beside it, the records' index
-puts (``repair.index_puts``: their keys built and hashed once for the index rebuild and the audit).
+puts (``index.index_puts``: their keys built and hashed once for the index rebuild and the audit).
 Every later pass reads those files (memory-mapped, batch by batch) instead of the segment; a record
 is decoded once per run.
 """
@@ -23,7 +23,7 @@ from schemas.repair import KEPT_INDEX_PUT
 from store_reader.formats import recordformat as rf
 from store_reader.formats.brokerconf import BrokerConfig
 from store_reader.formats.commitlog import OnePassScan, SegmentSummary
-from store_reader.repair.write import IndexPuts, index_puts
+from store_reader.repair.index import IndexPuts, index_puts
 from store_reader.io.storefs import PathRef
 
 # Records per batch: the broker's replay reads the valid prefix in batches of this size too.
@@ -111,7 +111,7 @@ def read_puts(records_path: str) -> Iterator[IndexPuts]:
 
 
 def index_puts_below(records_path: str, end: int) -> Iterator[IndexPuts]:
-    """``repair.segment_index_puts`` from the kept puts: those of the records below ``end``, in put
+    """``index.segment_index_puts`` from the kept puts: those of the records below ``end``, in put
     order, batch by batch (a batch whose records put no key may give none)."""
     for p in read_puts(records_path):
         if len(p.record_phy) and p.record_phy[0] >= end:
@@ -147,7 +147,7 @@ def prefix_records(records_path: str, summary: SegmentSummary, columns: Sequence
 
 
 def prefix_source(records: dict[str, str], opts: rf.ScanOptions):
-    """The broker's replay's reader (``recovery.RecordSource``): a segment's valid prefix from its
+    """The broker's replay's reader (``replay.RecordSource``): a segment's valid prefix from its
     kept records, or walked again (``opts``) for a segment this run did not scan (--since-last)."""
     from store_reader.formats.commitlog import SegmentScan
 
@@ -160,7 +160,7 @@ def prefix_source(records: dict[str, str], opts: rf.ScanOptions):
 
 
 def prefix_puts(records: dict[str, str]):
-    """The replay's index puts (``recovery.PutsSource``): a segment's kept puts, batch by batch
+    """The replay's index puts (``replay.PutsSource``): a segment's kept puts, batch by batch
     beside ``prefix_source``'s batches, or None for a segment this run did not scan."""
     def read(summary: SegmentSummary) -> Iterator[IndexPuts] | None:
         kept = records.get(summary.segment)

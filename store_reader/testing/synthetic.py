@@ -605,7 +605,7 @@ class _Generator:
         self.topic_bytes: dict[str, bytes] = {}
         self.records = 0
         self.five = spec.rocketmq5
-        # 5.4+ also indexes TAGS (``recovery.index_tag_keys``); of these styles only "5.5" leaves
+        # 5.4+ also indexes TAGS (``versions.index_tag_keys``); of these styles only "5.5" leaves
         # a store ``Store.broker_version`` reads as 5.4 or later (the others read as 5.3 or 4.9)
         self.tag_keys = spec.broker == "5.5"
         self.writer = _CommitLogWriter(root / "commitlog", spec.segment_size,

@@ -1,0 +1,333 @@
+"""The repaired store's index files, rebuilt from every surviving record (``IndexService#buildIndex``
+vectorised, F§7.4): the index puts of a commitlog file, how many go into which fresh file, the
+files written (one task per index file in ``jobs/repairwrite.py``) and named.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from store_reader.broker.dispatch import index_key_counts, index_put_keys
+from store_reader.formats.indexfile import (IndexHeader, _put_all, entry_position, index_file_size,
+                                            next_index_file_name, slot_position)
+from store_reader.formats.javahash import index_key_hashes_of
+from store_reader.io.outputs import writing
+from store_reader.repair.queues import SCAN_BATCH
+
+if TYPE_CHECKING:
+    from store_reader.formats import recordformat as rf
+    from store_reader.formats.brokerconf import BrokerConfig
+    from store_reader.formats.commitlog import SegmentSummary
+
+
+# Columns of a record the index rebuild reads (schemas.MESSAGE names).
+INDEX_COLUMNS = ["phy_offset", "stored_phy_offset", "store_timestamp", "sys_flag", "topic", "uniq_key",
+                 "key_list", "tags"]
+
+
+@dataclass
+class IndexPuts:
+    """Index puts in put order (F§7.4): keyHash, phy offset and store time of every key."""
+
+    key_hash: np.ndarray
+    phy: np.ndarray
+    store_timestamp: np.ndarray
+    record_row: np.ndarray
+    """Each put's record's row among the records the puts were made from (its topic is there)."""
+    record_phy: np.ndarray
+    """Where each put's record lies (its ``phy_offset``): what a pass's cut is compared with."""
+
+    def of_records(self, record_phy: np.ndarray) -> tuple["IndexPuts", np.ndarray]:
+        """The puts of the records at ``record_phy`` (in commitlog order, as these puts are) and
+        how many each record puts."""
+        lo = np.searchsorted(self.record_phy, record_phy, "left")
+        counts = np.searchsorted(self.record_phy, record_phy, "right") - lo
+        at = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        return IndexPuts(self.key_hash[at], self.phy[at], self.store_timestamp[at], self.record_row[at],
+                         self.record_phy[at]), counts
+
+    def below(self, end: int) -> "IndexPuts":
+        """The puts of the records below ``end``."""
+        keep = self.record_phy < end
+        if keep.all():
+            return self
+        return IndexPuts(self.key_hash[keep], self.phy[keep], self.store_timestamp[keep], self.record_row[keep],
+                         self.record_phy[keep])
+
+
+def index_puts(records: pa.Table | pa.RecordBatch, tag_keys: bool, ordered: bool = False) -> IndexPuts:
+    """``IndexService#buildIndex`` over records (sorted by stored phy offset unless ``ordered``),
+    vectorised: every record but a ROLLBACK one puts ``topic#UNIQ_KEY`` then ``topic#token`` for
+    each KEYS token, then with ``tag_keys`` (5.4+, ``ScanOptions.index_tags``) ``topic#T#TAGS``."""
+    if not ordered:
+        records = records.sort_by("stored_phy_offset")
+    counts, rows, keys = index_put_keys(records, tag_keys)
+    return IndexPuts(index_key_hashes_of(records.column("topic"), rows, keys),
+                     np.repeat(records.column("stored_phy_offset").to_numpy(), counts),
+                     np.repeat(records.column("store_timestamp").to_numpy(), counts), rows,
+                     np.repeat(records.column("phy_offset").to_numpy(), counts))
+
+
+def segment_index_puts(path: str, opts: rf.ScanOptions, end: int) -> Iterator[tuple[IndexPuts, int]]:
+    """The index puts of one commitlog file's records below ``end``, batch by batch, in commitlog
+    order, each with the largest store time of the batch's records (the checkpoint's
+    physicMsgTimestamp is the store's latest). Records behind bytes that are not a record below
+    ``end`` included, as for the consume queues (``dispatch_entries``)."""
+    from store_reader.formats.commitlog import SegmentScan
+
+    for rb in SegmentScan(path, opts, columns=INDEX_COLUMNS, batch_size=SCAN_BATCH, include_lost=True):
+        pos = rb.column("phy_offset").to_numpy()
+        if not len(pos):
+            continue
+        if pos[0] >= end:
+            return
+        b = rb if pos[-1] < end else rb.filter(pa.array(pos < end))
+        yield index_puts(b, opts.index_tags, ordered=True), int(b.column("store_timestamp").to_numpy().max())
+
+
+def segment_index_counts(path: str, opts: rf.ScanOptions, end: int) -> tuple[int, int]:
+    """(index puts, largest store time) of one commitlog file's records below ``end``: per record
+    but a ROLLBACK one, its UNIQ_KEY (if any), KEYS tokens and (``opts.index_tags``) tag key,
+    counted without building keys."""
+    from store_reader.formats.commitlog import SegmentScan
+
+    cols = ["phy_offset", "sys_flag", "store_timestamp", "uniq_key", "key_list", "tags"]
+    return index_counts_of(SegmentScan(path, opts, columns=cols, batch_size=SCAN_BATCH, include_lost=True), end,
+                           opts.index_tags)
+
+
+def index_counts_of(batches: Iterable[pa.RecordBatch], end: int, tag_keys: bool) -> tuple[int, int]:
+    """``segment_index_counts`` of a commitlog file's records as read."""
+    puts, last_ts = 0, 0
+    for rb in batches:
+        pos = rb.column("phy_offset").to_numpy()
+        below = pos < end
+        if not below.any():
+            break
+        uniq, tokens, tag = index_key_counts(rb, tag_keys)
+        puts += int(uniq[below].sum()) + int(tokens[below].sum()) + int(tag[below].sum())
+        last_ts = max(last_ts, int(rb.column("store_timestamp").to_numpy()[below].max()))
+    return puts, last_ts
+
+
+# Checks the rebuild's headers-only scan does not make: a file whose valid prefix ended on one of
+# these holds records past it that the rebuild still reads when they are below the truncation point.
+_CHECKS_THE_REBUILD_SKIPS = frozenset({"body_crc", "record_crc", "dup_info"})
+
+
+def index_put_counts(summaries: Sequence[SegmentSummary], end: int,
+                     recount: Callable[[list[int]], list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """``segment_index_counts`` of every commitlog file below ``end`` (``summaries`` in file
+    order), taken from the scan's summaries where the rebuild reads exactly a file's valid prefix
+    (the usual case: no second pass). ``recount(indexes)`` counts the other files again: those
+    whose prefix ended on a check the rebuild skips or runs past ``end``, and those the broker
+    keeps whole with records behind a bad one (``dispatch_entries``)."""
+    below = [s for s in summaries if s.file_start < end]
+    counts = [(s.index_puts, s.max_store_timestamp or 0) for s in below]
+    again = [i for i, s in enumerate(below)
+             if s.end_check in _CHECKS_THE_REBUILD_SKIPS or s.end_phy_offset > end
+             or (s.resync_position is not None and s.file_start + s.file_size <= end)]
+    for i, c in zip(again, recount(again) if again else []):
+        counts[i] = c
+    return counts
+
+
+def index_file_plan(puts_per_segment: Sequence[int], index_num: int) -> list[list[tuple[int, int, int]]]:
+    """Which puts go into which fresh index file: file k holds puts [k(n-1), (k+1)(n-1)) of the
+    store (an index file holds ``maxIndexNum - 1`` entries, its entry 0 is unused). Per file, the
+    (segment, first put, end put) ranges to read, starting one put early for every file but the
+    first: a file's header starts from its predecessor's last put (``IndexHeader.successor``)."""
+    per_file = IndexHeader.first().room(index_num)
+    starts = np.concatenate([[0], np.cumsum(puts_per_segment)]).astype(np.int64)
+    total = int(starts[-1])
+    plan = []
+    for lo in range(0, total, per_file):
+        hi = min(total, lo + per_file)
+        first = max(lo - 1, 0)
+        ranges = [(i, int(max(first, starts[i]) - starts[i]), int(min(hi, starts[i + 1]) - starts[i]))
+                  for i in range(len(puts_per_segment)) if starts[i] < hi and starts[i + 1] > first]
+        plan.append(ranges)
+    return plan
+
+
+@dataclass
+class WrittenIndexFile:
+    """An index file a task wrote (under a temporary name until the driver names it)."""
+
+    path: str
+    header: IndexHeader
+    first_put_timestamp: int
+
+
+class IndexFileWriter:
+    """A fresh index file filled by successive batches of ``IndexFile#putKey`` calls and written to
+    ``path`` as it fills: the entries are appended to the file batch by batch and their memory
+    handed back, so only the header and hash slots stay resident (what a put reads: a slot's
+    current head), not the up to ``20 x maxIndexNum`` bytes of entries."""
+
+    def __init__(self, path: str, config: BrokerConfig, start_header: IndexHeader) -> None:
+        self.path, self.header = path, start_header
+        self.hash_slot_num, self.index_num = config.maxHashSlotNum, config.maxIndexNum
+        self.size = index_file_size(self.hash_slot_num, self.index_num)
+        self.entries_pos = slot_position(self.hash_slot_num)
+        self.first_put_timestamp: int | None = None
+        # private anonymous memory: zero pages until touched, handed back by MADV_DONTNEED
+        self._buf = mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._data = np.frombuffer(self._buf, dtype=np.uint8)
+        with writing(path, "index file"):
+            self._fh = open(path, "xb")
+        self._written = self.entries_pos                  # file bytes written so far (after the slots)
+        self._released = -(-self.entries_pos // mmap.PAGESIZE) * mmap.PAGESIZE
+
+    @property
+    def room(self) -> int:
+        return self.header.room(self.index_num)
+
+    def put(self, key_hash: np.ndarray, phy: np.ndarray, store_timestamp: np.ndarray) -> None:
+        if not len(key_hash):
+            return
+        if len(key_hash) > self.room:
+            raise ValueError(f"{len(key_hash)} puts do not fit the {self.room} entries left in {self.path}")
+        if self.first_put_timestamp is None:
+            self.first_put_timestamp = int(store_timestamp[0])
+        self.header = _put_all(self._data, self.header, np.asarray(key_hash, dtype=np.int64),
+                               np.asarray(phy, dtype=np.int64), np.asarray(store_timestamp, dtype=np.int64),
+                               self.hash_slot_num)
+        # the new entries go to the file; _put_all never reads an older entry back
+        end = entry_position(self.hash_slot_num, self.header.index_count)
+        with writing(self.path, "index file"):
+            self._fh.seek(self._written)
+            self._fh.write(self._data[self._written:end])
+        self._written = end
+        done = end // mmap.PAGESIZE * mmap.PAGESIZE
+        if done > self._released:
+            self._buf.madvise(mmap.MADV_DONTNEED, self._released, done - self._released)
+            self._released = done
+
+    def close(self) -> WrittenIndexFile:
+        """Header and hash slots to the file, the rest of it zeros (sparse); the file's size is the
+        broker's index file size."""
+        with writing(self.path, "index file"):
+            self._fh.seek(0)
+            self._fh.write(self._data[:self.entries_pos])
+            self._fh.truncate(self.size)
+            self._fh.close()
+        del self._data
+        self._buf.close()
+        return WrittenIndexFile(self.path, self.header, self.first_put_timestamp or 0)
+
+    def abort(self) -> None:
+        try:
+            self._fh.close()
+        except OSError:           # the write that failed is still buffered: the file goes anyway
+            pass
+        del self._data
+        self._buf.close()
+        os.unlink(self.path)
+
+
+def _prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+    """``items`` produced on a thread of their own, at most ``depth`` ahead of the consumer: the
+    scanner and the key hashing release the GIL, so they overlap the consumer's work."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                q.put((item, None))
+            q.put((done, None))
+        except BaseException as exc:      # handed to the consumer, raised there
+            q.put((done, exc))
+
+    worker = threading.Thread(target=produce, daemon=True)
+    worker.start()
+    try:
+        while True:
+            item, exc = q.get()
+            if exc is not None:
+                raise exc
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():          # unblock a producer waiting on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                worker.join(0.01)
+
+
+def _range_puts(segments: Sequence[tuple[str, int, int]], opts: rf.ScanOptions, end: int,
+                read: Callable[[str, int], Iterable[IndexPuts]] | None = None
+                ) -> Iterator[tuple[IndexPuts, int, int]]:
+    """(puts of a batch, first, end) for the puts ``[lo, hi)`` of each (commitlog file, lo, hi)."""
+    for seg_path, lo, hi in segments:
+        seen = 0
+        puts = (p for p, _ in segment_index_puts(seg_path, opts, end)) if read is None else read(seg_path, end)
+        for p in puts:
+            n = len(p.key_hash)
+            a, b = max(lo - seen, 0), min(hi - seen, n)
+            seen += n
+            if a < b:
+                yield p, a, b
+            if seen >= hi:
+                break
+
+
+def write_index_file_part(path: str, segments: Sequence[tuple[str, int, int]], opts: rf.ScanOptions,
+                          end: int, config: BrokerConfig, first: bool,
+                          read: Callable[[str, int], Iterable[IndexPuts]] | None = None) -> WrittenIndexFile:
+    """One fresh index file from the puts ``[lo, hi)`` of each (commitlog file, lo, hi) in
+    ``segments`` (``index_file_plan``), reading those files itself (scanned and hashed a little
+    ahead, on a second thread): memory is a few batches plus the hash slots. Unless ``first``,
+    the first put read is the previous file's last one, which only sets the starting header.
+    ``read(file, end)``: the puts of a commitlog file's records below ``end`` as the run's scan
+    kept them (``scanned.index_puts_below``; default: the file is read and its keys hashed)."""
+    writer: IndexFileWriter | None = None
+    skip = 0 if first else 1
+    try:
+        for p, a, b in _prefetched(_range_puts(segments, opts, end, read)):
+            if writer is None:
+                start = IndexHeader.first()
+                if skip:
+                    start = IndexHeader(end_timestamp=int(p.store_timestamp[a]),
+                                        end_phy_offset=int(p.phy[a])).successor()
+                    a += skip
+                    skip = 0
+                writer = IndexFileWriter(path, config, start)
+            writer.put(p.key_hash[a:b], p.phy[a:b], p.store_timestamp[a:b])
+        if writer is None:
+            raise ValueError(f"no index puts in {segments}")
+        return writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+
+
+def name_index_files(written: Sequence[WrittenIndexFile]) -> list[str]:
+    """Broker-style names of fresh index files in creation order (their first put's store time,
+    UTC), made strictly increasing so they sort in creation order."""
+    names: list[str] = []
+    for w in written:
+        names.append(next_index_file_name(w.first_put_timestamp, names[-1] if names else None))
+    return names
+
+
+def full_index_end_timestamp(headers: Sequence[IndexHeader], index_num: int) -> int:
+    """``indexMsgTimestamp`` after a full flush: end time of the last index file that is full."""
+    full = [h.end_timestamp for h in headers if h.is_full(index_num)]
+    return full[-1] if full else 0
