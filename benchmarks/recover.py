@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/recover.py [--sizes 1.5GiB,6GiB] [--dir DIR] [--no-reference] [--no-cds]
                                            [--fixed-size 8MiB] [--fixed-runs 5] [--baseline REV] [--task-cpu]
                                            [--crash kill9,torn-tail,fresh-checkpoint] [--dry-run]
+                                           [--tight-disk] [--scan-dir DIR] [--settle SECONDS]
 
 Makes (or reuses, keyed by their spec) two crashed synthetic stores with ``store_reader.testing.synthetic``:
 about 1 KiB messages, 256 MiB segments, 32 queues over four topics, keys on every message, killed
@@ -30,6 +31,16 @@ to a temporary directory; no audit, which needs Spark).
 Then the real broker's own restart on a copy of the same store (``tests/oracle.py``, the release jars
 of the version that wrote it: its load, i.e. its recovery, the reput and the shutdown; ``--no-broker``
 skips it), with its max phy offset against the job's truncation point.
+
+Per size also the dry run (``--dry-run`` of this tree), before the job, and the broker's full rebuild
+after its restart (``consumequeue/`` and ``index/`` deleted: its reput dispatches the whole commitlog);
+then one table of the four with each process's peak RSS (``print_scale``).
+
+``--tight-disk`` (on by itself from 16 GiB: a 25 GB store, a copy of it and the job's output do not
+fit a 30 GB budget): the job runs with ``--link`` (the commitlog files it keeps whole are hard links,
+so its output is the rebuilt queues and index and the cut file) and its output is deleted after it;
+the broker restarts the store itself, last, then rebuilds it; the store, now changed, is removed, and
+the sizes run largest first so that only one store exists at a time.
 
 ``--dry-run`` times only the dry run (this tree's and ``--baseline``'s) and the broker's restart per
 size, and prints them as one table; ``--crash`` words (``CRASH_WORDS``) make the stores another way.
@@ -301,6 +312,7 @@ def spark_run(store: Path, work: Path, code: Path = ROOT, extra: tuple[str, ...]
     cut = next((int(m.group(1)) for m in (CUT_LINE.search(line) for _, line in lines) if m), None)
     return {"wall": wall, "passes": {k: v[0] for k, v in passes.items()}, "cut": cut,
             "peak_one": s.peak_one, "peak_sum": s.peak_sum, "cpu_seconds": sum(s.cpu_seconds.values()),
+            "cpu_of": {k: s.cpu_of(k) for k in ("driver JVM", "driver python", "python workers")},
             "scan_cores": s.core_use(at - secs, at), "all_cores": s.core_use(0, float("inf")),
             "scan_own": s.own_cores(at - secs, at), "all_own": s.own_cores(0, float("inf")),
             "scans": (float(scans.group(1)), float(scans.group(2))) if scans else None}
@@ -522,6 +534,12 @@ def print_scale(sizes: list[dict], runs: list[dict], dries: list[dict], brokers:
                  if b else "- | - | - | ")
               + " / ".join(_mb(r["peak_one"].get(kind)) for kind in ("driver JVM", "driver python", "python workers"))
               + f" / {_mb(d['peak_one'].get('driver python'))} |" + cut)
+    print("the whole job's CPU-s by process (driver JVM / driver Python / Python workers) and its driver passes (s): "
+          + "; ".join(f"{s['written_end'] / GB:.2f} GB "
+                      + " / ".join(f"{r['cpu_of'][k]:.1f}" for k in ("driver JVM", "driver python", "python workers"))
+                      + ", " + ", ".join(f"{n} {r['passes'][n]:.2f}" for n in ("discover", "plan", "write manifest",
+                                                                               "write audit tables") if n in r["passes"])
+                      for s, r in zip(sizes, runs)))
     if brokers:
         worst = max(d["wall"] / b["wall"] for d, b in zip(dries, brokers))
         print(f"dry run within 1.5x of the broker's restart (wall) at every size: "
