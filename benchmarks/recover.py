@@ -443,7 +443,8 @@ def session_start() -> dict:
 
 def broker_run(store: Path, work: Path, in_place: bool = False) -> dict:
     """The real broker on ``store`` (``tests/oracle.py``: the release jars of the version the store
-    was written by, 4.9.7 or 5.3.3), two JVMs one after the other, each timed by the driver and as a
+    was written by, 4.9.7 or 5.3.3; its JIT's top tier, ``oracle.BROKER_JVM_OPTS``, not the tests'
+    C1), two JVMs one after the other, each timed by the driver and as a
     whole process: its restart (load, i.e. the recovery; start and reput until dispatched;
     shutdown), then its full rebuild: the same store with ``consumequeue/`` and ``index/`` deleted,
     so the reput dispatches every record from the commitlog's first (``DefaultMessageStore#start``
@@ -468,7 +469,7 @@ def broker_run(store: Path, work: Path, in_place: bool = False) -> dict:
     def once(what: str) -> dict:
         os.sync()
         t, cpu = time.monotonic(), _children_cpu()
-        r = oracle.restart(release, target, conf, entries=False, timeout=3600)
+        r = oracle.restart(release, target, conf, entries=False, timeout=3600, jvm_opts=oracle.BROKER_JVM_OPTS)
         wall, cpu = time.monotonic() - t, _children_cpu() - cpu
         entries = sum(q.get("maxOffset", 0) - q.get("minOffset", 0)
                       for qs in r.get("queues", {}).values() for q in qs.values())
