@@ -447,9 +447,11 @@ def broker_run(store: Path, work: Path, in_place: bool = False) -> dict:
     C1), two JVMs one after the other, each timed by the driver and as a
     whole process: its restart (load, i.e. the recovery; start and reput until dispatched;
     shutdown), then its full rebuild: the same store with ``consumequeue/`` and ``index/`` deleted,
-    so the reput dispatches every record from the commitlog's first (``DefaultMessageStore#start``
+    so every record is dispatched from the commitlog's first: 4.9's ``DefaultMessageStore#start``
     sets the reput offset to the consume queues' largest phy offset, the commitlog's min offset when
-    there are none). On a copy of ``store``, or (``in_place``, ``--tight-disk``) on ``store`` itself,
+    there are none; 5.x's reput starts at the confirm offset, but its ``recoverNormally`` walks back
+    to the first file no consume queue's max phy offset passes (the first, then) and dispatches
+    every record in ``load()``. On a copy of ``store``, or (``in_place``, ``--tight-disk``) on ``store`` itself,
     which both leave changed: the caller removes it. The rebuild's queues must hold every entry the
     restart's held (``rebuilt``), else it did not read the whole store."""
     sys.path.insert(0, str(ROOT / "tests"))
