@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/recover.py [--sizes 1.5GiB,6GiB] [--dir DIR] [--no-reference] [--no-cds]
                                            [--fixed-size 8MiB] [--fixed-runs 5] [--baseline REV] [--task-cpu]
                                            [--crash kill9,torn-tail,fresh-checkpoint] [--dry-run]
+                                           [--tight-disk] [--scan-dir DIR] [--settle SECONDS]
 
 Makes (or reuses, keyed by their spec) two crashed synthetic stores with ``store_reader.testing.synthetic``:
 about 1 KiB messages, 256 MiB segments, 32 queues over four topics, keys on every message, killed
@@ -30,6 +31,16 @@ to a temporary directory; no audit, which needs Spark).
 Then the real broker's own restart on a copy of the same store (``tests/oracle.py``, the release jars
 of the version that wrote it: its load, i.e. its recovery, the reput and the shutdown; ``--no-broker``
 skips it), with its max phy offset against the job's truncation point.
+
+Per size also the dry run (``--dry-run`` of this tree), before the job, and the broker's full rebuild
+after its restart (``consumequeue/`` and ``index/`` deleted: its reput dispatches the whole commitlog);
+then one table of the four with each process's peak RSS (``print_scale``).
+
+``--tight-disk`` (on by itself from 16 GiB: a 25 GB store, a copy of it and the job's output do not
+fit a 30 GB budget): the job runs with ``--link`` (the commitlog files it keeps whole are hard links,
+so its output is the rebuilt queues and index and the cut file) and its output is deleted after it;
+the broker restarts the store itself, last, then rebuilds it; the store, now changed, is removed, and
+the sizes run largest first so that only one store exists at a time.
 
 ``--dry-run`` times only the dry run (this tree's and ``--baseline``'s) and the broker's restart per
 size, and prints them as one table; ``--crash`` words (``CRASH_WORDS``) make the stores another way.
@@ -87,6 +98,12 @@ SCANS_LINE = re.compile(r"scans per segment ([0-9.]+) \(max ([0-9.]+)\)")
 BASELINE = "d140b73"
 PASSES = ["discover", "scan", "plan", "audit", "rebuild consume queues", "rebuild index",
           "write commitlog", "write manifest", "place repaired store", "write audit tables"]
+# more ``jobs.recover`` arguments for every timed run of this tree (``--tight-disk``: ``--link``;
+# ``--scan-dir``)
+JOB_EXTRA: list[str] = []
+# stores at least this large make the run ``--tight-disk`` by itself
+TIGHT_DISK_FROM = 16 << 30
+SETTLE_MAX = 90.0
 REFERENCE_PASSES = ["scan", "plan", "rebuild consume queues", "rebuild index", "write commitlog",
                     "checkpoint + manifest", "place repaired store"]
 
@@ -279,7 +296,7 @@ def spark_run(store: Path, work: Path, code: Path = ROOT, extra: tuple[str, ...]
     shutil.rmtree(audit, ignore_errors=True)
     cmd = [sys.executable, "-m", "jobs.recover", "--store", str(store), "--out", str(out),
            "--broker-config", str(store / "broker.conf"), "--audit-path", str(audit), "--overwrite", *extra]
-    wall, lines, s, rc = watched(cmd, code)
+    wall, lines, s, rc = watched(cmd + list(JOB_EXTRA), code)
     if rc != 0:
         tail = "\n".join(line for _, line in lines[-30:])
         raise SystemExit(f"jobs.recover exited {rc}:\n{tail}")
@@ -295,6 +312,7 @@ def spark_run(store: Path, work: Path, code: Path = ROOT, extra: tuple[str, ...]
     cut = next((int(m.group(1)) for m in (CUT_LINE.search(line) for _, line in lines) if m), None)
     return {"wall": wall, "passes": {k: v[0] for k, v in passes.items()}, "cut": cut,
             "peak_one": s.peak_one, "peak_sum": s.peak_sum, "cpu_seconds": sum(s.cpu_seconds.values()),
+            "cpu_of": {k: s.cpu_of(k) for k in ("driver JVM", "driver python", "python workers")},
             "scan_cores": s.core_use(at - secs, at), "all_cores": s.core_use(0, float("inf")),
             "scan_own": s.own_cores(at - secs, at), "all_own": s.own_cores(0, float("inf")),
             "scans": (float(scans.group(1)), float(scans.group(2))) if scans else None}
@@ -309,7 +327,8 @@ def dry_run(store: Path, code: Path = ROOT) -> dict:
     if rc != 0:
         raise SystemExit(f"jobs.recover --dry-run exited {rc}:\n" + "\n".join(line for _, line in lines[-30:]))
     cut = next((int(m.group(1)) for m in (CUT_LINE.search(line) for _, line in lines) if m), None)
-    return {"wall": wall, "cpu_seconds": sum(s.cpu_seconds.values()), "peak_sum": s.peak_sum, "cut": cut}
+    return {"wall": wall, "cpu_seconds": sum(s.cpu_seconds.values()), "peak_sum": s.peak_sum,
+            "peak_one": s.peak_one, "cut": cut}
 
 
 def print_dry_runs(sizes: list[dict], before: list[dict], after: list[dict], brokers: list[dict], rev: str) -> None:
@@ -335,7 +354,7 @@ def task_cpu_run(store: Path, work: Path) -> dict:
     shutil.rmtree(audit, ignore_errors=True)
     cmd = [sys.executable, "-m", "benchmarks.taskcpu", "run", str(log), "--", "--store", str(store),
            "--out", str(out), "--broker-config", str(store / "broker.conf"), "--audit-path", str(audit),
-           "--overwrite"]
+           "--overwrite", *JOB_EXTRA]
     _, lines, s, rc = watched(cmd, ROOT)
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(audit, ignore_errors=True)
@@ -422,29 +441,56 @@ def session_start() -> dict:
     raise SystemExit(f"session start failed ({rc})")
 
 
-def broker_run(store: Path, work: Path) -> dict:
-    """The real broker's restart on a copy of ``store`` (``tests/oracle.py``: the release jars of
-    the version the store was written by, 4.9.7 or 5.3.3): its load (the recovery), start and reput
-    until dispatched, and shutdown, in one JVM, timed by the driver and as a whole process."""
+def broker_run(store: Path, work: Path, in_place: bool = False) -> dict:
+    """The real broker on ``store`` (``tests/oracle.py``: the release jars of the version the store
+    was written by, 4.9.7 or 5.3.3; its JIT's top tier, ``oracle.BROKER_JVM_OPTS``, not the tests'
+    C1), two JVMs one after the other, each timed by the driver and as a
+    whole process: its restart (load, i.e. the recovery; start and reput until dispatched;
+    shutdown), then its full rebuild: the same store with ``consumequeue/`` and ``index/`` deleted,
+    so every record is dispatched from the commitlog's first: 4.9's ``DefaultMessageStore#start``
+    sets the reput offset to the consume queues' largest phy offset, the commitlog's min offset when
+    there are none; 5.x's reput starts at the confirm offset, but its ``recoverNormally`` walks back
+    to the first file no consume queue's max phy offset passes (the first, then) and dispatches
+    every record in ``load()``. On a copy of ``store``, or (``in_place``, ``--tight-disk``) on ``store`` itself,
+    which both leave changed: the caller removes it. The rebuild's queues must hold every entry the
+    restart's held (``rebuilt``), else it did not read the whole store."""
     sys.path.insert(0, str(ROOT / "tests"))
     import oracle
     from store_reader import open_store
 
     release = "5.3.3" if open_store(store, store / "broker.conf").looks_5x() else "4.9.7"
     oracle.build(release)
-    copy = work / "broker-restart"
-    shutil.rmtree(copy, ignore_errors=True)
-    subprocess.run(["cp", "-a", "--reflink=auto", str(store), str(copy)], check=True)
-    os.sync()
-    t, cpu = time.monotonic(), _children_cpu()
-    r = oracle.restart(release, copy, store / "broker.conf", entries=False, timeout=3600)
-    wall, cpu = time.monotonic() - t, _children_cpu() - cpu
-    shutil.rmtree(copy, ignore_errors=True)
-    print(f"  broker {release} restart: {wall:.2f} s, {cpu:.1f} CPU-s (load {r['loadSeconds']:.2f} s, "
-          f"{r['recoveryPath']} path, max phy {r.get('maxPhyOffset')})", flush=True)
-    return {"release": release, "wall": wall, "cpu_seconds": cpu, "load": r["loadSeconds"],
-            "reput": r.get("startReputSeconds"),
-            "shutdown": r["shutdownSeconds"], "path": r["recoveryPath"], "max_phy": r.get("maxPhyOffset")}
+    conf = work / "broker.conf"
+    shutil.copyfile(store / "broker.conf", conf)
+    target = store
+    if not in_place:
+        target = work / "broker-restart"
+        shutil.rmtree(target, ignore_errors=True)
+        subprocess.run(["cp", "-a", "--reflink=auto", str(store), str(target)], check=True)
+
+    def once(what: str) -> dict:
+        os.sync()
+        t, cpu = time.monotonic(), _children_cpu()
+        r = oracle.restart(release, target, conf, entries=False, timeout=3600, jvm_opts=oracle.BROKER_JVM_OPTS)
+        wall, cpu = time.monotonic() - t, _children_cpu() - cpu
+        entries = sum(q.get("maxOffset", 0) - q.get("minOffset", 0)
+                      for qs in r.get("queues", {}).values() for q in qs.values())
+        print(f"  broker {release} {what}: {wall:.2f} s, {cpu:.1f} CPU-s (load {r['loadSeconds']:.2f} s, start + "
+              f"reput {r.get('startReputSeconds', 0):.2f} s{'' if r.get('reputDone') else ' NOT DONE'}, "
+              f"{r['recoveryPath']} path, max phy {r.get('maxPhyOffset')}, {entries:,} queue entries)", flush=True)
+        return {"release": release, "wall": wall, "cpu_seconds": cpu, "load": r["loadSeconds"],
+                "reput": r.get("startReputSeconds"), "reput_done": r.get("reputDone"),
+                "shutdown": r["shutdownSeconds"], "path": r["recoveryPath"], "max_phy": r.get("maxPhyOffset"),
+                "entries": entries}
+
+    restart = once("restart" + (" (in place)" if in_place else " (a copy)"))
+    for d in ("consumequeue", "index"):
+        shutil.rmtree(target / d, ignore_errors=True)
+    rebuild = once("full rebuild (consumequeue/ and index/ deleted)")
+    rebuild["rebuilt"] = bool(rebuild["reput_done"]) and rebuild["entries"] == restart["entries"]
+    if not in_place:
+        shutil.rmtree(target, ignore_errors=True)
+    return {**restart, "rebuild": rebuild, "in_place": in_place}
 
 
 def _children_cpu() -> float:
@@ -456,12 +502,58 @@ def _children_cpu() -> float:
 
 
 def print_broker(sizes: list[dict], runs: list[dict], brokers: list[dict]) -> None:
-    print("\nthe real broker's own restart on the same stores (its release jars; its load is the recovery)")
+    print("\nthe real broker's own restart and full rebuild on the same stores (its release jars; its load is the "
+          "recovery)")
     for s, r, b in zip(sizes, runs, brokers):
         same = "the job's truncation point" if b["max_phy"] == r["cut"] else f"NOT the job's {r['cut']}"
-        print(f"  {s['written_end'] / GB:.2f} GB, rocketmq-store {b['release']}: load {b['load']:.2f} s, start + reput "
+        k = b["rebuild"]
+        print(f"  {s['written_end'] / GB:.2f} GB, rocketmq-store {b['release']} "
+              f"({'in place' if b['in_place'] else 'a copy'}): load {b['load']:.2f} s, start + reput "
               f"{b['reput']:.2f} s, shutdown {b['shutdown']:.2f} s, the whole JVM {b['wall']:.2f} s "
               f"({b['path']} path, max phy {b['max_phy']}: {same}); jobs.recover {r['wall']:.2f} s")
+        print(f"  {s['written_end'] / GB:.2f} GB, "
+              f"full rebuild: load {k['load']:.2f} s, start + reput {k['reput']:.2f} s, the whole JVM "
+              f"{k['wall']:.2f} s, {k['cpu_seconds']:.1f} CPU-s, {k['entries']:,} queue entries "
+              + ("(every one the restart served: the whole commitlog dispatched)" if k["rebuilt"]
+                 else f"NOT ALL REBUILT (the restart served {b['entries']:,})"))
+
+
+def print_scale(sizes: list[dict], runs: list[dict], dries: list[dict], brokers: list[dict]) -> None:
+    """Issue 36's table: per size, the dry run and the whole job against the broker's restart and
+    its full rebuild, and each process's peak RSS; then the ratios that are its targets."""
+    print("\nthe project against the real broker, per size (wall s, process-tree CPU-s; the broker's: its JVM)")
+    print("| store | dry run | whole job | broker restart | broker full rebuild | dry run / restart (wall, CPU) "
+          "| peak RSS driver JVM / driver Python / largest worker / dry run |")
+    print("|---|---|---|---|---|---|---|")
+    for s, r, d, b in zip(sizes, runs, dries, brokers or [None] * len(sizes)):
+        k = b["rebuild"] if b else None
+        cut = "" if d["cut"] == r["cut"] and (b is None or b["max_phy"] == r["cut"]) else \
+            f" CUTS DIFFER: dry run {d['cut']}, job {r['cut']}, broker {b and b['max_phy']}"
+        print(f"| {s['written_end'] / GB:.2f} GB | {d['wall']:.2f} s, {d['cpu_seconds']:.1f} | "
+              f"{r['wall']:.2f} s, {r['cpu_seconds']:.1f} | "
+              + (f"{b['wall']:.2f} s, {b['cpu_seconds']:.1f} | {k['wall']:.2f} s, {k['cpu_seconds']:.1f}"
+                 f"{'' if k['rebuilt'] else ' NOT ALL REBUILT'} | "
+                 f"{d['wall'] / b['wall']:.2f}x, {d['cpu_seconds'] / max(b['cpu_seconds'], 1e-9):.2f}x | "
+                 if b else "- | - | - | ")
+              + " / ".join(_mb(r["peak_one"].get(kind)) for kind in ("driver JVM", "driver python", "python workers"))
+              + f" / {_mb(d['peak_one'].get('driver python'))} |" + cut)
+    print("the whole job's CPU-s by process (driver JVM / driver Python / Python workers) and its driver passes (s): "
+          + "; ".join(f"{s['written_end'] / GB:.2f} GB "
+                      + " / ".join(f"{r['cpu_of'][k]:.1f}" for k in ("driver JVM", "driver python", "python workers"))
+                      + ", " + ", ".join(f"{n} {r['passes'][n]:.2f}" for n in ("discover", "plan", "write manifest",
+                                                                               "write audit tables") if n in r["passes"])
+                      for s, r in zip(sizes, runs)))
+    if brokers:
+        worst = max(d["wall"] / b["wall"] for d, b in zip(dries, brokers))
+        print(f"dry run within 1.5x of the broker's restart (wall) at every size: "
+              f"{'met' if worst <= 1.5 else 'MISSED'} (worst {worst:.2f}x)")
+    if len(sizes) > 1:
+        mem = {k: runs[-1]["peak_one"].get(k, 0) / max(runs[0]["peak_one"].get(k, 1), 1)
+               for k in ("driver JVM", "driver python", "python workers")}
+        mem["dry run"] = dries[-1]["peak_one"].get("driver python", 0) / max(dries[0]["peak_one"].get("driver python", 1), 1)
+        print(f"peak memory {sizes[-1]['written_end'] / GB:.2f} GB / {sizes[0]['written_end'] / GB:.2f} GB  "
+              + ", ".join(f"{k} x{v:.2f}" for k, v in mem.items())
+              + f" (target: flat, at most x1.15: {'met' if max(mem.values()) <= 1.15 else 'MISSED'})")
 
 
 def reference_run(store: Path, work: Path) -> dict:
@@ -689,18 +781,23 @@ def settle(store: Path | None) -> float:
     os.sync()
     if store is not None:
         warm(store)
-    return wait_quiet(most=90.0)
+    return wait_quiet(most=SETTLE_MAX)
 
 
 def warm(store: Path) -> None:
-    """Read the store once so every run starts from the same (warm) page cache."""
-    for f in sorted((store / "commitlog").iterdir()):
+    """Read the store once so every run starts from the same (warm) page cache; a commitlog larger
+    than half the memory cannot stay there, so every run reads it from the disk (cold) instead."""
+    files = sorted((store / "commitlog").iterdir())
+    if sum(f.stat().st_size for f in files) > psutil.virtual_memory().total // 2:
+        return
+    for f in files:
         with open(f, "rb") as fh:
             while fh.read(64 << 20):
                 pass
 
 
 def main(argv: list[str] | None = None) -> int:
+    global SETTLE_MAX
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="1.5GiB,6GiB", help="comma-separated commitlog sizes")
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "rmq-bench-recover"))
@@ -726,12 +823,28 @@ def main(argv: list[str] | None = None) -> int:
                          + " (default kill9,stale-checkpoint,torn-tail,crc)")
     ap.add_argument("--dry-run", action="store_true",
                     help="time only the dry run (this tree's and --baseline's) and the broker's restart, per size")
+    ap.add_argument("--tight-disk", action="store_true",
+                    help="a store, the job's output and a copy for the broker do not fit the disk: the job "
+                         "runs with --link and its output is deleted before the broker runs; the broker "
+                         "restarts the store itself, last, then rebuilds it; the store is then removed "
+                         f"(remade next time). On by itself when a size is {TIGHT_DISK_FROM >> 30} GiB or more")
+    ap.add_argument("--scan-dir", help="the job's --scan-dir (its kept records: about a quarter of the commitlog)")
+    ap.add_argument("--settle", type=float, default=SETTLE_MAX,
+                    help=f"wait at most this many seconds before each timed run for the load to fall below 1 "
+                         f"(default {SETTLE_MAX:.0f})")
     ap.add_argument("--reference", nargs=2, metavar=("STORE", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.reference:
         print("REFERENCE " + json.dumps(reference(*args.reference)), flush=True)
         return 0
-    load = wait_quiet()
+    SETTLE_MAX = args.settle
+    tight = args.tight_disk or max(parse_size(t) for t in args.sizes.split(",")) >= TIGHT_DISK_FROM
+    JOB_EXTRA[:] = (["--link"] if tight else []) + (["--scan-dir", args.scan_dir] if args.scan_dir else [])
+    if tight:
+        print("tight disk: the job hard-links the commitlog files it keeps whole (--link) and its output is "
+              "deleted before the broker restarts the store itself, then rebuilds it; each store is removed "
+              "once measured (the largest size is measured first)")
+    load = wait_quiet(most=max(SETTLE_MAX, 0.0) * 2)
     print(f"load average at start: {load:.2f} (1 min), {os.cpu_count()} cores")
     if load > MAX_LOAD:
         print(f"WARNING: 1-min load average {load:.1f} > {MAX_LOAD:.0f}: the figures below will NOT be valid")
@@ -762,31 +875,46 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load average before each run: {' '.join(f'{x:.2f}' for x in loads)}")
         print_dry_runs(sizes, before or runs, runs, brokers, args.baseline if before else "(no baseline)")
         return 0
-    for text in args.sizes.split(","):
+    dries = []
+    texts = [t.strip() for t in args.sizes.split(",")]
+    if tight:       # each store is removed once measured: the largest while the others do not exist yet
+        texts.sort(key=parse_size, reverse=True)
+    for text in texts:
         size = parse_size(text)
-        store = base / f"store-{text.strip()}"
+        store = base / f"store-{text}"
         sizes.append(ensure_store(store, size, args.crash))
-        work = base / f"work-{text.strip()}"
+        work = base / f"work-{text}"
         work.mkdir(parents=True, exist_ok=True)
         print(f"recovering {store} ({sizes[-1]['written_end'] / GB:.2f} GB) ...", flush=True)
+        loads.append(settle(store))
+        dries.append(dry_run(store))
+        print(f"  dry run: {dries[-1]['wall']:.2f} s, {dries[-1]['cpu_seconds']:.1f} CPU-s", flush=True)
         if before_tree is not None:
             loads.append(settle(store))
             (work / "baseline").mkdir(exist_ok=True)
             before.append(spark_run(store, work / "baseline", before_tree))
         loads.append(settle(store))
         runs.append(spark_run(store, work))
+        print(f"  whole job: {runs[-1]['wall']:.2f} s, {runs[-1]['cpu_seconds']:.1f} CPU-s", flush=True)
         if not args.no_reference:
             loads.append(settle(store))
         refs.append(None if args.no_reference else reference_run(store, work))
-        if not args.no_broker:
-            loads.append(settle(store))
-            brokers.append(broker_run(store, work))
         if args.salvage:
             loads.append(settle(store))
             salvaged.append(salvage_runs(store, work))
         if args.task_cpu:
             loads.append(settle(store))
             task_cpu.append(task_cpu_run(store, work))
+        if not args.no_broker:      # last: in place, it changes the store
+            loads.append(settle(store))
+            brokers.append(broker_run(store, work, in_place=tight))
+        if tight:
+            shutil.rmtree(store)
+            shutil.rmtree(work, ignore_errors=True)
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i]["written_end"])
+    for got in (sizes, runs, refs, before, salvaged, task_cpu, brokers, dries):
+        if len(got) == len(order):
+            got[:] = [got[i] for i in order]
     tiny = parse_size(args.fixed_size)
     store = base / f"store-{args.fixed_size}"
     fixed_store = ensure_store(store, tiny, args.crash)
@@ -806,6 +934,7 @@ def main(argv: list[str] | None = None) -> int:
         side_by_side(sizes, runs, before, args.baseline)
     if brokers:
         print_broker(sizes, runs, brokers)
+    print_scale(sizes, runs, dries, brokers)
     if salvaged:
         print_salvage(sizes, runs, salvaged)
     if task_cpu:

@@ -25,6 +25,9 @@ JVM_OPTS = ["-Xms256m", "-Xmx1g", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
             "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
             "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED", "--add-opens", "java.base/java.lang=ALL-UNNAMED",
             "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED", "--add-opens", "java.base/java.util=ALL-UNNAMED"]
+# for timing the broker (benchmarks/recover.py): its JIT's top tier, as the broker runs; the tests
+# stop at C1 (short runs start faster), which makes a long reput several times slower
+BROKER_JVM_OPTS = [o for o in JVM_OPTS if not o.startswith("-XX:TieredStopAtLevel")]
 
 
 class OracleError(RuntimeError):
@@ -56,7 +59,7 @@ def classpath(version: str) -> str:
     return os.pathsep.join([str(HOME / version / "classes"), str(HOME / version / "lib" / "*")])
 
 
-def run(version: str, main_class: str, *args, timeout: float = 300) -> dict:
+def run(version: str, main_class: str, *args, timeout: float = 300, jvm_opts: list[str] = JVM_OPTS) -> dict:
     """``java -cp <classpath(version)> main_class args``: the JSON it printed on stdout."""
     cp = classpath(version)
     # user.home: where the 4.x store's own logger and 5.x's logback look for and write their files
@@ -64,7 +67,7 @@ def run(version: str, main_class: str, *args, timeout: float = 300) -> dict:
     home.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile("w+") as err:
         try:
-            p = subprocess.run(["java", *JVM_OPTS, f"-Duser.home={home}", "-cp", cp, main_class,
+            p = subprocess.run(["java", *jvm_opts, f"-Duser.home={home}", "-cp", cp, main_class,
                                 *map(str, args)], stdout=subprocess.PIPE, stderr=err, text=True,
                                timeout=timeout)
         except subprocess.TimeoutExpired as e:
@@ -81,11 +84,11 @@ def run(version: str, main_class: str, *args, timeout: float = 300) -> dict:
 
 
 def restart(version: str, store: str | Path, broker_conf: str | Path, max_keys: int = 200,
-            entries: bool = True, timeout: float = 300) -> dict:
+            entries: bool = True, timeout: float = 300, jvm_opts: list[str] = JVM_OPTS) -> dict:
     """The real broker restarted on ``store`` IN PLACE (pass a copy): ``oracle.Restart``'s report
     (``entries=False``: the queues' ranges only, no entries, index answers or consumer offsets)."""
     return run(version, "oracle.Restart", store, broker_conf, max_keys, "full" if entries else "summary",
-               timeout=timeout)
+               timeout=timeout, jvm_opts=jvm_opts)
 
 
 def write(version: str, store: str | Path, broker_conf: str | Path, puts: int, seed: int,
