@@ -191,10 +191,9 @@ def queue_puts(config: BrokerConfig, broker_5x: bool, records: pa.RecordBatch | 
             number[name] = len(topics)
             topics.append(name)
     at = np.array([c[0] for c in copies], np.int64)
-    nth = np.ones(len(at), np.int32)         # k-th copy of its record
-    for i in range(1, len(at)):
-        if at[i] == at[i - 1]:
-            nth[i] = nth[i - 1] + 1
+    # k-th copy of its record: the place in its run of equal ``at`` (a record's copies are adjacent)
+    i = np.arange(len(at))
+    nth = (i - np.maximum.accumulate(np.where(np.r_[True, at[1:] != at[:-1]], i, 0)) + 1).astype(np.int32)
     return QueuePuts(np.concatenate([rows, rows[at]]),
                      np.concatenate([code, np.array([number[c[1]] for c in copies], np.int64)]), topics,
                      np.concatenate([qid, np.array([c[2] for c in copies], np.int32)]),
