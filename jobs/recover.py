@@ -94,10 +94,7 @@ def recover(spark, store_path: str, out: str | None, broker_config: str | None =
     out, backup = (p if p is None or publish.is_uri(p) else os.path.abspath(p) for p in (out, backup))
     store = open_store(store_path, broker_config, read_dledger=True)
     if store.dledger is not None and not dry_run and out is not None:
-        dledger_repair.check_repairable(store)
-        if salvage:
-            raise UnsupportedStoreError("--salvage on a DLedger store: re-appended records would need "
-                                        "entries of their own in DLedger's log", str(store.dledger))
+        dledger_repair.check_repairable(store, salvage)
     if not dry_run and out is not None and store.inventory.offsets_in == "rocksdb" and not keep_consumer_offsets:
         raise UnsupportedStoreError(
             "committed consumer offsets kept in RocksDB (storeType=defaultRocksDB): this project reads "

@@ -22,9 +22,12 @@ from store_reader.repair import placement
 from store_reader.io import outputs
 
 
-def check_repairable(store) -> None:
+def check_repairable(store, salvage: bool = False) -> None:
     """Refuse by name a DLedger store whose repaired store this package cannot write as the
-    broker's restart leaves it."""
+    broker's restart leaves it (``salvage``: with the lost messages re-appended)."""
+    if salvage:
+        raise UnsupportedStoreError("--salvage on a DLedger store: re-appended records would need "
+                                    "entries of their own in DLedger's log", str(store.dledger))
     peers = [p for p in (store.config.dLegerPeers or "").split(";") if p.strip()]
     if len(peers) > 1:
         # the entries a restart keeps are decided by the group's election, not by this log alone
