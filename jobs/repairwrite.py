@@ -2,9 +2,11 @@
 directory of the run's own while the audit (6) runs beside it (``jobs.auditwrite``: each on a
 Spark job group of its own, either failing cancels the other and nothing is left behind).
 
-  4. rebuild consume queues from every record below the cut: CQ files as parts packed into a bounded
-     number of tasks (a huge queue is split by file, small queues share a task; a queue whose files
-     do not join up into one sequential put is rebuilt whole);
+  4. rebuild consume queues from every record below the cut: written by the audit's queue buckets
+     as they compare them (``jobs.rebuild.AuditedQueues``: each queue whole, one exchange for the
+     queues); where the audit's records are not the rebuild's, by a job of its own: CQ files as parts
+     packed into a bounded number of tasks (a huge queue is split by file, small queues share a
+     task; a queue whose files do not join up into one sequential put is rebuilt whole);
   5. rebuild index files from the same records, one task per index file;
   6. audit: what is inconsistent and what the broker's own restart would lose or rewind
      (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports);
