@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from jobs._spark.exchange import exchange
 from jobs._spark.scan import kept_puts, kept_reader
-from store_reader.repair import index, queues as repair_queues
+from store_reader.repair import index, queues as repair_queues, scanned
 from store_reader.io import hashing
 from store_reader.formats.commitlog import SegmentSummary
 from store_reader.formats.consumequeue import slots_per_file
@@ -134,6 +134,13 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
                                              cfg.cq_file_size, have, (lo, hi), cfg.mappedFileSizeCommitLog))
     fillers = sorted((p.topic, p.queue_id, *run) for p in parts for run in p.fillers)
     return QueueRebuild(repair_queues.queue_table(parts), buckets, len(parts), sorted(irregular), fillers)
+
+
+def audit_writes_queues(store: Store, broker_5x: bool) -> bool:
+    """Whether a recovery's audit writes its consume queues (``AuditedQueues``): where its records
+    are the rebuild's (``scanned.serves_rebuild``: not past a malformed DUP_INFO under 5.x's
+    ``duplicationEnable``, which the rebuild reads on and the audit's scan does not)."""
+    return scanned.serves_rebuild(store.config, broker_5x)
 
 
 class AuditedQueues:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from jobs import salvage as salvage_job
-from jobs.rebuild import AuditedQueues, index_put_counts, rebuild_consume_queues, rebuild_index_files
+from jobs.rebuild import AuditedQueues, audit_writes_queues, index_put_counts, rebuild_consume_queues, rebuild_index_files
 from jobs.recoverreport import RunReport, manifest
 from jobs._spark.sparkutil import Passes, await_tasks
 from store_reader.formats import consumequeue, rocksdbcq
@@ -82,8 +82,8 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
     being submitted; ``replayed``: set once ``report.prediction`` is whole (the build may start
     as soon as the cut is known, ``prediction.predict(on_cut=...)``: what reads the broker's replay,
     the kept queues' ranges, the salvage and the manifest, waits for it); ``audited``: the run's
-    audit writes the consume queues in its own exchange (``AuditedQueues``) where its records are
-    the rebuild's (``scanned.serves_rebuild``) and not a DLedger store's."""
+    audit writes the consume queues in its own exchange (``AuditedQueues``) where it can
+    (``audit_writes_queues``)."""
     pred = report.prediction
     version_5x = versions.is_5x(pred.broker_version)
     index_tags = versions.index_tag_keys(pred.broker_version)
@@ -132,8 +132,7 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
 
             def consume_queues():
                 passes.wait(index_submitted)
-                folded = audited if audited is not None and scanned.serves_rebuild(cfg, version_5x) \
-                    and store.dledger is None else None
+                folded = audited if audited is not None and audit_writes_queues(store, version_5x) else None
                 if folded is not None:
                     folded.offer(str(tmp))
                 if queued is not None:
