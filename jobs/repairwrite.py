@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Sequence
 
 from jobs import salvage as salvage_job
-from jobs.rebuild import AuditedQueues, audit_writes_queues, index_put_counts, rebuild_consume_queues, rebuild_index_files
+from jobs.rebuild import (AuditedQueues, audit_writes_queues, index_put_counts, rebuild_consume_queues,
+                          rebuild_index_files)
 from jobs.recoverreport import RunReport, manifest
 from jobs._spark.sparkutil import Passes, await_tasks
 from store_reader.formats import consumequeue, rocksdbcq

@@ -20,9 +20,9 @@ Stage 1 (``audit.records``): one task per commitlog file cuts its records into c
 tables keyed for the shuffle; one task per index file on disk does the same with its entries.
 Stage 2 (``audit.compare``): one task per key compares a bucket of queues (in a recovery, writing
 each queue's REBUILT view into the repaired store as it goes: ``AuditPlan.write_queues``), or the
-index puts and entries of one commitlog file's phy range, or passes the rows for the driver through. Memory per
-task is bounded by a bucket or a segment; the driver holds the prediction and the findings, nothing
-per record. Every finding is range-encoded: one row per run of consecutive queue (or phy) offsets.
+index puts and entries of one commitlog file's phy range, or passes the rows for the driver
+through. Memory per task is bounded by a bucket or a segment; the driver holds the prediction and
+the findings, nothing per record. Every finding is range-encoded: one row per run of consecutive queue (or phy) offsets.
 """
 from __future__ import annotations
 
