@@ -18,9 +18,10 @@ from typing import Callable
 import pyarrow as pa
 
 from jobs import findings as fnd
+from jobs.rebuild import AuditedQueues
 from jobs.recoverreport import RunReport
 from jobs.repairwrite import build_repaired_store
-from jobs._spark.sparkutil import cancel_job_group, join_job_group
+from jobs._spark.sparkutil import await_tasks, cancel_job_group, join_job_group
 from store_reader.repair import publish
 from store_reader.store import Store
 
@@ -34,16 +35,18 @@ class StartedWrite:
     group: str
     cancel: threading.Event
     queued: threading.Event
+    queues: AuditedQueues
 
 
 def start_write(spark, report: RunReport, store: Store, out: Path,
                 replayed: threading.Event | None = None) -> StartedWrite:
     """Start building the repaired store (``build_repaired_store``; ``replayed``: see there)."""
     group, cancel, queued = f"{report.run_id}-write-{uuid.uuid4().hex[:8]}", threading.Event(), threading.Event()
+    queues = AuditedQueues()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recover-build")
-    future = pool.submit(build_repaired_store, spark, store, report, out, cancel, group, queued, replayed)
+    future = pool.submit(build_repaired_store, spark, store, report, out, cancel, group, queued, replayed, queues)
     pool.shutdown(wait=False)          # its one thread ends with the build
-    return StartedWrite(future, group, cancel, queued)
+    return StartedWrite(future, group, cancel, queued, queues)
 
 
 def abandon_write(spark, write: StartedWrite) -> None:
@@ -67,13 +70,16 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
     ``write``: the write, when it was started already (``start_write``)."""
     pred = report.prediction
 
-    def audit(group: str | None, after: Callable[[], object] | None = None) -> None:
+    def audit(group: str | None, after: Callable[[], object] | None = None,
+              queues: AuditedQueues | None = None) -> None:
         join_job_group(spark, group)
         if after is not None:
             after()
         t = time.monotonic()
         report.findings = fnd.audit(spark, store, pred, report.summaries, records=report.records or None,
-                                    work_dir=report.scan_dir, on_lost=on_lost)
+                                    work_dir=report.scan_dir, on_lost=on_lost, queues=queues)
+        if queues is not None:
+            queues.finish()
         report.log_pass("audit", t, fnd.count_line(report.findings))
 
     if out is None:
@@ -90,7 +96,7 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
             pass
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="recover") as pool:
-        auditing = pool.submit(audit, groups["audit"], write_queued)
+        auditing = pool.submit(audit, groups["audit"], write_queued, write.queues)
         futures = {building: "write", auditing: "audit"}
         first: BaseException | None = None
         try:
@@ -109,6 +115,10 @@ def audit_and_write(spark, store: Store, report: RunReport, out: Path | None, ov
     if first is not None:
         if building.exception() is None:   # complete, but the run failed: it goes too
             shutil.rmtree(building.result(), ignore_errors=True)
+        if write.queues.out_root is not None:
+            # the audit's tasks write the queues into the build: a straggler may outlive its job
+            await_tasks(spark, groups["audit"])
+            shutil.rmtree(write.queues.out_root, ignore_errors=True)
         raise first
     t = time.monotonic()
     publish.publish(building.result(), out, overwrite)

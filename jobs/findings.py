@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs._spark.exchange import exchange
+from jobs.rebuild import AuditedQueues
 from store_reader.broker import prediction, versions
 from store_reader.audit import offsets
 from store_reader.audit.compare import audit_partition, audit_tables
@@ -82,7 +83,8 @@ class Findings:
 
 def audit(spark, store: Store, pred: prediction.Prediction, summaries: Sequence[SegmentSummary],
           scan: Sequence[SegmentSummary] | None = None, records: dict[str, str] | None = None,
-          work_dir: str | None = None, on_lost: Callable[[list], Future] | None = None) -> Findings:
+          work_dir: str | None = None, on_lost: Callable[[list], Future] | None = None,
+          queues: AuditedQueues | None = None) -> Findings:
     """Every finding for ``store`` given the broker's predicted recovery. ``scan``: the segments
     whose records are read (default all; --since-last passes only the new ones). ``records``: where
     the run's scan kept each segment's records (``store_reader.repair.scanned``; the others are read).
@@ -90,7 +92,9 @@ def audit(spark, store: Store, pred: prediction.Prediction, summaries: Sequence[
     (``jobs._spark.exchange``; default: a temporary directory, which only local executors see).
     ``on_lost``: given the ``lost_messages`` parts as soon as the audit has them (while its second
     stage runs), to start writing them (``jobs.audittables.EarlyWrites``); the table the driver
-    keeps then has no ``body`` column."""
+    keeps then has no ``body`` column. ``queues``: a recovery's consume queues, when its write
+    offered them: the queue buckets write them as they compare them, and ``queues`` is given what
+    they wrote as soon as the exchange is done."""
     scan = list(summaries if scan is None else scan)
     out = Findings()
     if len(scan) < len(summaries):       # --since-last: records read only in the new segments
@@ -100,9 +104,13 @@ def audit(spark, store: Store, pred: prediction.Prediction, summaries: Sequence[
     out.flush = flush_risk(store)
     if not pred.load_result:
         return out
-    plan = audit_plan(spark.sparkContext.defaultParallelism, store, pred, summaries, scan, out.scope, work_dir)
-    out.tables.update(audit_tables(store, pred, plan, run_audit_job(spark, plan, scan, driver_items(plan, pred),
-                                                                    records, on_lost)))
+    target = None if queues is None else queues.target(store, pred)
+    plan = audit_plan(spark.sparkContext.defaultParallelism, store, pred, summaries, scan, out.scope, work_dir,
+                      target)
+    results = run_audit_job(spark, plan, scan, driver_items(plan, pred), records, on_lost)
+    if target is not None:
+        queues.deliver([w for kind, value in results if kind == "queues_written" for w in value], plan.buckets)
+    out.tables.update(audit_tables(store, pred, plan, results))
     return out
 
 

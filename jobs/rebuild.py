@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -13,7 +14,7 @@ import pyarrow as pa
 
 from jobs._spark.exchange import exchange
 from jobs._spark.scan import kept_puts, kept_reader
-from store_reader.repair import index, queues as repair_queues
+from store_reader.repair import index, queues as repair_queues, scanned
 from store_reader.io import hashing
 from store_reader.formats.commitlog import SegmentSummary
 from store_reader.formats.consumequeue import slots_per_file
@@ -133,6 +134,48 @@ def rebuild_consume_queues(spark, store: Store, end: int, broker_5x: bool, out_r
                                              cfg.cq_file_size, have, (lo, hi), cfg.mappedFileSizeCommitLog))
     fillers = sorted((p.topic, p.queue_id, *run) for p in parts for run in p.fillers)
     return QueueRebuild(repair_queues.queue_table(parts), buckets, len(parts), sorted(irregular), fillers)
+
+
+def audit_writes_queues(store: Store, broker_5x: bool) -> bool:
+    """Whether a recovery's audit writes its consume queues (``AuditedQueues``): where its records
+    are the rebuild's (``scanned.serves_rebuild``: not past a malformed DUP_INFO under 5.x's
+    ``duplicationEnable``, which the rebuild reads on and the audit's scan does not)."""
+    return scanned.serves_rebuild(store.config, broker_5x)
+
+
+class AuditedQueues:
+    """A recovery's consume queues written by its audit (issue 35): the audit's one exchange keyed
+    by queue bucket places each queue's REBUILT view (``queues.write_whole_queue``), compares it
+    and hashes its files, so the write runs no exchange of its own for them. The write says where
+    (``offer``), the audit gives back what it wrote (``deliver``) or, when it ran no queue
+    buckets, nothing (``finish``: the write rebuilds them itself, ``rebuild_consume_queues``)."""
+
+    def __init__(self) -> None:
+        self.out_root: str | None = None
+        self.result: tuple[QueueRebuild, dict[str, str]] | None = None
+        self.done = threading.Event()
+
+    def offer(self, out_root: str) -> None:
+        self.out_root = out_root
+
+    def target(self, store: Store, pred) -> repair_queues.QueueTarget | None:
+        """Where the audit's queue buckets write (None: the write did not offer its queues)."""
+        if self.out_root is None:
+            return None
+        cfg = store.config
+        return repair_queues.QueueTarget(self.out_root, store.consume_queue_dir, cfg.cq_file_size,
+                                         cfg.mappedFileSizeCommitLog,
+                                         {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()})
+
+    def deliver(self, written: list[tuple[list[repair_queues.QueuePart], dict[str, str]]], tasks: int) -> None:
+        parts = [p for ps, _ in written for p in ps]
+        digests = {k: v for _, d in written for k, v in d.items()}
+        fillers = sorted((p.topic, p.queue_id, *run) for p in parts for run in p.fillers)
+        self.result = (QueueRebuild(repair_queues.queue_table(parts), tasks, len(parts), [], fillers), digests)
+        self.done.set()
+
+    def finish(self) -> None:
+        self.done.set()
 
 
 def index_put_counts(spark, store: Store, summaries: Sequence[SegmentSummary], end: int,

@@ -2,9 +2,11 @@
 directory of the run's own while the audit (6) runs beside it (``jobs.auditwrite``: each on a
 Spark job group of its own, either failing cancels the other and nothing is left behind).
 
-  4. rebuild consume queues from every record below the cut: CQ files as parts packed into a bounded
-     number of tasks (a huge queue is split by file, small queues share a task; a queue whose files
-     do not join up into one sequential put is rebuilt whole);
+  4. rebuild consume queues from every record below the cut: written by the audit's queue buckets
+     as they compare them (``jobs.rebuild.AuditedQueues``: each queue whole, one exchange for the
+     queues); where the audit's records are not the rebuild's, by a job of its own: CQ files as parts
+     packed into a bounded number of tasks (a huge queue is split by file, small queues share a
+     task; a queue whose files do not join up into one sequential put is rebuilt whole);
   5. rebuild index files from the same records, one task per index file;
   6. audit: what is inconsistent and what the broker's own restart would lose or rewind
      (``jobs/findings.py``, the same findings ``jobs/audit.py`` reports);
@@ -31,7 +33,8 @@ from pathlib import Path
 from typing import Sequence
 
 from jobs import salvage as salvage_job
-from jobs.rebuild import index_put_counts, rebuild_consume_queues, rebuild_index_files
+from jobs.rebuild import (AuditedQueues, audit_writes_queues, index_put_counts, rebuild_consume_queues,
+                          rebuild_index_files)
 from jobs.recoverreport import RunReport, manifest
 from jobs._spark.sparkutil import Passes, await_tasks
 from store_reader.formats import consumequeue, rocksdbcq
@@ -69,8 +72,8 @@ def place_commitlog(spark, store: Store, kept: Sequence[cut.CommitLogFileState],
 
 def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
                          cancel: threading.Event | None = None, group: str | None = None,
-                         queued: threading.Event | None = None, replayed: threading.Event | None = None
-                         ) -> Path:
+                         queued: threading.Event | None = None, replayed: threading.Event | None = None,
+                         audited: AuditedQueues | None = None) -> Path:
     """Passes 4-7 into this invocation's own ``<out>.tmp-<run id>-<nonce>``, MANIFEST.json
     included; returns that directory, still marked incomplete (``publish.TMP_MARKER``) until
     ``publish.publish`` renames it into place.
@@ -79,7 +82,9 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
     build's jobs, which run on threads of their own; ``queued``: set once the rebuild jobs are
     being submitted; ``replayed``: set once ``report.prediction`` is whole (the build may start
     as soon as the cut is known, ``prediction.predict(on_cut=...)``: what reads the broker's replay,
-    the kept queues' ranges, the salvage and the manifest, waits for it)."""
+    the kept queues' ranges, the salvage and the manifest, waits for it); ``audited``: the run's
+    audit writes the consume queues in its own exchange (``AuditedQueues``) where it can
+    (``audit_writes_queues``)."""
     pred = report.prediction
     version_5x = versions.is_5x(pred.broker_version)
     index_tags = versions.index_tag_keys(pred.broker_version)
@@ -128,9 +133,22 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
 
             def consume_queues():
                 passes.wait(index_submitted)
+                folded = audited if audited is not None and audit_writes_queues(store, version_5x) else None
+                if folded is not None:
+                    folded.offer(str(tmp))
                 if queued is not None:
                     queued.set()
                 t = time.monotonic()
+                if folded is not None:
+                    passes.wait(folded.done)
+                    if folded.result is not None:
+                        rebuilt, digests = folded.result
+                        report.log_pass("rebuild consume queues", t, f"{rebuilt.queues.num_rows} queues, "
+                                        f"{sum(rebuilt.queues['entries'].to_pylist())} entries, written whole "
+                                        f"by the audit's {rebuilt.tasks} queue buckets, "
+                                        f"{sum(hi - lo for _, _, lo, hi, _ in rebuilt.fillers)} filler units")
+                        return rebuilt.queues, digests
+
                 def kept() -> dict[tuple[str, int], tuple[int, int]]:
                     passes.wait(replayed)
                     return {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()}

@@ -1,11 +1,13 @@
 """One answer to "what a queue holds" (issue 35): the audit's REBUILT view and ``dump --verify``'s
 expected entries are the repaired store's consume queues, entry for entry: every REBUILT row equals
 the slot the repair writes at its queue offset, and every entry the repair writes (fillers and the
-pre-blank head aside) is a REBUILT row. On a hand-made store where the repair's put rules drop or
+pre-blank head aside) is a REBUILT row; the audit's queue buckets, which write a recovery's consume
+queues as they compare them, write those very files. On a hand-made store where the repair's put rules drop or
 pass over puts (a repeat by phy, a put below the queue's start, a second claim on an offset) and on
 real-broker fixtures."""
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,7 +19,8 @@ from store_reader import open_store
 from store_reader.repair import queues
 from store_reader.audit.plan import audit_plan
 from store_reader.audit.queues import compare_queue, rebuilt_entries
-from store_reader.audit.records import segment_items
+from store_reader.audit.compare import audit_partition
+from store_reader.audit.records import driver_items, segment_items
 from store_reader.audit.view import StoreView
 from store_reader.formats.consumequeue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE
 from store_reader.formats.recordformat import ScanOptions
@@ -92,9 +95,41 @@ def _audit_rows(store, pred) -> dict[tuple[str, int], pa.Table]:
     return {k: pa.concat_tables(v) for k, v in rows.items()}
 
 
+def _audit_written(store, pred, out: Path) -> dict[str, str]:
+    """A recovery's audit, Spark-free: stage 1 over every commitlog file and the driver's items,
+    then every queue bucket with the consume queues to write under ``out`` (``QueueTarget``, no
+    queue the broker keeps past its records: the repair's files above are not extended either);
+    returns the digests the buckets gave for the files they wrote."""
+    summaries = store.summaries()
+    cfg = store.config
+    target = queues.QueueTarget(str(out), store.consume_queue_dir, cfg.cq_file_size, cfg.mappedFileSizeCommitLog, {})
+    plan = audit_plan(1, store, pred, summaries, summaries, None, None, target)
+    items: dict[int, list] = defaultdict(list)
+    for f, s in zip(store.commitlog_files, summaries):
+        for key, item in segment_items(f.path, s.segment, s.file_start + s.file_size > pred.max_phy_offset, plan):
+            items[key].append((key, item))
+    for key, item in driver_items(plan, pred):
+        items[key].append((key, item))
+    digests = {}
+    for bucket in range(plan.buckets):
+        for kind, value in audit_partition(bucket, items[bucket], plan):
+            if kind == "queues_written":
+                for _, d in value:
+                    digests.update(d)
+    return digests
+
+
 def _check(store, tmp_path: Path) -> dict[tuple[str, int], tuple]:
     pred = predict(store, V53)
     repaired = _repaired_queues(store, pred.max_phy_offset, tmp_path / "consumequeue")
+    # the audit's queue buckets write the same files, byte for byte, and hash what they wrote
+    digests = _audit_written(store, pred, tmp_path / "audited")
+    files = sorted(p.relative_to(tmp_path) for p in (tmp_path / "consumequeue").rglob("*") if p.is_file())
+    assert files and sorted(Path(k) for k in digests) == files
+    for rel in files:
+        data = (tmp_path / "audited" / rel).read_bytes()
+        assert data == (tmp_path / rel).read_bytes(), rel
+        assert digests[str(rel)] == hashlib.sha256(data).hexdigest(), rel
     rows = _audit_rows(store, pred)
     expected = StoreView(store).queue_records()
     assert set(rows) == set(repaired) and repaired

@@ -279,7 +279,10 @@ def test_audit_failure_removes_the_finished_write(spark, tmp_path, monkeypatch):
         built.set()
         return tmp
 
+    real_audit = fnd.audit
+
     def audit(*a, **k):
+        real_audit(*a, **k)                     # its queue buckets write the consume queues
         assert built.wait(120)                  # fails only once the repaired store is complete
         raise StoreReaderError("audit could not read something", "somewhere")
 
@@ -333,15 +336,15 @@ def test_tasks_still_running_after_a_failed_job_leave_nothing_behind(spark, tmp_
     sync.mkdir()
     out = work / "out"
 
-    def rebuild_consume_queues(spark_, store, end, broker_5x, out_root, expected, kept=None, records=None,
-                               work_dir=None):
+    def place_commitlog(spark_, store, kept, dest_dir, link):
+        out_root = os.path.dirname(dest_dir)
         started = str(sync / "straggler-started")
 
         def task(i):
             if i == 0:                          # fails once the other task runs
                 while not os.path.exists(started):
                     time.sleep(0.01)
-                raise RuntimeError("a consume queue task failed")
+                raise RuntimeError("a commitlog placement task failed")
             open(started, "w").close()
             # the straggler: writes as soon as the output is gone (or after 10 s)
             deadline = time.monotonic() + 10
@@ -351,8 +354,8 @@ def test_tasks_still_running_after_a_failed_job_leave_nothing_behind(spark, tmp_
             return i
         return spark_.sparkContext.parallelize([0, 1], 2).map(task).collect()
 
-    monkeypatch.setattr(repairwrite, "rebuild_consume_queues", rebuild_consume_queues)
-    with pytest.raises(Exception, match="a consume queue task failed"):
+    monkeypatch.setattr(repairwrite, "place_commitlog", place_commitlog)
+    with pytest.raises(Exception, match="a commitlog placement task failed"):
         job.recover(spark, str(support.input_store(*case)), str(out), str(support.broker_conf(*case)), "5.3")
     assert list(work.iterdir()) == []
 

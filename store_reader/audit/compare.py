@@ -15,10 +15,11 @@ from store_reader.broker import prediction
 from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.offsets import consumer_offset_findings
 from store_reader.audit.plan import AuditPlan
-from store_reader.audit.queues import BROKER, DISK, compare_queue, rebuilt_entries
+from store_reader.audit.queues import BROKER, DISK, compare_queue, rebuilt_entries, rebuilt_puts
 from store_reader.audit.records import entry_rows, flush_grouped, timestamps
 from store_reader.formats.consumequeue import PRE_BLANK_SIZE, CQEntries, decode_entries, read_queue_head, slot_of
 from store_reader.ranges import ascending, consecutive_runs
+from store_reader.repair.queues import write_whole_queue
 from store_reader.store import Store
 
 QUEUE_FINDING_ROWS, INDEX_FINDING_ROWS = QUEUE_FINDING_ROW.arrow(), INDEX_FINDING_ROW.arrow()
@@ -84,27 +85,38 @@ def _rebuilt_range(t: pa.Table, rebuilt: tuple[np.ndarray, ...], below: int | No
 
 def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) -> Iterator[tuple]:
     queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
-    for _, (_, key, table) in items:
-        queues[key].append(table)
+    last_put: dict[tuple[str, int], int] = {}
+    for _, item in items:
+        if item[0] == "last_put":
+            for key, t in item[1].items():
+                last_put[key] = max(last_put.get(key, t), t)
+        else:
+            queues[item[1]].append(item[2])
     # a queue's CQ files are read when it is compared: a task holds one queue's files at a time
-    on_disk = [k for k in (*plan.disk_queues, *plan.disk_units, *plan.broker_on_disk)
-               if plan.queue_key(*k) == bucket]
+    target = plan.write_queues
+    on_disk = [k for k in (*plan.disk_queues, *plan.disk_units, *plan.broker_on_disk,
+                           *(target.kept if target is not None else ())) if plan.queue_key(*k) == bucket]
     for key in on_disk:
         queues.setdefault(key, [])
-    rows, ranges = [], []
+    rows, ranges, written = [], [], []
     for key in sorted(queues):
         parts = queues.pop(key) + _queue_file_rows(key, plan)
-        if not parts:
+        t = pa.concat_tables(parts) if parts else None
+        puts = rebuilt_puts(t) if t is not None else None
+        if target is not None:        # the repaired store's queue: the REBUILT view placed and written
+            none = np.zeros(0, np.int64)
+            off, phy, size, tags, _, record_phy = puts if puts is not None else (none,) * 6
+            written.append(write_whole_queue(target, *key, record_phy, phy, size, tags, off, last_put.get(key, 0)))
+        if t is None or not t.num_rows:
             continue
-        t = pa.concat_tables(parts)
-        if not t.num_rows:
-            continue
-        rebuilt = rebuilt_entries(t)
+        rebuilt = rebuilt_entries(t, puts)
         rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key),
                               key in plan.disk_queues or key in plan.disk_units, plan.scope, rebuilt)
         ranges.append((key, _disk_range(t), _rebuilt_range(t, rebuilt[0], plan.scope[0] if plan.scope else None)))
     yield "queue_findings", pa.Table.from_pylist(rows, schema=QUEUE_FINDING_ROWS)
     yield "ranges", ranges
+    if target is not None:
+        yield "queues_written", written
 
 
 def _index_range(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) -> Iterator[tuple]:

@@ -18,10 +18,11 @@ The audit compares four views of every consume queue entry per (topic, queue id)
 
 Stage 1 (``audit.records``): one task per commitlog file cuts its records into compact Arrow
 tables keyed for the shuffle; one task per index file on disk does the same with its entries.
-Stage 2 (``audit.compare``): one task per key compares a bucket of queues, or the index puts and
-entries of one commitlog file's phy range, or passes the rows for the driver through. Memory per
-task is bounded by a bucket or a segment; the driver holds the prediction and the findings, nothing
-per record. Every finding is range-encoded: one row per run of consecutive queue (or phy) offsets.
+Stage 2 (``audit.compare``): one task per key compares a bucket of queues (in a recovery, writing
+each queue's REBUILT view into the repaired store as it goes: ``AuditPlan.write_queues``), or the
+index puts and entries of one commitlog file's phy range, or passes the rows for the driver
+through. Memory per task is bounded by a bucket or a segment; the driver holds the prediction and
+the findings, nothing per record. Every finding is range-encoded: one row per run of consecutive queue (or phy) offsets.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from store_reader.formats.commitlog import SegmentSummary
 from store_reader.formats.consumequeue import CQEntries, list_queue_files, list_queues, slots_per_file
 from store_reader.formats.rocksdbcq import served_consume_queue
 from store_reader.formats.indexfile import IndexHeader, list_index_files, read_header
-from store_reader.repair.queues import part_bucket
+from store_reader.repair.queues import QueueTarget, part_bucket
 from store_reader.store import Store
 
 # rows (records and the views' entries) per compare task: bounds a task's memory (~50 bytes a row)
@@ -149,6 +150,9 @@ class AuditPlan:
     work_dir: str | None
     """The run's scan directory, which the driver and every executor see: the stages exchange
     their tables there (``jobs._spark.exchange``)."""
+    write_queues: QueueTarget | None = None
+    """Where a recovery's queue buckets write the repaired store's consume queues as they compare
+    them (``queues.write_whole_queue``); None: an audit only."""
 
     @property
     def driver_key(self) -> int:
@@ -170,7 +174,8 @@ class AuditPlan:
 
 
 def audit_plan(parallelism: int, store: Store, pred: prediction.Prediction, summaries: Sequence[SegmentSummary],
-               scan: Sequence[SegmentSummary], scope: tuple[int, int] | None, work_dir: str | None) -> AuditPlan:
+               scan: Sequence[SegmentSummary], scope: tuple[int, int] | None, work_dir: str | None,
+               write_queues: QueueTarget | None = None) -> AuditPlan:
     broker_5x = versions.is_5x(pred.broker_version)
     cfg = store.config
     disk_queues = {(ref.topic, ref.queue_id): [(f.path, f.start) for f in
@@ -209,7 +214,8 @@ def audit_plan(parallelism: int, store: Store, pred: prediction.Prediction, summ
                         if (runs := tuple(r for r in q.entry_runs() if r.slots is None))},
         cut_segment=next((f.name for f in pred.commitlog_files if f.wrote < f.size), None),
         windows=flush_risk(store).windows,
-        index_sources=tuple(sources), index_part_entries=INDEX_ENTRIES_PER_PART, work_dir=work_dir)
+        index_sources=tuple(sources), index_part_entries=INDEX_ENTRIES_PER_PART, work_dir=work_dir,
+        write_queues=write_queues)
 
 
 def rocksdb_units(store: Store) -> dict[tuple[str, int], tuple[np.ndarray, CQEntries]]:

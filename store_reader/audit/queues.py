@@ -90,20 +90,29 @@ def _aligner(*offsets: np.ndarray):
     return keys, align
 
 
-def rebuilt_entries(t: pa.Table) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """The rebuilt view of a queue's ``QUEUE_ROWS``: the entries the repaired store's queue holds,
-    by the repair's own rule (``queues.held_puts`` over the ``REBUILT`` rows in commitlog order),
-    as columns (queue offset, phy offset, size, tags code, flag) ascending by queue offset; and
-    the queue offsets several of its kept puts claim (``duplicate_queue_offset``)."""
+def rebuilt_puts(t: pa.Table) -> tuple[np.ndarray, ...]:
+    """A queue's puts from its ``QUEUE_ROWS`` (the ``REBUILT`` rows) in commitlog order, as
+    columns (queue offset, phy offset, size, tags code, flag, record phy): what the repair places
+    (``queues.place_entries``)."""
     i = np.flatnonzero(t["src"].to_numpy() & REBUILT)
     rec_phy = t["record_phy"].to_numpy()[i]
     if len(i) > 1 and not (rec_phy[1:] >= rec_phy[:-1]).all():
         i = i[np.argsort(rec_phy, kind="stable")]
-    off, phy, size = t["queue_offset"].to_numpy()[i], t["phy_offset"].to_numpy()[i], t["size"].to_numpy()[i]
+    return (t["queue_offset"].to_numpy()[i], t["phy_offset"].to_numpy()[i],
+            t["size"].to_numpy()[i].astype(np.int64), t["tags_code"].to_numpy()[i], t["flag"].to_numpy()[i],
+            t["record_phy"].to_numpy()[i])
+
+
+def rebuilt_entries(t: pa.Table, puts: tuple[np.ndarray, ...] | None = None
+                    ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The rebuilt view of a queue's ``QUEUE_ROWS``: the entries the repaired store's queue holds,
+    by the repair's own rule (``queues.held_puts`` over ``rebuilt_puts``, given as ``puts`` if the
+    caller has them), as columns (queue offset, phy offset, size, tags code, flag) ascending by
+    queue offset; and the queue offsets several of its kept puts claim (``duplicate_queue_offset``)."""
+    off, phy, size, tags, flag, _ = rebuilt_puts(t) if puts is None else puts
     kept, held = held_puts(phy, size, off)
     claims, count = np.unique(off[kept], return_counts=True)
-    cols = (off, phy, size.astype(np.int64), t["tags_code"].to_numpy()[i], t["flag"].to_numpy()[i])
-    return tuple(c[held] for c in cols), claims[count > 1]
+    return tuple(c[held] for c in (off, phy, size, tags, flag)), claims[count > 1]
 
 
 def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None, on_disk: bool,

@@ -67,11 +67,14 @@ def _rows(rb: pa.RecordBatch, columns: list[str], mask: np.ndarray) -> pa.Record
 
 
 def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
-                out: dict[tuple[str, int], list[pa.Table]]) -> None:
+                out: dict[tuple[str, int], list[pa.Table]], last_put: dict[tuple[str, int], int] | None = None
+                ) -> None:
     """The batch's records as ``QUEUE_ROWS`` per queue: every record (``REC``, with its damage
     flag) and the put of each dispatchable one below the cut (``REBUILT``, at its stored phy
     offset; the same row when that is where it lies), LMQ copies in their own queues. Which puts
-    the repaired queue holds is decided per queue, by the repair's rule (``queues.rebuilt_entries``)."""
+    the repaired queue holds is decided per queue, by the repair's rule (``queues.rebuilt_entries``).
+    ``last_put``: given the latest store time of each queue's puts (the checkpoint's, when the
+    queues are written)."""
     phy, stored = _column(rb, "phy_offset"), _column(rb, "stored_phy_offset")
     size, tags = _column(rb, "total_size").astype(np.int32), _column(rb, "tags_code")
     qoff, qid = _column(rb, "queue_offset"), _column(rb, "queue_id")
@@ -90,6 +93,7 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
             np.concatenate([np.where(same, REC | REBUILT, REC), np.full(len(extra), REBUILT)]),
             np.concatenate([flag, np.zeros(len(extra), np.int64)]), np.concatenate([phy, phy[extra]])]
     code, qids = np.concatenate([code, code[extra]]), np.concatenate([qid, qid[extra]])
+    put_rows = np.concatenate([np.arange(len(phy)), extra])      # each row's record in the batch
     if plan.config.enableMultiDispatch and rebuilt.any():
         p = dispatch.queue_puts(plan.config, plan.broker_5x, rb, below)
         if p.own < len(p.row):
@@ -105,11 +109,28 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
                     np.concatenate([cols[5], np.zeros(len(at), np.int64)]), np.concatenate([cols[6], phy[at]])]
             code = np.concatenate([code, np.array([index[n] for n in copy_names], np.int64)])
             qids = np.concatenate([qids, p.queue_id[copies].astype(np.int64)])
+            put_rows = np.concatenate([put_rows, at])
+    if last_put is not None:
+        _last_put(code, qids, cols[4], _column(rb, "store_timestamp")[put_rows], names, last_put)
     table = pa.table([pa.array(c.astype(f.type.to_pandas_dtype())) for c, f in zip(cols, QUEUE_ROWS)],
                      schema=QUEUE_ROWS)
     for key, part in _keyed((code << 32) | (qids.astype(np.int64) & 0xFFFFFFFF), table):
         qid32 = np.int64(key & 0xFFFFFFFF).astype(np.uint32).astype(np.int32)
         out[(names[key >> 32], int(qid32))].append(part)
+
+
+def _last_put(code: np.ndarray, qids: np.ndarray, src: np.ndarray, ts: np.ndarray,
+              names: list[str], last_put: dict[tuple[str, int], int]) -> None:
+    """The latest store time of the ``REBUILT`` rows of each queue, into ``last_put``."""
+    put = np.flatnonzero(src & REBUILT)
+    if not len(put):
+        return
+    keys, at = np.unique((code[put] << 32) | (qids[put].astype(np.int64) & 0xFFFFFFFF), return_inverse=True)
+    latest = np.full(len(keys), np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(latest, at, ts[put].astype(np.int64))
+    for key, t in zip(keys.tolist(), latest.tolist()):
+        queue = (names[key >> 32], int(np.int64(key & 0xFFFFFFFF).astype(np.uint32).astype(np.int32)))
+        last_put[queue] = max(last_put.get(queue, t), t)
 
 
 def _lost_rows(rb: pa.RecordBatch, segment: str, plan: AuditPlan) -> pa.Table:
@@ -208,6 +229,7 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
     queues: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
     puts, lost_rows, flush = [], [], []
     topic_no: dict[str, int] = {}
+    last_put: dict[tuple[str, int], int] | None = None if plan.write_queues is None else {}
     batches = SegmentScan(path, plan.opts, columns=cols, include_lost=True, batch_size=65536) if records is None \
         else read_records(records)
     kept_puts = None if records is None else read_puts(records)     # a batch of puts per batch of records
@@ -217,7 +239,7 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
         # does not re-read); the flush window counts the valid prefix (what was written in order)
         kept = _column(rb, "phy_offset") < plan.end
         below = kept & _column(rb, "valid_prefix")
-        _queue_rows(rb, plan, kept, queues)
+        _queue_rows(rb, plan, kept, queues, last_put)
         if lost:
             lost_rows.append(_lost_rows(rb, segment, plan))
         if below.any():
@@ -231,6 +253,11 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
                                  schema=INDEX_PUTS))
     for (topic, qid), parts in queues.items():
         yield plan.queue_key(topic, qid), ("queue", (topic, qid), pa.concat_tables(parts))
+    by_bucket: dict[int, dict[tuple[str, int], int]] = defaultdict(dict)
+    for queue, t in (last_put or {}).items():
+        by_bucket[plan.queue_key(*queue)][queue] = t
+    for bucket, latest in by_bucket.items():
+        yield bucket, ("last_put", latest)
     if puts:
         t = pa.concat_tables(puts)
         names = list(topic_no)

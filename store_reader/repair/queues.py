@@ -342,6 +342,53 @@ def extend_queue(topic: str, queue_id: int, queue_dir: str, cq_file_size: int, r
                      [(first, stop, phy)])
 
 
+@dataclass(frozen=True)
+class QueueTarget:
+    """Where a task holding whole queues (the audit's queue buckets) writes them into the repaired
+    store (``write_whole_queue``): the output root, the input store's consume queue directory (the
+    slots below a queue's min are kept from its files), the file sizes, and the (min, max) offset
+    of every queue the broker keeps (``extend_queue``)."""
+
+    out_root: str
+    input_dir: Any
+    cq_file_size: int
+    commitlog_file_size: int
+    kept: dict[tuple[str, int], tuple[int, int]]
+
+
+def write_whole_queue(target: QueueTarget, topic: str, queue_id: int, record_phy: np.ndarray,
+                      stored_phy: np.ndarray, size: np.ndarray, tags_code: np.ndarray, queue_offset: np.ndarray,
+                      last_store_timestamp: int) -> tuple[list[QueuePart], dict[str, str]]:
+    """A queue of the repaired store from its puts in commitlog order (``record_phy``: where each
+    put's record lies; none: a queue the broker
+    keeps whose records are all gone), written in one piece: ``place_entries``, then fillers up to
+    the max of the queue the broker keeps (``extend_queue``); each of its files hashed by the task
+    that wrote it. Returns the parts as ``jobs.rebuild.rebuild_consume_queues`` reports them and
+    each file's SHA-256 by its path below the output root."""
+    from store_reader.io.hashing import sha256_file
+
+    rel = os.path.join("consumequeue", topic, str(queue_id))
+    queue_dir = os.path.join(target.out_root, rel)
+    parts, rebuilt = [], None
+    if len(queue_offset):
+        q = place_entries(topic, queue_id, stored_phy, size, tags_code, queue_offset, target.cq_file_size,
+                          target.commitlog_file_size)
+        write_repaired_queue(q, queue_dir, target.input_dir / topic / str(queue_id))
+        stored_phy, queue_offset = np.asarray(stored_phy, np.int64), np.asarray(queue_offset, np.int64)
+        ends = stored_phy + np.asarray(size, np.int64)
+        parts.append(QueuePart(topic, queue_id, -1, False, len(queue_offset), int(queue_offset[0]),
+                               int(queue_offset[-1]), (int(record_phy[0]), 0), (int(record_phy[-1]), 0),
+                               int(ends[0]), int(ends[-1]), q.min_offset, q.max_offset, last_store_timestamp,
+                               q.fillers))
+        rebuilt = (q.min_offset, q.max_offset)
+    kept = target.kept.get((topic, queue_id))
+    if kept is not None and kept[1] > (kept[0] if rebuilt is None else rebuilt[1]):
+        parts.append(extend_queue(topic, queue_id, queue_dir, target.cq_file_size, rebuilt, kept,
+                                  target.commitlog_file_size))
+    names = sorted(os.listdir(queue_dir)) if os.path.isdir(queue_dir) else []
+    return parts, {os.path.join(rel, n): sha256_file(os.path.join(queue_dir, n)) for n in names}
+
+
 def irregular_queues(parts: Iterable[QueuePart]) -> set[tuple[str, int]]:
     """Queues rebuilt file by file whose files do not join up into one sequential rebuild: a part
     that is not regular itself, or one that does not continue the previous file's queue offsets,
