@@ -63,7 +63,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,15 +110,17 @@ REFERENCE_PASSES = ["scan", "plan", "rebuild consume queues", "rebuild index", "
 
 # -- the stores ---------------------------------------------------------------------------------------
 
-def spec_for(size: int) -> SyntheticStoreSpec:
-    """~1 KiB messages, 256 MiB segments, the default 32 queues over four topics, keys everywhere."""
-    return SyntheticStoreSpec(total_bytes=size, segment_size=256 << 20, message_size=1024, seed=1)
+def spec_for(size: int, queues: int | None = None) -> SyntheticStoreSpec:
+    """~1 KiB messages, 256 MiB segments, the default 32 queues over four topics (``queues``: that
+    many queues of one topic instead), keys everywhere."""
+    spec = SyntheticStoreSpec(total_bytes=size, segment_size=256 << 20, message_size=1024, seed=1)
+    return spec if queues is None else replace(spec, topics=(("TopicA", queues),))
 
 
-def ensure_store(root: Path, size: int, crash: CrashSpec = CRASH) -> dict:
+def ensure_store(root: Path, size: int, crash: CrashSpec = CRASH, queues: int | None = None) -> dict:
     """The crashed store of ``size`` at ``root``, made unless one with the same spec is there."""
     stamp = root / "bench-spec.json"
-    want = {"spec": asdict(spec_for(size)), "crash": asdict(crash)}
+    want = {"spec": asdict(spec_for(size, queues)), "crash": asdict(crash)}
     if stamp.exists():
         have = json.loads(stamp.read_text())
         if {k: have.get(k) for k in want} == json.loads(json.dumps(want)):
@@ -126,7 +128,7 @@ def ensure_store(root: Path, size: int, crash: CrashSpec = CRASH) -> dict:
     if root.exists():
         shutil.rmtree(root)
     t = time.perf_counter()
-    info = write_store(root, spec_for(size), crash, keep_messages=False)
+    info = write_store(root, spec_for(size, queues), crash, keep_messages=False)
     print(f"wrote {info.counts['records']:,} records ({info.written_end / GB:.2f} GB) in "
           f"{time.perf_counter() - t:.0f}s -> {root}", flush=True)
     have = {**want, "written_end": info.written_end, "records": info.counts["records"],
@@ -796,6 +798,39 @@ def warm(store: Path) -> None:
                 pass
 
 
+def memory_runs(args, base: Path, before_tree: Path | None) -> int:
+    """``--memory``: per size, the whole job of ``--baseline`` and of this tree (with ``--link``: the
+    output holds the queues, the index and the cut file), and each kind of process's peak RSS. The
+    stores are kept (``--dir``) for the next run."""
+    JOB_EXTRA[:] = ["--link"]
+    rows = []
+    for text in (t.strip() for t in args.sizes.split(",")):
+        store = base / f"store-{text}-q{args.queues}"
+        info = ensure_store(store, parse_size(text), args.crash, args.queues)
+        work = base / f"work-{text}-q{args.queues}"
+        work.mkdir(parents=True, exist_ok=True)
+        got = {}
+        for label, tree in ((args.baseline, before_tree), ("this tree", ROOT)):
+            if tree is not None:
+                settle(store)
+                got[label] = spark_run(store, work / label.replace(" ", "-"), tree)
+                peaks = ", ".join(f"{k} {_mb(v)}" for k, v in sorted(got[label]["peak_one"].items()))
+                print(f"  {text} {label}: {got[label]['cpu_seconds']:.1f} CPU-s; peak RSS of one: {peaks}",
+                      flush=True)
+        rows.append((text, info, got))
+        shutil.rmtree(work, ignore_errors=True)
+    labels = [lb for lb in (args.baseline, "this tree") if any(lb in g for _, _, g in rows)]
+    print(f"\npeak RSS of the largest Python worker ({args.queues or 32} queues):")
+    print("| store | records | per queue | " + " | ".join(labels) + " |")
+    print("|---|---|---|" + "---|" * len(labels))
+    for text, info, got in rows:
+        per_queue = info["records"] // (args.queues or 32)
+        print(f"| {info['written_end'] / GB:.2f} GB | {info['records']:,} | ~{per_queue:,} | "
+              + " | ".join(_mb(got[lb]["peak_one"].get("python workers")) if lb in got else "-" for lb in labels)
+              + " |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     global SETTLE_MAX
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -832,6 +867,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle", type=float, default=SETTLE_MAX,
                     help=f"wait at most this many seconds before each timed run for the load to fall below 1 "
                          f"(default {SETTLE_MAX:.0f})")
+    ap.add_argument("--queues", type=int,
+                    help="stores of one topic with this many queues (default: 32 queues over four topics)")
+    ap.add_argument("--memory", action="store_true",
+                    help="only the whole job (--link), --baseline's and this tree's, per size: the peak RSS of "
+                         "each kind of process (a queue's length grows with the store when --queues is small)")
     ap.add_argument("--reference", nargs=2, metavar=("STORE", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.reference:
@@ -854,6 +894,8 @@ def main(argv: list[str] | None = None) -> int:
     before_tree = None if args.baseline == "none" else baseline_tree(args.baseline, base)
     sizes, runs, refs, before, salvaged, task_cpu, brokers = [], [], [], [], [], [], []
     loads = [load]
+    if args.memory:
+        return memory_runs(args, base, before_tree)
     if args.dry_run:
         for text in args.sizes.split(","):
             store = base / f"store-{text.strip()}"

@@ -15,11 +15,13 @@ from store_reader.broker import prediction
 from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.offsets import consumer_offset_findings
 from store_reader.audit.plan import AuditPlan
-from store_reader.audit.queues import BROKER, DISK, compare_queue, rebuilt_entries, rebuilt_puts
+from store_reader.audit.queues import (BROKER, DISK, REBUILT, REC, compare_queue, filler_rows, hole_rows,
+                                       queue_views, rebuilt_entries, rebuilt_puts, served_phys)
 from store_reader.audit.records import entry_rows, flush_grouped, timestamps
-from store_reader.formats.consumequeue import PRE_BLANK_SIZE, CQEntries, decode_entries, read_queue_head, slot_of
+from store_reader.formats.consumequeue import (PRE_BLANK_SIZE, CQEntries, decode_entries, read_queue_head, slot_of,
+                                               slots_per_file)
 from store_reader.ranges import ascending, consecutive_runs
-from store_reader.repair.queues import write_whole_queue
+from store_reader.repair.queues import QueueWriter, puts_in_order, write_whole_queue
 from store_reader.store import Store
 
 QUEUE_FINDING_ROWS, INDEX_FINDING_ROWS = QUEUE_FINDING_ROW.arrow(), INDEX_FINDING_ROW.arrow()
@@ -34,9 +36,10 @@ def audit_partition(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPla
         yield from _index_range(key, items, plan)
 
 
-def _queue_file_rows(key: tuple[str, int], plan: AuditPlan) -> list[pa.Table]:
+def _queue_file_rows(key: tuple[str, int], plan: AuditPlan, window: int | None = None) -> list[pa.Table]:
     """A queue's rows from its CQ files: every non-zero slot (the disk view) and the broker's
-    entries its recovery leaves as they are on disk; each file's head read and decoded once."""
+    entries its recovery leaves as they are on disk; each file's head read and decoded once.
+    ``window``: only those of that CQ file's window of queue offsets (``_file_windows``)."""
     heads: dict[str, CQEntries] = {}
 
     def head(path) -> CQEntries:
@@ -44,14 +47,19 @@ def _queue_file_rows(key: tuple[str, int], plan: AuditPlan) -> list[pa.Table]:
             heads[str(path)] = decode_entries(read_queue_head(path)[0])
         return heads[str(path)]
 
+    per_file = slots_per_file(plan.config.cq_file_size)
     out = []
     for path, start in plan.disk_queues.get(key, ()):
+        if window is not None and slot_of(start) // per_file != window:
+            continue
         e = head(path)
         keep = np.flatnonzero((e.phy_offset != 0) | (e.size != 0) | (e.tags_code != 0))
         out.append(entry_rows(slot_of(start) + keep, CQEntries(*(c[keep] for c in e)), DISK))
     if key in plan.disk_units:          # a RocksDB consume queue: its units as stored
         out.append(entry_rows(*plan.disk_units[key], DISK))
     for r in plan.broker_on_disk.get(key, ()):
+        if window is not None and r.first // per_file != window:
+            continue
         e = head(r.path)
         zeros = max(0, r.hi - max(r.lo, len(e.size)))    # slots past the head are all zero
         out.append(entry_rows(r.first, CQEntries(*(np.concatenate([c[r.lo:r.hi], np.zeros(zeros, c.dtype)])
@@ -100,6 +108,13 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
         queues.setdefault(key, [])
     rows, ranges, written = [], [], []
     for key in sorted(queues):
+        got = compare_windows(key, queues[key], plan, last_put.get(key, 0))
+        if got is not None:
+            del queues[key]
+            rows += got[0]
+            ranges += got[1]
+            written += got[2]
+            continue
         parts = queues.pop(key) + _queue_file_rows(key, plan)
         t = pa.concat_tables(parts) if parts else None
         puts = rebuilt_puts(t) if t is not None else None
@@ -117,6 +132,178 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
     yield "ranges", ranges
     if target is not None:
         yield "queues_written", written
+
+
+# -- a queue a window at a time ---------------------------------------------------------------------------
+
+
+def _file_windows(key: tuple[str, int], plan: AuditPlan, per_file: int) -> set[int] | None:
+    """The windows of queue offsets (a CQ file's each) the queue's CQ files and the broker's entries
+    left on disk hold rows in; None when one of its runs crosses a file's end."""
+    out = {slot_of(start) // per_file for _, start in plan.disk_queues.get(key, ())}
+    for r in plan.broker_on_disk.get(key, ()):
+        if r.hi > r.lo:
+            first, last = r.first // per_file, (r.first + r.hi - r.lo - 1) // per_file
+            if first != last:
+                return None
+            out.add(first)
+    return out
+
+
+def _in_order(parts: list[pa.Table], per_file: int) -> tuple[list[np.ndarray], list[tuple[int, int] | None],
+                                                               int | None] | None:
+    """A cheap first pass over a queue's ``QUEUE_ROWS`` (its parts, in commitlog order): each part's
+    windows and the range of its records' phy offsets, and the queue's last rebuilt offset; None
+    when its puts are not in order (``queues.puts_in_order``): the queue is not taken a window at
+    a time."""
+    windows, recs = [], []
+    last, at = None, -1
+    for t in parts:
+        src, off = t["src"].to_numpy(), t["queue_offset"].to_numpy()
+        windows.append(np.unique(off // per_file))
+        phy = t["phy_offset"].to_numpy()[(src & REC) != 0]
+        recs.append((int(phy.min()), int(phy.max())) if len(phy) else None)
+        put = np.flatnonzero(src & REBUILT)
+        if len(put):
+            rec_phy = t["record_phy"].to_numpy()[put]
+            if rec_phy.min() <= at:
+                return None
+            if not (rec_phy[1:] >= rec_phy[:-1]).all():
+                put = put[np.argsort(rec_phy, kind="stable")]
+            at = int(rec_phy.max())
+            ok, last = puts_in_order(t["phy_offset"].to_numpy()[put], t["size"].to_numpy()[put], off[put], last)
+            if not ok:
+                return None
+    return windows, recs, None if last is None else last[0]
+
+
+def _matched_records(tw: pa.Table, b_phy: np.ndarray, parts: list[pa.Table],
+                     recs: list[tuple[int, int] | None]) -> pa.Table:
+    """A window's rows for ``compare_queue``, its records replaced by those the broker's entries
+    can be matched with: the queue's records (in any window: a record keeps the queue offset it
+    was stored with) whose phy offset lies in the range of the window's broker entries
+    (``b_phy``). ``compare_queue`` reads the record view only to match a broker entry to the
+    record starting at its phy offset."""
+    src = tw["src"].to_numpy()
+    mine = tw.filter(pa.array(src != REC))
+    out = [mine.set_column(mine.schema.get_field_index("src"), "src",
+                           pa.array(mine["src"].to_numpy() & ~np.int8(REC), pa.int8()))]
+    if len(b_phy):
+        lo, hi = int(b_phy.min()), int(b_phy.max())
+        for t, span in zip(parts, recs):
+            if span is None or span[1] < lo or span[0] > hi:
+                continue
+            phy = t["phy_offset"].to_numpy()
+            hit = t.filter(pa.array(((t["src"].to_numpy() & REC) != 0) & (phy >= lo) & (phy <= hi)))
+            out.append(hit.set_column(hit.schema.get_field_index("src"), "src",
+                                      pa.array(np.full(hit.num_rows, REC, np.int8))))
+    return pa.concat_tables(out)
+
+
+def _joined(rows: list[dict], per_file: int) -> list[dict]:
+    """The windows' rows with each run a window's start cut in two joined again."""
+    out: list[dict] = []
+    for row in sorted(rows, key=lambda r: (r["kind"], r["detail"] or "", r["from_offset"])):
+        prev = out[-1] if out else None
+        if (prev is not None and row["from_offset"] % per_file == 0 and prev["to_offset"] == row["from_offset"]
+                and prev["kind"] == row["kind"] and prev["detail"] == row["detail"]):
+            prev["to_offset"] = row["to_offset"]
+            prev["count"] += row["count"]
+            if prev["phy_from"] is not None and row["phy_from"] is not None:
+                prev["phy_from"] = min(prev["phy_from"], row["phy_from"])
+                prev["phy_to"] = max(prev["phy_to"], row["phy_to"])
+            continue
+        out.append(dict(row))
+    return out
+
+
+def _widen(a: tuple[int, int] | None, b: tuple[int, int] | None) -> tuple[int, int] | None:
+    return b if a is None else a if b is None else (min(a[0], b[0]), max(a[1], b[1]))
+
+
+def compare_windows(key: tuple[str, int], parts: list[pa.Table], plan: AuditPlan, last_put: int
+                    ) -> tuple[list[dict], list[tuple], list] | None:
+    """``_compare_bucket``'s work for one queue (its rows, ranges and written files), a window of
+    queue offsets (a CQ file's) at a time: the task holds one window's rows, not the queue's. The
+    same results as the whole queue at once (a test holds it), given that the queue's puts are in
+    order (``_in_order``) and each window's disk and broker phy offsets continue the previous
+    window's. None (nothing written) when the first pass finds its puts are not; when a window finds
+    the phy offsets are not, its files are still written a window at a time and it is compared whole."""
+    if key in plan.disk_units:
+        return None
+    per_file = slots_per_file(plan.config.cq_file_size)
+    on_disk = _file_windows(key, plan, per_file)
+    first = _in_order(parts, per_file) if on_disk is not None else None
+    if first is None:
+        return None
+    part_windows, recs, last_rebuilt = first
+    target = plan.write_queues
+    writer = QueueWriter(target, *key) if target is not None else None
+    windows = sorted(on_disk.union(*(set(w.tolist()) for w in part_windows)))
+    rows: list[dict] = []
+    disk = rebuilt = None                  # the queue's ranges so far
+    comparing, any_rows = True, False
+    last_d = last_b = last_valid = None    # what the next window continues
+    last_r: tuple[np.ndarray, ...] | None = None
+    missing = None
+    topic, qid = key
+    for w in windows:
+        tables = [t.filter(pa.array(t["queue_offset"].to_numpy() // per_file == w))
+                  for t, ws in zip(parts, part_windows) if np.isin(w, ws)]
+        tables += _queue_file_rows(key, plan, w)
+        tw = pa.concat_tables(tables) if tables else None
+        del tables
+        if tw is None or not tw.num_rows:
+            continue
+        any_rows = True
+        puts = rebuilt_puts(tw)
+        if writer is not None:
+            off, phy, size, tags, _, record_phy = puts
+            writer.add(record_phy, phy, size, tags, off)
+        if not comparing:
+            continue
+        d, b = queue_views(tw, DISK, BROKER)
+        dp, bp = served_phys(d, b)
+        if ((len(dp) and ((np.diff(dp) <= 0).any() or (last_d is not None and dp[0] <= last_d)))
+                or (len(bp) and ((np.diff(bp) <= 0).any() or (last_b is not None and bp[0] <= last_b)))):
+            comparing = False           # phy offsets at several queue offsets: compared whole below
+            continue
+        last_d = dp[-1] if len(dp) else last_d
+        last_b = bp[-1] if len(bp) else last_b
+        r, dup = rebuilt_entries(tw, puts)
+        rows += compare_queue(topic, qid, _matched_records(tw, b[1], parts, recs), plan.end,
+                              plan.broker_min.get(key), False, plan.scope, (r, dup), last_rebuilt)
+        # what spans windows: the holes and fillers between them, the queue's whole range
+        valid = d[0][(d[1] >= 0) & (d[2] > 0)]
+        if len(valid):
+            if last_valid is not None:
+                rows += hole_rows(topic, qid, (np.array([last_valid, valid[0]]), np.zeros(2, np.int64),
+                                               np.ones(2, np.int64)))
+            last_valid = int(valid[-1])
+        if len(r[0]):
+            if last_r is not None:
+                rows += filler_rows(topic, qid, tuple(np.array([a, c[0]]) for a, c in zip(last_r, r[:3])))
+            last_r = tuple(c[-1] for c in r[:3])
+            span = (int(r[0][0]), int(r[0][-1]) + 1, len(r[0]), int(r[1].min()), int((r[1] + r[2]).max()))
+            missing = span if missing is None else (missing[0], span[1], missing[2] + span[2],
+                                                    min(missing[3], span[3]), max(missing[4], span[4]))
+        disk = _widen(disk, _disk_range(tw))
+        rebuilt = _widen(rebuilt, _rebuilt_range(tw, r, plan.scope[0] if plan.scope else None))
+    written = [writer.finish(last_put)] if writer is not None else []
+    if not comparing:
+        t = pa.concat_tables(parts + _queue_file_rows(key, plan))
+        r = rebuilt_entries(t)
+        return (compare_queue(topic, qid, t, plan.end, plan.broker_min.get(key),
+                              key in plan.disk_queues, plan.scope, r),
+                [(key, _disk_range(t), _rebuilt_range(t, r[0], plan.scope[0] if plan.scope else None))], written)
+    if not any_rows:
+        return [], [], written
+    rows = _joined(rows, per_file)
+    if key not in plan.disk_queues and missing is not None:
+        rows.append({"kind": "queue_missing", "topic": topic, "queue_id": qid, "from_offset": missing[0],
+                     "to_offset": missing[1], "count": missing[2], "phy_from": missing[3], "phy_to": missing[4],
+                     "detail": None})
+    return rows, [(key, disk, rebuilt)], written
 
 
 def _index_range(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPlan) -> Iterator[tuple]:

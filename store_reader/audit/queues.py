@@ -115,27 +115,64 @@ def rebuilt_entries(t: pa.Table, puts: tuple[np.ndarray, ...] | None = None
     return tuple(c[held] for c in (off, phy, size, tags, flag)), claims[count > 1]
 
 
-def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None, on_disk: bool,
-                  scope: tuple[int, int] | None,
-                  rebuilt: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None) -> list[dict]:
-    """Every ``QUEUE_KINDS`` finding of one queue from its entries: ``QUEUE_ROWS`` whose ``src``
-    bits say which views (disk, broker, rebuilt, record) a row belongs to (``flag`` of a record
-    row: 1 CRC mismatch, 2 behind a bad record); ``rebuilt``: ``rebuilt_entries(t)`` if the
-    caller has it."""
+def queue_views(t: pa.Table, *views: int) -> list[tuple[np.ndarray, ...]]:
+    """Each view's rows of a queue's ``QUEUE_ROWS`` as columns (queue offset, phy offset, size,
+    tags code, flag) by queue offset, then phy offset (rows equal in both in table order)."""
     src = t["src"].to_numpy()
     off, phy = t["queue_offset"].to_numpy(), t["phy_offset"].to_numpy()
     size, tags = t["size"].to_numpy().astype(np.int64), t["tags_code"].to_numpy()
     flag = t["flag"].to_numpy()
-
-    def view(s: int):
-        """The view's rows by queue offset, then phy offset (rows equal in both in table order)."""
+    out = []
+    for s in views:
         i = np.flatnonzero(src & s)
         o = off[i]
         if len(o) > 1 and not (o[1:] > o[:-1]).all():      # out of order, or repeated offsets
             i = i[np.lexsort((phy[i], o))]
-        return off[i], phy[i], size[i], tags[i], flag[i]
+        out.append((off[i], phy[i], size[i], tags[i], flag[i]))
+    return out
 
-    d, b, rec = view(DISK), view(BROKER), view(REC)
+
+def served_phys(d: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The phy offsets of the disk view's entries and of the broker's that ``duplicate_phy_on_disk``
+    and ``duplicate_phy`` look at (``queue_views``' order)."""
+    return d[1][(d[2] > 0) & (d[2] != PRE_BLANK_SIZE)], b[1][b[2] != PRE_BLANK_SIZE]
+
+
+def hole_rows(topic: str, qid: int, d: tuple[np.ndarray, ...]) -> list[dict]:
+    """``hole``: the gaps between valid entries of the disk view ``d``."""
+    vo = d[0][(d[1] >= 0) & (d[2] > 0)]
+    out: list[dict] = []
+    for g in np.flatnonzero(np.diff(vo) > 1):
+        out += _runs("hole", topic, qid, np.arange(vo[g] + 1, vo[g + 1]))
+    return out
+
+
+def filler_rows(topic: str, qid: int, r: tuple[np.ndarray, ...]) -> list[dict]:
+    """``filler``: the offsets inside the rebuilt queue ``r`` that no record holds."""
+    out = []
+    for g in np.flatnonzero(np.diff(r[0]) > 1):
+        prev_end, nxt = int(r[1][g] + r[2][g]), int(r[1][g + 1])
+        out.append({"kind": "filler", "topic": topic, "queue_id": qid, "from_offset": int(r[0][g]) + 1,
+                    "to_offset": int(r[0][g + 1]), "count": int(r[0][g + 1] - r[0][g] - 1),
+                    "phy_from": prev_end if prev_end <= nxt else None, "phy_to": nxt if prev_end <= nxt else None,
+                    "detail": "records gone between its neighbours' commitlog positions"})
+    return out
+
+
+_WHOLE = object()
+
+
+def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None, on_disk: bool,
+                  scope: tuple[int, int] | None,
+                  rebuilt: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None,
+                  last_rebuilt: Any = _WHOLE) -> list[dict]:
+    """Every ``QUEUE_KINDS`` finding of one queue from its entries: ``QUEUE_ROWS`` whose ``src``
+    bits say which views (disk, broker, rebuilt, record) a row belongs to (``flag`` of a record
+    row: 1 CRC mismatch, 2 behind a bad record); ``rebuilt``: ``rebuilt_entries(t)`` if the
+    caller has it. ``last_rebuilt``: ``t`` is one window of the queue's offsets
+    (``compare.compare_windows``), whose rebuilt view ends at this offset (None: it has none):
+    no ``queue_missing`` row, the caller joins the windows' rows."""
+    d, b, rec = queue_views(t, DISK, BROKER, REC)
     r, dup = rebuilt if rebuilt is not None else rebuilt_entries(t)
     out: list[dict] = []
     keys, align = _aligner(d[0], b[0], r[0])
@@ -178,12 +215,7 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
     if len(dup):
         out += _runs("duplicate_queue_offset", topic, qid, dup, detail="several records at one queue offset")
     # holes: gaps between valid entries on disk
-    valid = (d[1] >= 0) & (d[2] > 0)
-    vo = d[0][valid]
-    if len(vo) > 1:
-        gaps = np.flatnonzero(np.diff(vo) > 1)
-        for g in gaps:
-            out += _runs("hole", topic, qid, np.arange(vo[g] + 1, vo[g + 1]))
+    out += hole_rows(topic, qid, d)
     for kind, v, keep in (("duplicate_phy_on_disk", d, (d[2] > 0) & (d[2] != PRE_BLANK_SIZE)),
                           ("duplicate_phy", b, b[2] != PRE_BLANK_SIZE)):
         o, p, s = v[0][keep], v[1][keep], v[2][keep]
@@ -193,18 +225,14 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
         m = np.isin(p, vals[cnt > 1])
         out += _runs(kind, topic, qid, o[m], p[m], s[m], detail="phy offset at several queue offsets")
     # offsets inside the rebuilt queue that no record holds: the repaired store's fillers
-    for g in np.flatnonzero(np.diff(r[0]) > 1):
-        prev_end, nxt = int(r[1][g] + r[2][g]), int(r[1][g + 1])
-        out.append({"kind": "filler", "topic": topic, "queue_id": qid, "from_offset": int(r[0][g]) + 1,
-                    "to_offset": int(r[0][g + 1]), "count": int(r[0][g + 1] - r[0][g] - 1),
-                    "phy_from": prev_end if prev_end <= nxt else None, "phy_to": nxt if prev_end <= nxt else None,
-                    "detail": "records gone between its neighbours' commitlog positions"})
+    out += filler_rows(topic, qid, r)
     # ... and past the last record left, up to the max of the queue the broker keeps
     # (with a scope, judged only where the records were read: below it there are none to miss)
-    tail = (b[0] > r[0][-1] if len(r[0]) else np.ones(len(b[0]), bool)) & scoped(b[1])
+    last = (r[0][-1] if len(r[0]) else None) if last_rebuilt is _WHOLE else last_rebuilt
+    tail = (b[0] > last if last is not None else np.ones(len(b[0]), bool)) & scoped(b[1])
     out += _runs("filler", topic, qid, b[0][tail], b[1][tail], b[2][tail],
                  detail="the broker keeps these offsets past the queue's last record left")
-    if not on_disk and len(r[0]):           # one row for the queue: its whole range
+    if not on_disk and len(r[0]) and last_rebuilt is _WHOLE:           # one row for the queue: its whole range
         out.append({"kind": "queue_missing", "topic": topic, "queue_id": qid, "from_offset": int(r[0][0]),
                     "to_offset": int(r[0][-1]) + 1, "count": len(r[0]), "phy_from": int(r[1].min()),
                     "phy_to": int((r[1] + r[2]).max()), "detail": None})

@@ -225,21 +225,30 @@ def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.nd
     slots["phy_offset"][at] = stored_phy[rows]
     slots["size"][at] = size[rows]
     slots["tags_code"][at] = tags_code[rows]
-    fillers = []
-    gaps = np.flatnonzero(np.diff(offsets) > 1)
-    if gaps.size:
-        phys = stored_phy[rows]
-        reached = np.maximum.accumulate(phys)
-        after = phys[gaps + 1]
-        file_of_after = after - after % commitlog_file_size
-        # the last entry before the first one reaching the following entry's commitlog file
-        before = np.minimum(np.searchsorted(reached, file_of_after, "left"), gaps + 1) - 1
-        filler_phy = filler_phy_of(np.where(before >= 0, phys[np.maximum(before, 0)], 0), commitlog_file_size)
-        for g, phy in zip(gaps.tolist(), filler_phy.tolist()):
-            lo, hi = int(offsets[g]) + 1, int(offsets[g + 1])
-            slots[lo - base:hi - base] = (phy, FILLER_SIZE, 0)
-            fillers.append((lo, hi, phy))
+    fillers = _place_fillers(slots, base, offsets, stored_phy[rows], np.flatnonzero(np.diff(offsets) > 1),
+                             commitlog_file_size)
     return RepairedQueue(topic, queue_id, cq_file_size, base, slots, start, fillers)
+
+
+def _place_fillers(slots: np.ndarray, base: int, offsets: np.ndarray, phys: np.ndarray, gaps: np.ndarray,
+                   commitlog_file_size: int) -> list[tuple[int, int, int]]:
+    """The fillers of ``place_entries`` between held entries ``g`` and ``g + 1`` for each of
+    ``gaps`` (``offsets``, ``phys``: the held entries in queue offset order), written into
+    ``slots`` (from queue offset ``base``); returns them as ``RepairedQueue.fillers``."""
+    fillers: list[tuple[int, int, int]] = []
+    if not gaps.size:
+        return fillers
+    reached = np.maximum.accumulate(phys)
+    after = phys[gaps + 1]
+    file_of_after = after - after % commitlog_file_size
+    # the last entry before the first one reaching the following entry's commitlog file
+    before = np.minimum(np.searchsorted(reached, file_of_after, "left"), gaps + 1) - 1
+    filler_phy = filler_phy_of(np.where(before >= 0, phys[np.maximum(before, 0)], 0), commitlog_file_size)
+    for g, phy in zip(gaps.tolist(), filler_phy.tolist()):
+        lo, hi = int(offsets[g]) + 1, int(offsets[g + 1])
+        slots[lo - base:hi - base] = (phy, FILLER_SIZE, 0)
+        fillers.append((lo, hi, phy))
+    return fillers
 
 
 def rebuild_queue(topic: str, queue_id: int, records: pa.Table, cq_file_size: int,
@@ -355,6 +364,9 @@ class QueueTarget:
     commitlog_file_size: int
     kept: dict[tuple[str, int], tuple[int, int]]
 
+    def queue_dir(self, topic: str, queue_id: int) -> str:
+        return os.path.join(self.out_root, "consumequeue", topic, str(queue_id))
+
 
 def write_whole_queue(target: QueueTarget, topic: str, queue_id: int, record_phy: np.ndarray,
                       stored_phy: np.ndarray, size: np.ndarray, tags_code: np.ndarray, queue_offset: np.ndarray,
@@ -365,11 +377,8 @@ def write_whole_queue(target: QueueTarget, topic: str, queue_id: int, record_phy
     the max of the queue the broker keeps (``extend_queue``); each of its files hashed by the task
     that wrote it. Returns the parts as ``jobs.rebuild.rebuild_consume_queues`` reports them and
     each file's SHA-256 by its path below the output root."""
-    from store_reader.io.hashing import sha256_file
-
-    rel = os.path.join("consumequeue", topic, str(queue_id))
-    queue_dir = os.path.join(target.out_root, rel)
-    parts, rebuilt = [], None
+    queue_dir = target.queue_dir(topic, queue_id)
+    parts = []
     if len(queue_offset):
         q = place_entries(topic, queue_id, stored_phy, size, tags_code, queue_offset, target.cq_file_size,
                           target.commitlog_file_size)
@@ -380,13 +389,108 @@ def write_whole_queue(target: QueueTarget, topic: str, queue_id: int, record_phy
                                int(queue_offset[-1]), (int(record_phy[0]), 0), (int(record_phy[-1]), 0),
                                int(ends[0]), int(ends[-1]), q.min_offset, q.max_offset, last_store_timestamp,
                                q.fillers))
-        rebuilt = (q.min_offset, q.max_offset)
+    return _finish_queue(target, topic, queue_id, parts)
+
+
+def _finish_queue(target: QueueTarget, topic: str, queue_id: int, parts: list[QueuePart]
+                  ) -> tuple[list[QueuePart], dict[str, str]]:
+    """A queue placed (``parts``: its rebuilt part, if it has puts) extended with fillers up to the
+    max of the queue the broker keeps (``extend_queue``), and its files hashed."""
+    from store_reader.io.hashing import sha256_file
+
+    queue_dir = target.queue_dir(topic, queue_id)
+    rebuilt = (parts[0].min_offset, parts[0].max_offset) if parts else None
     kept = target.kept.get((topic, queue_id))
     if kept is not None and kept[1] > (kept[0] if rebuilt is None else rebuilt[1]):
         parts.append(extend_queue(topic, queue_id, queue_dir, target.cq_file_size, rebuilt, kept,
                                   target.commitlog_file_size))
+    rel = os.path.relpath(queue_dir, target.out_root)
     names = sorted(os.listdir(queue_dir)) if os.path.isdir(queue_dir) else []
     return parts, {os.path.join(rel, n): sha256_file(os.path.join(queue_dir, n)) for n in names}
+
+
+def puts_in_order(stored_phy: np.ndarray, size: np.ndarray, queue_offset: np.ndarray,
+                  last: tuple[int, int, int] | None) -> tuple[bool, tuple[int, int, int] | None]:
+    """Whether a queue's puts (in commitlog order, continuing puts whose last was ``last``: its
+    queue offset, phy offset and end) each land at their own queue offset one after the other:
+    queue offsets (from 0), phy offsets and ends strictly increasing. Then ``held_puts`` holds
+    every one of them and no rule looks back past the previous entry and the last one in an
+    earlier commitlog file, so the queue can be placed a window at a time (``QueueWriter``).
+    Returns it and the new ``last``."""
+    if not len(queue_offset):
+        return True, last
+    off = np.asarray(queue_offset, np.int64)
+    phy = np.asarray(stored_phy, np.int64)
+    ends = phy + np.asarray(size, np.int64)
+    if last is not None:
+        off, phy, ends = (np.concatenate([[v], a]) for v, a in zip(last, (off, phy, ends)))
+    ok = bool(off[0] >= 0 and (np.diff(off) > 0).all() and (np.diff(phy) > 0).all() and (np.diff(ends) > 0).all())
+    return ok, (int(off[-1]), int(phy[-1]), int(ends[-1]))
+
+
+class QueueWriter:
+    """``write_whole_queue`` of a queue whose puts are in order (``puts_in_order``), given a window
+    of queue offsets at a time (ascending, each window's puts in commitlog order): the same files,
+    parts and hashes, holding one window's puts and slots, never the whole queue's."""
+
+    def __init__(self, target: QueueTarget, topic: str, queue_id: int) -> None:
+        self.target, self.topic, self.queue_id = target, topic, queue_id
+        self.queue_dir = target.queue_dir(topic, queue_id)
+        # the held entries a later filler's phy can depend on: (queue offset, phy) of the last one
+        # in an earlier commitlog file than the last, and of the last (``place_entries``)
+        self.carry = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self.start: int | None = None
+        self.entries = 0
+        self.first: tuple[int, int, int] = (0, 0, 0)      # queue offset, record phy, end of the first put
+        self.last: tuple[int, int, int] = (0, 0, 0)
+        self.fillers: list[tuple[int, int, int]] = []
+
+    def add(self, record_phy: np.ndarray, stored_phy: np.ndarray, size: np.ndarray, tags_code: np.ndarray,
+            queue_offset: np.ndarray) -> None:
+        if not len(queue_offset):
+            return
+        t = self.target
+        per_file = slots_per_file(t.cq_file_size)
+        phy, off = np.asarray(stored_phy, np.int64), np.asarray(queue_offset, np.int64)
+        ends = phy + np.asarray(size, np.int64)
+        n = len(self.carry[0])
+        if self.start is None:
+            self.start = int(off[0])
+            self.first = (self.start, int(record_phy[0]), int(ends[0]))
+            lo = self.start - self.start % per_file
+        else:
+            lo = int(self.carry[0][-1]) + 1
+        offsets, phys = np.concatenate([self.carry[0], off]), np.concatenate([self.carry[1], phy])
+        slots = np.zeros(int(off[-1]) + 1 - lo, CQ_ENTRY_DTYPE)
+        head = self.start - lo
+        if head > 0:
+            slots[:head] = (0, PRE_BLANK_SIZE, 0)
+            old = kept_head(self.start - head, self.start, t.cq_file_size, t.input_dir / self.topic / str(self.queue_id))
+            if old is not None:
+                slots[:head] = old
+        at = off - lo
+        slots["phy_offset"][at] = phy
+        slots["size"][at] = size
+        slots["tags_code"][at] = tags_code
+        gaps = np.flatnonzero(np.diff(offsets) > 1)
+        self.fillers += _place_fillers(slots, lo, offsets, phys, gaps[gaps >= n - 1], t.commitlog_file_size)
+        with writing(self.queue_dir, "consume queue file"):
+            write_queue_slots(self.queue_dir, lo, slots, t.cq_file_size)
+        self.entries += len(off)
+        self.last = (int(off[-1]), int(record_phy[-1]), int(ends[-1]))
+        last_file = phys[-1] - phys[-1] % t.commitlog_file_size
+        below = int(np.searchsorted(phys, last_file, "left")) - 1
+        keep = [below, len(phys) - 1] if below >= 0 else [len(phys) - 1]
+        self.carry = (offsets[keep], phys[keep])
+
+    def finish(self, last_store_timestamp: int) -> tuple[list[QueuePart], dict[str, str]]:
+        """The queue's parts and its files' SHA-256 (``write_whole_queue``)."""
+        parts = []
+        if self.start is not None:
+            (o0, p0, e0), (o1, p1, e1) = self.first, self.last
+            parts.append(QueuePart(self.topic, self.queue_id, -1, False, self.entries, o0, o1, (p0, 0), (p1, 0),
+                                   e0, e1, self.start, o1 + 1, last_store_timestamp, self.fillers))
+        return _finish_queue(self.target, self.topic, self.queue_id, parts)
 
 
 def irregular_queues(parts: Iterable[QueuePart]) -> set[tuple[str, int]]:
@@ -429,14 +533,25 @@ def write_repaired_queue(q: RepairedQueue, queue_dir: str, input_queue_dir: Path
     the min offset and never served); pre-blank fillers are written only where the input has none.
     """
     slots = q.slots
-    head = q.min_offset - q.first
-    if head > 0 and input_queue_dir is not None:
-        old = location(input_queue_dir) / cq_file_name(logic_offset_of(q.first))
-        if old.is_file() and old.size() == q.file_size:
-            slots = slots.copy()
-            slots[:head] = np.frombuffer(old.read_bytes(0, logic_offset_of(head)), dtype=slots.dtype)
+    old = kept_head(q.first, q.min_offset, q.file_size, input_queue_dir)
+    if old is not None:
+        slots = slots.copy()
+        slots[:len(old)] = old
     with writing(queue_dir, "consume queue file"):
         return write_queue_files(queue_dir, q.first, slots, q.file_size)
+
+
+def kept_head(first: int, min_offset: int, cq_file_size: int, input_queue_dir: PathRef | None) -> np.ndarray | None:
+    """The slots ``[first, min_offset)`` of a queue starting inside its first file (``first``: that
+    file's first slot) as the input's file holds them (``write_repaired_queue``), None when there
+    are none or the input has no such file."""
+    head = min_offset - first
+    if head <= 0 or input_queue_dir is None:
+        return None
+    old = location(input_queue_dir) / cq_file_name(logic_offset_of(first))
+    if not (old.is_file() and old.size() == cq_file_size):
+        return None
+    return np.frombuffer(old.read_bytes(0, logic_offset_of(head)), dtype=CQ_ENTRY_DTYPE)
 
 
 def rocksdb_puts(out_dir: Path, cfg: BrokerConfig, from_phy: int
