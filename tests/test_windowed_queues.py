@@ -129,3 +129,16 @@ def test_entry_on_disk_twice_is_compared_whole(tmp_path, monkeypatch):
     dup = [r for r in rows if r["kind"] == "duplicate_phy_on_disk" and r["topic"] == ref.topic]
     per_file = slots_per_file(store.config.cq_file_size)
     assert {r["from_offset"] for r in dup} == {3, per_file + 3}
+
+
+@pytest.mark.parametrize("version", [V49, V53])
+def test_lmq_queues(tmp_path, monkeypatch, version):
+    """LMQ copies in 3-slot CQ files: a copy queue starting inside a window (pre-blank head)."""
+    from test_lmq import _lmq_store
+
+    root = _lmq_store(tmp_path / "store", version == V53)
+    conf = root / "broker.conf"
+    conf.write_text(conf.read_text().replace("mappedFileSizeConsumeQueue=600", "mappedFileSizeConsumeQueue=60"))
+    store = open_store(root, conf)
+    taken = _same_both_ways(store, predict(store, version), tmp_path, monkeypatch)
+    assert all(taken[k] for k in (("TopicL", 1), ("%LMQ%a", 0), ("%LMQ%b", 0)))

@@ -21,7 +21,8 @@ tables keyed for the shuffle; one task per index file on disk does the same with
 Stage 2 (``audit.compare``): one task per key compares a bucket of queues (in a recovery, writing
 each queue's REBUILT view into the repaired store as it goes: ``AuditPlan.write_queues``), or the
 index puts and entries of one commitlog file's phy range, or passes the rows for the driver
-through. Memory per task is bounded by a bucket or a segment; the driver holds the prediction and
+through. Memory per task is bounded by a bucket or a segment (a queue is compared and written a
+CQ file's window of offsets at a time: ``compare.compare_windows``); the driver holds the prediction and
 the findings, nothing per record. Every finding is range-encoded: one row per run of consecutive queue (or phy) offsets.
 """
 from __future__ import annotations
@@ -152,7 +153,8 @@ class AuditPlan:
     their tables there (``jobs._spark.exchange``)."""
     write_queues: QueueTarget | None = None
     """Where a recovery's queue buckets write the repaired store's consume queues as they compare
-    them (``queues.write_whole_queue``); None: an audit only."""
+    them (``queues.QueueWriter`` a window at a time, or ``queues.write_whole_queue``); None: an
+    audit only."""
 
     @property
     def driver_key(self) -> int:

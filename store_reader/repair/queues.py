@@ -4,8 +4,9 @@ repaired queue holds (every entry at its own queue offset, fillers where records
 files written; the RocksDB consume queue a 5.4+ broker's restart leaves beside them.
 
 Spark-free building blocks; ``jobs/repairwrite.py`` runs them in parallel (one task per bucket of CQ
-files or queues). Everything here writes only below the directory it is given, and holds at most
-one segment's records or one bucket's queue entries in memory, whatever the store's size.
+files or queues; the audit's queue buckets write a queue whose puts are in order a CQ file at a
+time, ``QueueWriter``). Everything here writes only below the directory it is given, and holds at
+most one segment's records or one bucket's queue entries in memory, whatever the store's size.
 """
 from __future__ import annotations
 
@@ -465,7 +466,7 @@ class QueueWriter:
         head = self.start - lo
         if head > 0:
             slots[:head] = (0, PRE_BLANK_SIZE, 0)
-            old = kept_head(self.start - head, self.start, t.cq_file_size, t.input_dir / self.topic / str(self.queue_id))
+            old = kept_head(lo, self.start, t.cq_file_size, t.input_dir / self.topic / str(self.queue_id))
             if old is not None:
                 slots[:head] = old
         at = off - lo
