@@ -164,6 +164,9 @@ class Sampler(threading.Thread):
         self.stop = threading.Event()
         self.peak_one: dict[str, int] = {}
         self.peak_sum: dict[str, int] = {}
+        # RSS less its file-backed and shared pages (clean mapped pages the kernel can drop: a
+        # memory-mapped file read grows RSS by what was read, not the process's demand)
+        self.peak_anon: dict[str, int] = {}
         self.own: dict[int, float] = {}        # a process's own CPU seconds
         self.reaped: dict[int, float] = {}     # its waited-for children's (the kernel's children times)
         self.parent: dict[int, int] = {}
@@ -191,7 +194,8 @@ class Sampler(threading.Thread):
         for p in procs:
             kind = _kind(p, self.root.pid)
             try:
-                rss = p.memory_info().rss
+                mem = p.memory_info()
+                rss = mem.rss
                 cpu = p.cpu_times()
                 ppid = p.ppid()
             except psutil.Error:
@@ -205,6 +209,7 @@ class Sampler(threading.Thread):
             self.kinds[p.pid] = kind
             sums[kind] = sums.get(kind, 0) + rss
             self.peak_one[kind] = max(self.peak_one.get(kind, 0), rss)
+            self.peak_anon[kind] = max(self.peak_anon.get(kind, 0), rss - mem.shared)
         for kind, total in sums.items():
             self.peak_sum[kind] = max(self.peak_sum.get(kind, 0), total)
         self.cores.append((now, psutil.cpu_percent(percpu=True)))
@@ -313,7 +318,8 @@ def spark_run(store: Path, work: Path, code: Path = ROOT, extra: tuple[str, ...]
     at = plan_at - plan_secs
     cut = next((int(m.group(1)) for m in (CUT_LINE.search(line) for _, line in lines) if m), None)
     return {"wall": wall, "passes": {k: v[0] for k, v in passes.items()}, "cut": cut,
-            "peak_one": s.peak_one, "peak_sum": s.peak_sum, "cpu_seconds": sum(s.cpu_seconds.values()),
+            "peak_one": s.peak_one, "peak_sum": s.peak_sum, "peak_anon": s.peak_anon,
+            "cpu_seconds": sum(s.cpu_seconds.values()),
             "cpu_of": {k: s.cpu_of(k) for k in ("driver JVM", "driver python", "python workers")},
             "scan_cores": s.core_use(at - secs, at), "all_cores": s.core_use(0, float("inf")),
             "scan_own": s.own_cores(at - secs, at), "all_own": s.own_cores(0, float("inf")),
@@ -820,14 +826,15 @@ def memory_runs(args, base: Path, before_tree: Path | None) -> int:
         rows.append((text, info, got))
         shutil.rmtree(work, ignore_errors=True)
     labels = [lb for lb in (args.baseline, "this tree") if any(lb in g for _, _, g in rows)]
-    print(f"\npeak RSS of the largest Python worker ({args.queues or 32} queues):")
-    print("| store | records | per queue | " + " | ".join(labels) + " |")
-    print("|---|---|---|" + "---|" * len(labels))
+    print(f"\npeak RSS of the largest Python worker, and of its anonymous memory (RSS less file-backed "
+          f"and shared pages), {args.queues or 32} queues:")
+    print("| store | records | " + " | ".join(f"{lb}: RSS | {lb}: anonymous" for lb in labels) + " |")
+    print("|---|---|" + "---|---|" * len(labels))
     for text, info, got in rows:
-        per_queue = info["records"] // (args.queues or 32)
-        print(f"| {info['written_end'] / GB:.2f} GB | {info['records']:,} | ~{per_queue:,} | "
-              + " | ".join(_mb(got[lb]["peak_one"].get("python workers")) if lb in got else "-" for lb in labels)
-              + " |")
+        print(f"| {info['written_end'] / GB:.2f} GB | {info['records']:,} | "
+              + " | ".join(f"{_mb(got[lb]['peak_one'].get('python workers'))} | "
+                           f"{_mb(got[lb]['peak_anon'].get('python workers'))}" if lb in got else "- | -"
+                           for lb in labels) + " |")
     return 0
 
 
