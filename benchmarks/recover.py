@@ -4,6 +4,7 @@
                                            [--fixed-size 8MiB] [--fixed-runs 5] [--baseline REV] [--task-cpu]
                                            [--crash kill9,torn-tail,fresh-checkpoint] [--dry-run]
                                            [--tight-disk] [--scan-dir DIR] [--settle SECONDS]
+                                           [--memory] [--queues N]
 
 Makes (or reuses, keyed by their spec) two crashed synthetic stores with ``store_reader.testing.synthetic``:
 about 1 KiB messages, 256 MiB segments, 32 queues over four topics, keys on every message, killed
@@ -41,6 +42,10 @@ fit a 30 GB budget): the job runs with ``--link`` (the commitlog files it keeps 
 so its output is the rebuilt queues and index and the cut file) and its output is deleted after it;
 the broker restarts the store itself, last, then rebuilds it; the store, now changed, is removed, and
 the sizes run largest first so that only one store exists at a time.
+
+``--memory`` runs only the whole job (``--link``) of ``--baseline`` and of this tree per size and prints
+the largest Python worker's peak RSS and anonymous memory; with ``--queues N`` the stores have one
+topic of N queues, so a queue's length grows with the store.
 
 ``--dry-run`` times only the dry run (this tree's and ``--baseline``'s) and the broker's restart per
 size, and prints them as one table; ``--crash`` words (``CRASH_WORDS``) make the stores another way.
