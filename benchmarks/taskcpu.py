@@ -105,9 +105,15 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def peak_rss() -> int:
-    """This process's RSS high-water mark in bytes (``VmHWM``)."""
-    with open("/proc/self/status") as f:
+def peak_rss(pid: int | str = "self") -> int:
+    """A process's RSS high-water mark in bytes (``VmHWM``; this process's by default).
+
+    Raises
+    ------
+    OSError
+        No such process (any more).
+    """
+    with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024

@@ -12,7 +12,7 @@ import numpy as np
 
 from store_reader.formats import recordformat as rf
 from store_reader.formats.consumequeue import (CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, PRE_BLANK_SIZE, list_queue_files,
-                                               list_queues, read_queue_slots)
+                                               list_queues, read_queue_head, read_queue_slots)
 from store_reader.exceptions import StoreReaderError, UnsupportedStoreError
 from store_reader.formats.inventory import ROCKSDB_CQ_DOUBLE_WRITE
 from store_reader.io.storefs import location
@@ -55,6 +55,14 @@ class _CQFile:
             self._slots = np.zeros(self._capacity, CQ_ENTRY_DTYPE) if self.path is None \
                 else read_queue_slots(self.path)
         return self._slots
+
+    def head(self) -> tuple[np.ndarray, int]:
+        """The slots up to the last one not all zero, and the file's slot count: what a walk that
+        stops at the first invalid slot needs, without the file's zero tail copied into memory
+        (``read_queue_head``; the held slots when they are)."""
+        if self._slots is not None or self.path is None:
+            return self.slots, len(self.slots)
+        return read_queue_head(self.path)
 
     def written(self, slot: int) -> None:
         """The recovery wrote from ``slot`` on."""
@@ -181,13 +189,15 @@ class ConsumeQueueState:
         index = cq_recovery_start(len(self.files))
         process = self.files[index].start
         for f in self.files[index:]:
-            phys, sizes = f.slots["phy_offset"], f.slots["size"]
+            # a slot past the head is all zero (size 0): invalid, so the walk ends in the head
+            slots, capacity = f.head()
+            phys, sizes = slots["phy_offset"], slots["size"]
             n = _leading(len(phys), lambda lo, hi: (phys[lo:hi] >= 0) & (sizes[lo:hi] > 0))
             if n:
-                last = f.slots[n - 1]
+                last = slots[n - 1]
                 self.max_physic_offset = int(last["phy_offset"]) + int(last["size"])
             process = f.start + n * CQ_STORE_UNIT_SIZE
-            if n < len(phys):
+            if n < capacity:
                 break
         self._truncate_dirty_files(process)
         self.release()
