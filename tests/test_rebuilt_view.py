@@ -18,7 +18,7 @@ import pytest
 from store_reader import open_store
 from store_reader.repair import queues
 from store_reader.audit.plan import audit_plan
-from store_reader.audit.queues import compare_queue, rebuilt_entries
+from store_reader.audit.queues import compare_queue, rebuilt_entries, rebuilt_puts, rebuilt_queue
 from store_reader.audit.compare import audit_partition
 from store_reader.audit.records import driver_items, segment_items
 from store_reader.audit.view import StoreView
@@ -135,7 +135,9 @@ def _check(store, tmp_path: Path) -> dict[tuple[str, int], tuple]:
     assert set(rows) == set(repaired) and repaired
     views = {}
     for key, (first, slots, min_offset) in repaired.items():
-        (off, phy, size, tags, _), dup = rebuilt_entries(rows[key])
+        puts = rebuilt_puts(rows[key])
+        rebuilt = rebuilt_entries(puts, rebuilt_queue(*key, puts, store.config))
+        (off, phy, size, tags, _, _), dup = rebuilt
         # every REBUILT row is the slot written at its queue offset ...
         at = off - first
         assert (at >= 0).all() and (at < len(slots)).all(), key
@@ -150,7 +152,7 @@ def _check(store, tmp_path: Path) -> dict[tuple[str, int], tuple]:
         e = expected[key]
         below = e.phy < pred.max_phy_offset
         assert e.queue_offset[below].tolist() == off.tolist() and e.size[below].tolist() == size.tolist(), key
-        views[key] = (off, phy, dup, rows[key], pred)
+        views[key] = (off, phy, dup, rows[key], pred, rebuilt)
     return views
 
 
@@ -164,8 +166,8 @@ def test_rebuilt_view_is_the_repaired_queue_where_the_put_rules_apply(tmp_path):
     assert offsets["Gap"] == [0, 1, 2, 3, 4, 7, 8, 9, 10]
     # the second claim on Repeat's offset 5 is a duplicate; the repeat by phy and the put below the start are not
     assert {k[0]: v[2].tolist() for k, v in views.items() if len(v[2])} == {"Repeat": [5]}
-    off, phy, dup, t, pred = views[("Repeat", 0)]
-    kinds = {r["kind"] for r in compare_queue("Repeat", 0, t, pred.max_phy_offset, None, False, None)}
+    off, phy, dup, t, pred, rebuilt = views[("Repeat", 0)]
+    kinds = {r["kind"] for r in compare_queue("Repeat", 0, t, pred.max_phy_offset, None, False, None, rebuilt)}
     assert "duplicate_queue_offset" in kinds
 
 

@@ -27,7 +27,7 @@ from store_reader.broker.dispatch import dispatchable
 from store_reader.formats.mappedfile import MappedFile, list_mapped_files
 from store_reader.ranges import consecutive_runs
 from store_reader.broker.cqueue import cq_recovery_start
-from store_reader.repair.queues import held_puts
+from store_reader.repair.queues import RepairedQueue, place_entries
 from store_reader.store import Store
 from store_reader.io.storefs import location
 
@@ -90,12 +90,15 @@ def _aligner(*offsets: np.ndarray):
     return keys, align
 
 
-def rebuilt_puts(t: pa.Table) -> tuple[np.ndarray, ...]:
+def rebuilt_puts(t: pa.Table, end: int | None = None) -> tuple[np.ndarray, ...]:
     """A queue's puts from its ``QUEUE_ROWS`` (the ``REBUILT`` rows) in commitlog order, as
     columns (queue offset, phy offset, size, tags code, flag, record phy): what the repair places
-    (``queues.place_entries``)."""
+    (``queues.place_entries``). ``end``: only those of records below it (rows made with every
+    record's put, before the cut was known)."""
     i = np.flatnonzero(t["src"].to_numpy() & REBUILT)
     rec_phy = t["record_phy"].to_numpy()[i]
+    if end is not None:
+        i, rec_phy = i[rec_phy < end], rec_phy[rec_phy < end]
     if len(i) > 1 and not (rec_phy[1:] >= rec_phy[:-1]).all():
         i = i[np.argsort(rec_phy, kind="stable")]
     return (t["queue_offset"].to_numpy()[i], t["phy_offset"].to_numpy()[i],
@@ -103,25 +106,36 @@ def rebuilt_puts(t: pa.Table) -> tuple[np.ndarray, ...]:
             t["record_phy"].to_numpy()[i])
 
 
-def rebuilt_entries(t: pa.Table, puts: tuple[np.ndarray, ...] | None = None
+def rebuilt_queue(topic: str, qid: int, puts: tuple[np.ndarray, ...], config: BrokerConfig
+                  ) -> RepairedQueue | None:
+    """The repaired store's queue placed from ``rebuilt_puts`` (``queues.place_entries``: what the
+    repair writes), None without puts."""
+    off, phy, size, tags = puts[:4]
+    if not len(off):
+        return None
+    return place_entries(topic, qid, phy, size, tags, off, config.cq_file_size, config.mappedFileSizeCommitLog)
+
+
+def rebuilt_entries(puts: tuple[np.ndarray, ...], q: RepairedQueue | None
                     ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """The rebuilt view of a queue's ``QUEUE_ROWS``: the entries the repaired store's queue holds,
-    by the repair's own rule (``queues.held_puts`` over ``rebuilt_puts``, given as ``puts`` if the
-    caller has them), as columns (queue offset, phy offset, size, tags code, flag) ascending by
+    """The rebuilt view of a queue: the slots of ``q`` (``rebuilt_queue`` over ``puts``) holding
+    an entry, as columns (queue offset, phy offset, size, tags code, flag, record phy) ascending by
     queue offset; and the queue offsets several of its kept puts claim (``duplicate_queue_offset``)."""
-    off, phy, size, tags, flag, _ = rebuilt_puts(t) if puts is None else puts
-    kept, held = held_puts(phy, size, off)
-    claims, count = np.unique(off[kept], return_counts=True)
-    return tuple(c[held] for c in (off, phy, size, tags, flag)), claims[count > 1]
+    if q is None:
+        none = np.zeros(0, np.int64)
+        return (none,) * 6, none
+    off = puts[0][q.held]
+    slot = q.slots[off - q.first]
+    return ((off, slot["phy_offset"].astype(np.int64), slot["size"].astype(np.int64),
+             slot["tags_code"].astype(np.int64), puts[4][q.held], puts[5][q.held]), q.duplicates)
 
 
 def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None, on_disk: bool,
-                  scope: tuple[int, int] | None,
-                  rebuilt: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None) -> list[dict]:
+                  scope: tuple[int, int] | None, rebuilt: tuple[tuple[np.ndarray, ...], np.ndarray]) -> list[dict]:
     """Every ``QUEUE_KINDS`` finding of one queue from its entries: ``QUEUE_ROWS`` whose ``src``
     bits say which views (disk, broker, rebuilt, record) a row belongs to (``flag`` of a record
-    row: 1 CRC mismatch, 2 behind a bad record); ``rebuilt``: ``rebuilt_entries(t)`` if the
-    caller has it."""
+    row: 1 CRC mismatch, 2 behind a bad record); ``rebuilt``: its ``rebuilt_entries`` (the
+    REBUILT rows placed: the repaired store's queue)."""
     src = t["src"].to_numpy()
     off, phy = t["queue_offset"].to_numpy(), t["phy_offset"].to_numpy()
     size, tags = t["size"].to_numpy().astype(np.int64), t["tags_code"].to_numpy()
@@ -136,7 +150,7 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
         return off[i], phy[i], size[i], tags[i], flag[i]
 
     d, b, rec = view(DISK), view(BROKER), view(REC)
-    r, dup = rebuilt if rebuilt is not None else rebuilt_entries(t)
+    r, dup = rebuilt
     out: list[dict] = []
     keys, align = _aligner(d[0], b[0], r[0])
 
