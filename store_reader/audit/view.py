@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store_reader.audit.queues import rebuilt_entries, rebuilt_puts, rebuilt_queue
+from store_reader.audit.records import queue_rows
 from store_reader.broker import dledger
 from store_reader.formats import recordformat as rf
 from store_reader.broker import cqueue, cut as broker_cut, versions
@@ -122,8 +124,6 @@ class StoreView:
     def scan(self, records: bool) -> None:
         if self._summaries is not None and (self._records is not None or not records):
             return
-        from store_reader.audit.records import queue_rows
-
         summaries, batches = [], []
         columns = VERIFY_COLUMNS + (["properties"] if self.config.enableMultiDispatch else [])
         self._queue_rows.clear()
@@ -231,8 +231,6 @@ class StoreView:
         REBUILT view, ``queues.rebuilt_entries``, of the puts below the recovered end), by queue
         offset."""
         if self._queues is None:
-            from store_reader.audit.queues import rebuilt_entries, rebuilt_puts, rebuilt_queue
-
             r, out = self.records, {}
             for key, parts in self._queue_rows.items():
                 puts = rebuilt_puts(pa.concat_tables(parts), self.max_phy)
