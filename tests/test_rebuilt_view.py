@@ -145,7 +145,7 @@ def _check(store, tmp_path: Path) -> dict[tuple[str, int], tuple]:
     for key, (first, slots, min_offset) in repaired.items():
         puts = rebuilt_puts(rows[key])
         rebuilt = rebuilt_entries(puts, rebuilt_queue(*key, puts, store.config))
-        (off, phy, size, tags, _, _), dup, _ = rebuilt
+        (off, phy, size, tags, _, _), dup = rebuilt
         # every REBUILT row is the slot written at its queue offset ...
         at = off - first
         assert (at >= 0).all() and (at < len(slots)).all(), key
@@ -213,7 +213,7 @@ def test_recovery_writes_the_audits_rebuilt_view_and_dump_sees_it(spark, tmp_pat
     fillers = 0
     for key, t in rows.items():
         puts = rebuilt_puts(t)
-        (off, phy, size, tags, _, record_phy), _, _ = rebuilt_entries(puts, rebuilt_queue(*key, puts, store.config))
+        (off, phy, size, tags, _, record_phy), _ = rebuilt_entries(puts, rebuilt_queue(*key, puts, store.config))
         first, slots = _written_slots(out / "consumequeue" / key[0] / str(key[1]))
         at = off - first
         assert (at >= 0).all() and (at < len(slots)).all(), key

@@ -105,23 +105,21 @@ def rebuilt_queue(topic: str, qid: int, puts: tuple[np.ndarray, ...], config: Br
 
 
 def rebuilt_entries(puts: tuple[np.ndarray, ...], q: RepairedQueue | None
-                    ) -> tuple[tuple[np.ndarray, ...], np.ndarray, list[tuple[int, int, int]]]:
+                    ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """The rebuilt view of a queue: the slots of ``q`` (``rebuilt_queue`` over ``puts``) holding
     an entry, as columns (queue offset, phy offset, size, tags code, flag, record phy) ascending by
-    queue offset; the queue offsets several of its kept puts claim (``duplicate_queue_offset``);
-    and its runs of fillers (``RepairedQueue.fillers``)."""
+    queue offset; and the queue offsets several of its kept puts claim (``duplicate_queue_offset``)."""
     if q is None:
         none = np.zeros(0, np.int64)
-        return (none,) * 6, none, []
+        return (none,) * 6, none
     off = puts[0][q.held]
     slot = q.slots[off - q.first]
     return ((off, slot["phy_offset"].astype(np.int64), slot["size"].astype(np.int64),
-             slot["tags_code"].astype(np.int64), puts[4][q.held], puts[5][q.held]), q.duplicates, q.fillers)
+             slot["tags_code"].astype(np.int64), puts[4][q.held], puts[5][q.held]), q.duplicates)
 
 
 def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None, on_disk: bool,
-                  scope: tuple[int, int] | None,
-                  rebuilt: tuple[tuple[np.ndarray, ...], np.ndarray, list[tuple[int, int, int]]]) -> list[dict]:
+                  scope: tuple[int, int] | None, rebuilt: tuple[tuple[np.ndarray, ...], np.ndarray]) -> list[dict]:
     """Every ``QUEUE_KINDS`` finding of one queue from its entries: ``QUEUE_ROWS`` whose ``src``
     bits say which views (disk, broker, rebuilt, record) a row belongs to (``flag`` of a record
     row: 1 CRC mismatch, 2 behind a bad record); ``rebuilt``: its ``rebuilt_entries`` (the
@@ -140,7 +138,7 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
         return off[i], phy[i], size[i], tags[i], flag[i]
 
     d, b, rec = view(DISK), view(BROKER), view(REC)
-    r, dup, fillers = rebuilt
+    r, dup = rebuilt
     out: list[dict] = []
     keys, align = _aligner(d[0], b[0], r[0])
 
@@ -197,12 +195,11 @@ def compare_queue(topic: str, qid: int, t: pa.Table, end: int, b_min: int | None
         m = np.isin(p, vals[cnt > 1])
         out += _runs(kind, topic, qid, o[m], p[m], s[m], detail="phy offset at several queue offsets")
     # offsets inside the rebuilt queue that no record holds: the repaired store's fillers
-    for lo, hi, _ in fillers:
-        g = int(np.searchsorted(r[0], lo)) - 1          # the entries either side of the run
+    for g in np.flatnonzero(np.diff(r[0]) > 1):
         prev_end, nxt = int(r[1][g] + r[2][g]), int(r[1][g + 1])
-        out.append({"kind": "filler", "topic": topic, "queue_id": qid, "from_offset": lo, "to_offset": hi,
-                    "count": hi - lo, "phy_from": prev_end if prev_end <= nxt else None,
-                    "phy_to": nxt if prev_end <= nxt else None,
+        out.append({"kind": "filler", "topic": topic, "queue_id": qid, "from_offset": int(r[0][g]) + 1,
+                    "to_offset": int(r[0][g + 1]), "count": int(r[0][g + 1] - r[0][g] - 1),
+                    "phy_from": prev_end if prev_end <= nxt else None, "phy_to": nxt if prev_end <= nxt else None,
                     "detail": "records gone between its neighbours' commitlog positions"})
     # ... and past the last record left, up to the max of the queue the broker keeps
     # (with a scope, judged only where the records were read: below it there are none to miss)

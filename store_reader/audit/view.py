@@ -234,7 +234,7 @@ class StoreView:
             r, out = self.records, {}
             for key, parts in self._queue_rows.items():
                 puts = rebuilt_puts(pa.concat_tables(parts), self.max_phy)
-                (off, _, size, _, _, record_phy), _, _ = rebuilt_entries(puts, rebuilt_queue(*key, puts, self.config))
+                (off, _, size, _, _, record_phy), _ = rebuilt_entries(puts, rebuilt_queue(*key, puts, self.config))
                 if len(off):
                     out[key] = QueueRecords(off, record_phy, size, r.valid_prefix[r.find(record_phy)])
             self._queues = out
