@@ -15,7 +15,8 @@ from store_reader.broker import prediction
 from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.offsets import consumer_offset_findings
 from store_reader.audit.plan import AuditPlan
-from store_reader.audit.queues import BROKER, DISK, compare_queue, rebuilt_entries, rebuilt_puts
+from store_reader.audit.queues import (BROKER, DISK, compare_queue, rebuilt_entries, rebuilt_puts,
+                                       rebuilt_queue)
 from store_reader.audit.records import entry_rows, flush_grouped, timestamps
 from store_reader.formats.consumequeue import PRE_BLANK_SIZE, CQEntries, decode_entries, read_queue_head, slot_of
 from store_reader.ranges import ascending, consecutive_runs
@@ -102,14 +103,14 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
     for key in sorted(queues):
         parts = queues.pop(key) + _queue_file_rows(key, plan)
         t = pa.concat_tables(parts) if parts else None
-        puts = rebuilt_puts(t) if t is not None else None
-        if target is not None:        # the repaired store's queue: the REBUILT view placed and written
-            none = np.zeros(0, np.int64)
-            off, phy, size, tags, _, record_phy = puts if puts is not None else (none,) * 6
-            written.append(write_whole_queue(target, *key, record_phy, phy, size, tags, off, last_put.get(key, 0)))
+        puts = rebuilt_puts(t) if t is not None else (np.zeros(0, np.int64),) * 6
+        placed = rebuilt_queue(*key, puts, plan.config)     # the repaired store's queue: the REBUILT view
+        if target is not None:
+            off, phy, size, _, _, record_phy = puts
+            written.append(write_whole_queue(target, *key, placed, record_phy, phy, size, off, last_put.get(key, 0)))
         if t is None or not t.num_rows:
             continue
-        rebuilt = rebuilt_entries(t, puts)
+        rebuilt = rebuilt_entries(puts, placed)
         rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key),
                               key in plan.disk_queues or key in plan.disk_units, plan.scope, rebuilt)
         ranges.append((key, _disk_range(t), _rebuilt_range(t, rebuilt[0], plan.scope[0] if plan.scope else None)))
