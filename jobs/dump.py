@@ -70,7 +70,7 @@ from store_reader.audit import StoreView, verify_store, verify_timer
 from store_reader.audit.commitlog import not_a_segment, verify_commitlog
 from store_reader.audit.files import verify_checkpoint, verify_config
 from store_reader.audit.index import open_index, verify_index
-from store_reader.audit.queues import verify_consume_queues
+from store_reader.audit.queuefiles import verify_consume_queues
 from store_reader.audit.report import MAX_RUNS, Findings, count_of, norm_path
 from store_reader.formats.brokerconf import BrokerConfig, broker_config_of
 from store_reader.exceptions import CannotRead, StoreReaderError, UnreadableFileError

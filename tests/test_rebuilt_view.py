@@ -2,9 +2,10 @@
 expected entries are the repaired store's consume queues, entry for entry: every REBUILT row equals
 the slot the repair writes at its queue offset, and every entry the repair writes (fillers and the
 pre-blank head aside) is a REBUILT row; the audit's queue buckets, which write a recovery's consume
-queues as they compare them, write those very files. On a hand-made store where the repair's put rules drop or
-pass over puts (a repeat by phy, a put below the queue's start, a second claim on an offset) and on
-real-broker fixtures."""
+queues as they compare them, write those very files, and so does ``jobs.recover`` through Spark. On
+a hand-made store where the repair's put rules drop or pass over puts (a repeat by phy, a put below
+the queue's start, a second claim on an offset, LMQ copies with a gap: fillers) and on real-broker
+fixtures."""
 from __future__ import annotations
 
 import hashlib
@@ -15,10 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from jobs.recover import recover
 from store_reader import open_store
 from store_reader.repair import queues
 from store_reader.audit.plan import audit_plan
-from store_reader.audit.queues import compare_queue, rebuilt_entries
+from store_reader.audit.queues import compare_queue, rebuilt_entries, rebuilt_puts, rebuilt_queue
 from store_reader.audit.compare import audit_partition
 from store_reader.audit.records import driver_items, segment_items
 from store_reader.audit.view import StoreView
@@ -29,8 +31,9 @@ from store_reader.broker.prediction import predict
 from store_reader.testing.synthetic import encode_message
 from support import broker_conf, input_store
 
-# 64 KiB commitlog files, consume queue files of 5 slots
-CONF = "mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=100\nmaxHashSlotNum=64\nmaxIndexNum=16\n"
+# 64 KiB commitlog files, consume queue files of 5 slots, LMQ copies dispatched
+CONF = ("mappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=100\nmaxHashSlotNum=64\nmaxIndexNum=16\n"
+        "enableMultiDispatch=true\nenableLmq=true\n")
 
 PUTS = {  # queue offsets in commitlog order; (offset, stored PHYSICALOFFSET) where it is not the position
     "Regular": list(range(12)),
@@ -39,6 +42,8 @@ PUTS = {  # queue offsets in commitlog order; (offset, stored PHYSICALOFFSET) wh
     "Below": [3, 4, 2, 5, 6, 7],                               # offset 2: below the queue's start
     "Gap": list(range(5)) + list(range(7, 11)),
 }
+# Regular's records also go to an LMQ queue: a gap there (fillers) and a second claim on offset 9
+LMQ_OFFSETS = [0, 1, 2, 3, 7, 8, 9, 9, 10, 11, 12, 13]
 
 
 def _hand_store(root: Path) -> Path:
@@ -49,8 +54,11 @@ def _hand_store(root: Path) -> Path:
     for n in range(max(map(len, streams))):
         for topic, put in (s[n] for s in streams if n < len(s)):
             offset, stored = put if isinstance(put, tuple) else (put, pos)
+            props = {"KEYS": f"k{i}", "TAGS": f"t{i % 4}"}
+            if topic == "Regular":
+                props.update(INNER_MULTI_DISPATCH="%LMQ%r", INNER_MULTI_QUEUE_OFFSET=str(LMQ_OFFSETS[n]))
             rec = encode_message(topic=topic, queue_offset=offset, phy_offset=stored, body=b"x" * (20 + i % 13),
-                                 properties={"KEYS": f"k{i}", "TAGS": f"t{i % 4}"},
+                                 properties=props,
                                  store_timestamp=1_700_000_000_000 + i)
             buf[pos:pos + len(rec)] = rec
             pos, i = pos + len(rec), i + 1
@@ -135,7 +143,9 @@ def _check(store, tmp_path: Path) -> dict[tuple[str, int], tuple]:
     assert set(rows) == set(repaired) and repaired
     views = {}
     for key, (first, slots, min_offset) in repaired.items():
-        (off, phy, size, tags, _), dup = rebuilt_entries(rows[key])
+        puts = rebuilt_puts(rows[key])
+        rebuilt = rebuilt_entries(puts, rebuilt_queue(*key, puts, store.config))
+        (off, phy, size, tags, _, _), dup = rebuilt
         # every REBUILT row is the slot written at its queue offset ...
         at = off - first
         assert (at >= 0).all() and (at < len(slots)).all(), key
@@ -146,11 +156,10 @@ def _check(store, tmp_path: Path) -> dict[tuple[str, int], tuple]:
         # zeros past the last one)
         written = np.flatnonzero((slots["size"] != queues.FILLER_SIZE) & (slots["size"] > 0)) + first
         assert written.tolist() == off.tolist() and (off >= min_offset).all(), key
-        # dump --verify expects the same records at the same offsets (and those past the cut)
+        # dump --verify expects the same records at the same offsets
         e = expected[key]
-        below = e.phy < pred.max_phy_offset
-        assert e.queue_offset[below].tolist() == off.tolist() and e.size[below].tolist() == size.tolist(), key
-        views[key] = (off, phy, dup, rows[key], pred)
+        assert (e.queue_offset.tolist(), e.size.tolist()) == (off.tolist(), size.tolist()), key
+        views[key] = (off, phy, dup, rows[key], pred, rebuilt)
     return views
 
 
@@ -162,10 +171,12 @@ def test_rebuilt_view_is_the_repaired_queue_where_the_put_rules_apply(tmp_path):
     assert offsets["Backwards"] == [0, 1, 2, 3, 4, 5, 7, 8, 9]      # the repeat by phy holds nothing
     assert offsets["Below"] == [3, 4, 5, 6, 7]                       # nor the put below the start
     assert offsets["Gap"] == [0, 1, 2, 3, 4, 7, 8, 9, 10]
-    # the second claim on Repeat's offset 5 is a duplicate; the repeat by phy and the put below the start are not
-    assert {k[0]: v[2].tolist() for k, v in views.items() if len(v[2])} == {"Repeat": [5]}
-    off, phy, dup, t, pred = views[("Repeat", 0)]
-    kinds = {r["kind"] for r in compare_queue("Repeat", 0, t, pred.max_phy_offset, None, False, None)}
+    assert offsets["%LMQ%r"] == [0, 1, 2, 3, 7, 8, 9, 10, 11, 12, 13]      # the LMQ copies: a gap, a second claim
+    # the second claims (Repeat's offset 5, the LMQ queue's 9) are duplicates; the repeat by phy and
+    # the put below the start are not
+    assert {k[0]: v[2].tolist() for k, v in views.items() if len(v[2])} == {"Repeat": [5], "%LMQ%r": [9]}
+    off, phy, dup, t, pred, rebuilt = views[("Repeat", 0)]
+    kinds = {r["kind"] for r in compare_queue("Repeat", 0, t, pred.max_phy_offset, None, False, None, rebuilt)}
     assert "duplicate_queue_offset" in kinds
 
 
@@ -174,3 +185,43 @@ def test_rebuilt_view_is_the_repaired_queue_where_the_put_rules_apply(tmp_path):
 def test_rebuilt_view_is_the_repaired_queue_on_real_broker_stores(tmp_path, case):
     store = open_store(input_store(*case), broker_conf(*case))
     assert _check(store, tmp_path)
+
+
+def _written_slots(qdir: Path) -> tuple[int, np.ndarray]:
+    """A queue's CQ files as written: (queue offset of the first slot, every slot)."""
+    files = sorted(qdir.iterdir())
+    return (int(files[0].name) // CQ_STORE_UNIT_SIZE,
+            np.concatenate([np.fromfile(p, CQ_ENTRY_DTYPE) for p in files]))
+
+
+@pytest.mark.spark
+def test_recovery_writes_the_audits_rebuilt_view_and_dump_sees_it(spark, tmp_path):
+    """``jobs.recover`` through Spark on the hand-made store (duplicates, a repeat by phy, a put
+    below the start, holes: fillers, LMQ copies): every REBUILT row of its audit is the slot the
+    recovery wrote at its queue offset (phy, size, tags), every entry written is a REBUILT row, and
+    ``dump --verify``'s view of each queue is the audit's."""
+    root = _hand_store(tmp_path / "store")
+    out = tmp_path / "out"
+    recover(spark, str(root), str(out), str(root / "broker.conf"), "5.3")
+    store = open_store(root, root / "broker.conf")
+    pred = predict(store, V53)
+    rows = _audit_rows(store, pred)
+    dumped = StoreView(store).queue_records()
+    written = {(p.parent.name, int(p.name)) for p in (out / "consumequeue").glob("*/*")}
+    assert set(rows) == written == set(dumped) and {"%LMQ%r", "Gap", "Repeat"} <= {k[0] for k in rows}
+    fillers = 0
+    for key, t in rows.items():
+        puts = rebuilt_puts(t)
+        (off, phy, size, tags, _, record_phy), _ = rebuilt_entries(puts, rebuilt_queue(*key, puts, store.config))
+        first, slots = _written_slots(out / "consumequeue" / key[0] / str(key[1]))
+        at = off - first
+        assert (at >= 0).all() and (at < len(slots)).all(), key
+        assert (slots["phy_offset"][at].tolist(), slots["size"][at].tolist(), slots["tags_code"][at].tolist()) \
+            == (phy.tolist(), size.tolist(), tags.tolist()), key
+        entry = (slots["size"] > 0) & (slots["size"] != queues.FILLER_SIZE)
+        assert (np.flatnonzero(entry) + first).tolist() == off.tolist(), key
+        fillers += int(np.count_nonzero(slots["size"][off[0] - first:] == queues.FILLER_SIZE))
+        d = dumped[key]
+        assert (d.queue_offset.tolist(), d.phy.tolist(), d.size.tolist()) \
+            == (off.tolist(), record_phy.tolist(), size.tolist()), key
+    assert fillers == 2 + 1 + 3    # Gap's offsets 5..6, Backwards' 6 (its put repeats by phy), the LMQ queue's 4..6

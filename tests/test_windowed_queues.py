@@ -81,12 +81,13 @@ def _spanning(store) -> set[tuple[str, int]]:
 
 def test_hand_store_queues(tmp_path, monkeypatch):
     """Queues of 5-slot CQ files: in order, with a gap across a file's end (fillers), and with
-    a repeat, a repeat by phy and a put below the start (whole); no consume queue on disk."""
+    a repeat, a repeat by phy and a put below the start, and LMQ copies with a second claim (whole);
+    no consume queue on disk."""
     root = _hand_store(tmp_path / "store")
     store = open_store(root, root / "broker.conf")
     taken = _same_both_ways(store, predict(store, V53), tmp_path, monkeypatch)
     assert taken == {("Regular", 0): True, ("Gap", 0): True, ("Repeat", 0): False, ("Backwards", 0): False,
-                     ("Below", 0): False}
+                     ("Below", 0): False, ("%LMQ%r", 0): False}
 
 
 SPEC = SyntheticStoreSpec(total_bytes=1 << 20, segment_size=256 << 10, cq_file_size=600, max_hash_slot_num=512,

@@ -8,7 +8,9 @@ from its tasks and its driver (``queues.compare_queue``, ``index.header_problems
 ``report``     what a verification collects (anomalies and notes located in files, runs of entries)
 ``view``       one store as dump verifies it: every record once, the broker's recovered range
 ``commitlog``  commitlog layout, bad records, end-of-file markers, file gaps; abort and lock
-``queues``     consume queues: the audit's four-view comparison; dump's per-file checks
+``queues``     consume queues: what a queue holds (the REBUILT view, placed by the repair), the
+               audit's four-view comparison
+``queuefiles`` consume queues: dump's per-file checks against that view
 ``index``      index files: the audit's header and entry checks; dump's per-file checks
 ``files``      checkpoint and config; ``store_file_findings`` (every check that reads no record)
 ``timer``      the 5.x timer store: units against the records, the broker's TimerMessageStore#recover
@@ -25,7 +27,7 @@ from store_reader.audit.dledger import dledger_findings
 from store_reader.audit.files import (verify_checkpoint, verify_config, verify_controller,
                                       verify_inventory)
 from store_reader.audit.index import verify_index
-from store_reader.audit.queues import verify_consume_queues
+from store_reader.audit.queuefiles import verify_consume_queues
 from store_reader.audit.report import Findings
 from store_reader.audit.timer import timer_findings
 from store_reader.formats.recordformat import TIMER_TOPIC

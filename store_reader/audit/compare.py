@@ -16,7 +16,7 @@ from store_reader.audit.index import entry_findings, header_problems, held
 from store_reader.audit.offsets import consumer_offset_findings
 from store_reader.audit.plan import AuditPlan
 from store_reader.audit.queues import (BROKER, DISK, REBUILT, REC, compare_queue, filler_rows, hole_rows,
-                                       queue_views, rebuilt_entries, rebuilt_puts, served_phys)
+                                       queue_views, rebuilt_entries, rebuilt_puts, rebuilt_queue, served_phys)
 from store_reader.audit.records import entry_rows, flush_grouped, timestamps
 from store_reader.formats.consumequeue import (PRE_BLANK_SIZE, CQEntries, decode_entries, read_queue_head, slot_of,
                                                slots_per_file)
@@ -117,14 +117,14 @@ def _compare_bucket(bucket: int, items: Iterable[tuple[int, tuple]], plan: Audit
             continue
         parts = queues.pop(key) + _queue_file_rows(key, plan)
         t = pa.concat_tables(parts) if parts else None
-        puts = rebuilt_puts(t) if t is not None else None
-        if target is not None:        # the repaired store's queue: the REBUILT view placed and written
-            none = np.zeros(0, np.int64)
-            off, phy, size, tags, _, record_phy = puts if puts is not None else (none,) * 6
-            written.append(write_whole_queue(target, *key, record_phy, phy, size, tags, off, last_put.get(key, 0)))
+        puts = rebuilt_puts(t) if t is not None else (np.zeros(0, np.int64),) * 6
+        placed = rebuilt_queue(*key, puts, plan.config)     # the repaired store's queue: the REBUILT view
+        if target is not None:
+            off, phy, size, _, _, record_phy = puts
+            written.append(write_whole_queue(target, *key, placed, record_phy, phy, size, off, last_put.get(key, 0)))
         if t is None or not t.num_rows:
             continue
-        rebuilt = rebuilt_entries(t, puts)
+        rebuilt = rebuilt_entries(puts, placed)
         rows += compare_queue(key[0], key[1], t, plan.end, plan.broker_min.get(key),
                               key in plan.disk_queues or key in plan.disk_units, plan.scope, rebuilt)
         ranges.append((key, _disk_range(t), _rebuilt_range(t, rebuilt[0], plan.scope[0] if plan.scope else None)))
@@ -270,7 +270,8 @@ def compare_windows(key: tuple[str, int], parts: list[pa.Table], plan: AuditPlan
             continue
         last_d = dp[-1] if len(dp) else last_d
         last_b = bp[-1] if len(bp) else last_b
-        r, dup = rebuilt_entries(tw, puts)
+        # the puts in order are each held at its own offset (``puts_in_order``): the rebuilt view
+        r, dup = (*puts[:2], puts[2].astype(np.int64), puts[3].astype(np.int64), *puts[4:]), np.zeros(0, np.int64)
         rows += compare_queue(topic, qid, _matched_records(tw, b[1], parts, recs), plan.end,
                               plan.broker_min.get(key), False, plan.scope, (r, dup), last_rebuilt)
         # what spans windows: the holes and fillers between them, the queue's whole range
@@ -292,7 +293,8 @@ def compare_windows(key: tuple[str, int], parts: list[pa.Table], plan: AuditPlan
     written = [writer.finish(last_put)] if writer is not None else []
     if not comparing:
         t = pa.concat_tables(parts + _queue_file_rows(key, plan))
-        r = rebuilt_entries(t)
+        puts = rebuilt_puts(t)
+        r = rebuilt_entries(puts, rebuilt_queue(*key, puts, plan.config))
         return (compare_queue(topic, qid, t, plan.end, plan.broker_min.get(key),
                               key in plan.disk_queues, plan.scope, r),
                 [(key, _disk_range(t), _rebuilt_range(t, r[0], plan.scope[0] if plan.scope else None))], written)

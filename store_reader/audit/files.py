@@ -12,7 +12,7 @@ from schemas.findings import STORE_FINDING_ROW
 from store_reader.audit.commitlog import (PredictedCut, segment_findings, verify_commitlog_sequence,
                                           verify_layout)
 from store_reader.audit.dledger import dledger_findings
-from store_reader.audit.queues import verify_queue_files
+from store_reader.audit.queuefiles import verify_queue_files
 from store_reader.audit.report import Findings, join_path, norm_path
 from store_reader.audit.timer import timer_findings, timer_queue_range
 from store_reader.formats.checkpoint import CHECKPOINT_FILE_SIZE, read_checkpoint

@@ -13,6 +13,7 @@ from schemas.findings import INDEX_FILE_ENTRY, INDEX_PUT, QUEUE_ROW
 from store_reader.broker import dispatch, prediction
 from store_reader.audit.plan import AuditPlan
 from store_reader.audit.queues import BEHIND_BAD, BROKER, CRC_BAD, REBUILT, REC
+from store_reader.formats.brokerconf import BrokerConfig
 from store_reader.formats.commitlog import SegmentScan
 from store_reader.formats.consumequeue import CQEntries, decode_entries
 from store_reader.formats.indexfile import IndexFile
@@ -66,13 +67,15 @@ def _rows(rb: pa.RecordBatch, columns: list[str], mask: np.ndarray) -> pa.Record
     return _where(rb.select(columns), mask)
 
 
-def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
-                out: dict[tuple[str, int], list[pa.Table]], last_put: dict[tuple[str, int], int] | None = None
-                ) -> None:
+def queue_rows(rb: pa.RecordBatch, config: BrokerConfig, broker_5x: bool, below: np.ndarray,
+               out: dict[tuple[str, int], list[pa.Table]], last_put: dict[tuple[str, int], int] | None = None
+               ) -> None:
     """The batch's records as ``QUEUE_ROWS`` per queue: every record (``REC``, with its damage
     flag) and the put of each dispatchable one below the cut (``REBUILT``, at its stored phy
     offset; the same row when that is where it lies), LMQ copies in their own queues. Which puts
-    the repaired queue holds is decided per queue, by the repair's rule (``queues.rebuilt_entries``).
+    the repaired queue holds is decided per queue, by the repair's placement
+    (``queues.rebuilt_queue``). The audit's stage 1 and ``dump --verify`` (``view.StoreView``) both
+    make their queues' facts here.
     ``last_put``: given the latest store time of each queue's puts (the checkpoint's, when the
     queues are written)."""
     phy, stored = _column(rb, "phy_offset"), _column(rb, "stored_phy_offset")
@@ -94,8 +97,8 @@ def _queue_rows(rb: pa.RecordBatch, plan: AuditPlan, below: np.ndarray,
             np.concatenate([flag, np.zeros(len(extra), np.int64)]), np.concatenate([phy, phy[extra]])]
     code, qids = np.concatenate([code, code[extra]]), np.concatenate([qid, qid[extra]])
     put_rows = np.concatenate([np.arange(len(phy)), extra])      # each row's record in the batch
-    if plan.config.enableMultiDispatch and rebuilt.any():
-        p = dispatch.queue_puts(plan.config, plan.broker_5x, rb, below)
+    if config.enableMultiDispatch and rebuilt.any():
+        p = dispatch.queue_puts(config, broker_5x, rb, below)
         if p.own < len(p.row):
             copies = slice(p.own, None)
             at = p.row[copies]
@@ -239,7 +242,7 @@ def segment_items(path: str, segment: str, lost: bool, plan: AuditPlan, records:
         # does not re-read); the flush window counts the valid prefix (what was written in order)
         kept = _column(rb, "phy_offset") < plan.end
         below = kept & _column(rb, "valid_prefix")
-        _queue_rows(rb, plan, kept, queues, last_put)
+        queue_rows(rb, plan.config, plan.broker_5x, kept, queues, last_put)
         if lost:
             lost_rows.append(_lost_rows(rb, segment, plan))
         if below.any():

@@ -1,29 +1,32 @@
 """One opened store as ``jobs.dump --verify`` checks it in one process: the commitlog scanned once
 into a table of every intact record, where the broker's recovery ends it, and what each consume
-queue should hold. Spark-free; the Spark audit gets the same facts from its own passes."""
+queue should hold. Spark-free; the Spark audit gets the same facts from its own passes (each
+queue's from the same functions: ``records.queue_rows``, ``queues.rebuilt_queue``)."""
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store_reader.audit.queues import rebuilt_entries, rebuilt_puts, rebuilt_queue
+from store_reader.audit.records import queue_rows
 from store_reader.broker import dledger
 from store_reader.formats import recordformat as rf
 from store_reader.broker import cqueue, cut as broker_cut, versions
 from store_reader.formats.checkpoint import read_checkpoint
 from store_reader.formats.commitlog import SegmentScan, SegmentSummary
 from store_reader.formats.controller import ConfirmOffset, correct_confirm_offset
-from store_reader.broker.dispatch import dispatchable, queue_puts
 from store_reader.exceptions import StoreReaderError
 from store_reader.formats.rocksdbcq import served_consume_queue
-from store_reader.repair.queues import held_puts
 from store_reader.store import Store
 
 # What the verifier keeps of every intact record: enough to check CQ and index entries against it.
 VERIFY_COLUMNS = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset",
-                  "sys_flag", "uniq_key", "key_list", "tags", "valid_prefix"]
+                  "sys_flag", "uniq_key", "key_list", "tags", "valid_prefix", "tags_code", "body_crc_ok",
+                  "record_crc_ok"]
 
 
 @dataclass
@@ -112,20 +115,24 @@ class StoreView:
         self._records: RecordTable | None = None
         self._recovery: tuple[int, int, int, int] | None = None
         self._dledger: dledger.DLedgerRecovery | None = None
+        self._queue_rows: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
         self._queues: dict[tuple[str, int], QueueRecords] | None = None
         self.errors: list[StoreReaderError] = []
         """Files the shared passes could not read (reported with the verification)."""
 
-    # 1. one pass over the commitlog: summaries and the record table
+    # 1. one pass over the commitlog: summaries, the record table and each queue's rows
     def scan(self, records: bool) -> None:
         if self._summaries is not None and (self._records is not None or not records):
             return
         summaries, batches = [], []
+        columns = VERIFY_COLUMNS + (["properties"] if self.config.enableMultiDispatch else [])
+        self._queue_rows.clear()
         for f in self.store.commitlog_files:
-            scan = SegmentScan(f.path, self.opts, columns=VERIFY_COLUMNS if records else [],
-                               include_lost=records)
+            scan = SegmentScan(f.path, self.opts, columns=columns if records else [], include_lost=records)
             for b in scan:
                 batches.append(verify_batch(b, self.opts.index_tags))
+                if records:     # every record's put: where the recovery cuts is known after the scan
+                    queue_rows(b, self.config, self.broker_5x, np.ones(b.num_rows, bool), self._queue_rows)
             summaries.append(scan.summary)
         self._summaries = summaries
         if records:
@@ -220,50 +227,15 @@ class StoreView:
 
     # 3. what each consume queue should hold: what the repaired store's queue holds
     def queue_records(self) -> dict[tuple[str, int], QueueRecords]:
-        """Per queue, the records whose entries it holds (``queues.held_puts`` over its puts in
-        commitlog order: no repeat by phy, nothing below its start, the first claim of each
-        offset), by queue offset."""
+        """Per queue, the records whose entries the repaired store's queue holds (the audit's
+        REBUILT view, ``queues.rebuilt_entries``, of the puts below the recovered end), by queue
+        offset."""
         if self._queues is None:
-            r = self.records
-            rows = np.flatnonzero(dispatchable(r.tran))
-            key = r.topic[rows].astype(np.int64) << 32 | (r.queue_id[rows].astype(np.int64) & 0xFFFFFFFF)
-            rows = rows[np.argsort(key, kind="stable")]         # per queue, in commitlog order
-            puts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {}
-            if rows.size:
-                cut = np.flatnonzero(np.diff(np.sort(key, kind="stable"))) + 1
-                for part in np.split(rows, cut):
-                    i = part[0]
-                    puts[(r.topics[r.topic[i]], int(r.queue_id[i]))] = [tuple(
-                        c[part] for c in (r.queue_offset, r.phy, r.stored_phy, r.size, r.valid_prefix))]
-            self._add_multi_dispatch(puts)
-            out: dict[tuple[str, int], QueueRecords] = {}
-            for k, parts in puts.items():
-                cols = [np.concatenate(c) for c in zip(*parts)]
-                if len(parts) > 1:
-                    order = np.argsort(cols[1], kind="stable")
-                    cols = [c[order] for c in cols]
-                _, held = held_puts(cols[2], cols[3], cols[0])
-                out[k] = QueueRecords(cols[0][held], cols[1][held], cols[3][held], cols[4][held])
+            r, out = self.records, {}
+            for key, parts in self._queue_rows.items():
+                puts = rebuilt_puts(pa.concat_tables(parts), self.max_phy)
+                (off, _, size, _, _, record_phy), _ = rebuilt_entries(puts, rebuilt_queue(*key, puts, self.config))
+                if len(off):
+                    out[key] = QueueRecords(off, record_phy, size, r.valid_prefix[r.find(record_phy)])
             self._queues = out
         return self._queues
-
-    def _add_multi_dispatch(self, puts: dict[tuple[str, int], list[tuple[np.ndarray, ...]]]) -> None:
-        """LMQ / multi-dispatch copies (R§5.3): a second scan of the properties, only when enabled."""
-        if not self.config.enableMultiDispatch:
-            return
-        extra: dict[tuple[str, int], list[tuple[int, int, int, int, bool]]] = {}
-        cols = ["phy_offset", "stored_phy_offset", "total_size", "topic", "queue_id", "queue_offset", "sys_flag",
-                "properties", "valid_prefix"]
-        for f in self.store.commitlog_files:
-            for b in SegmentScan(f.path, self.opts, columns=cols, include_lost=True):
-                p = queue_puts(self.config, self.broker_5x, b)
-                copies = slice(p.own, None)
-                at = pa.array(p.row[copies])
-                for topic, qid, offset, *rec in zip(
-                        [p.topics[c] for c in p.topic[copies].tolist()], p.queue_id[copies].tolist(),
-                        p.queue_offset[copies].tolist(),
-                        *(b.column(c).take(at).to_pylist() for c in ("phy_offset", "stored_phy_offset",
-                                                                     "total_size", "valid_prefix"))):
-                    extra.setdefault((topic, qid), []).append((offset, *rec))
-        for key, rows in extra.items():
-            puts.setdefault(key, []).append(tuple(np.array(c) for c in zip(*rows)))

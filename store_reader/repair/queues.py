@@ -133,7 +133,9 @@ FILLER_SIZE = PRE_BLANK_SIZE
 class RepairedQueue:
     """A queue of the repaired store (``place_entries``): its slots from queue offset ``first``
     (the first slot of its first CQ file) to its max offset, its min offset, and the runs of queue
-    offsets inside it whose records are gone: ``(first offset, end offset, filler phy offset)``.
+    offsets inside it whose records are gone: ``(first offset, end offset, filler phy offset)``;
+    which of the puts it was placed from its entries are (``held``, indices ascending by queue
+    offset: the audit's REBUILT view is those slots) and the offsets several kept puts claimed.
 
     What a correct store holds, built from the commitlog alone: never the broker's put state
     machine (``cqueue.ConsumeQueueState``), whose renumbering after a gap it must not inherit."""
@@ -145,6 +147,9 @@ class RepairedQueue:
     slots: np.ndarray
     min_offset: int
     fillers: list[tuple[int, int, int]]
+    held: np.ndarray
+    duplicates: np.ndarray
+    """Queue offsets claimed by more than one kept put (``duplicate_queue_offset``)."""
 
     @property
     def max_offset(self) -> int:
@@ -215,7 +220,8 @@ def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.nd
     per_file = slots_per_file(cq_file_size)
     put, rows = held_puts(stored_phy, size, queue_offset)
     if not put.size:
-        return RepairedQueue(topic, queue_id, cq_file_size, 0, np.zeros(0, CQ_ENTRY_DTYPE), 0, [])
+        return RepairedQueue(topic, queue_id, cq_file_size, 0, np.zeros(0, CQ_ENTRY_DTYPE), 0, [], put, put)
+    claims, count = np.unique(queue_offset[put], return_counts=True)
     start = int(queue_offset[put[0]])
     offsets = queue_offset[rows]
     # 3. the slots from the start's CQ file on: pre-blank head, entries at their offsets, fillers
@@ -228,7 +234,7 @@ def place_entries(topic: str, queue_id: int, stored_phy: np.ndarray, size: np.nd
     slots["tags_code"][at] = tags_code[rows]
     fillers = _place_fillers(slots, base, offsets, stored_phy[rows], np.flatnonzero(np.diff(offsets) > 1),
                              commitlog_file_size)
-    return RepairedQueue(topic, queue_id, cq_file_size, base, slots, start, fillers)
+    return RepairedQueue(topic, queue_id, cq_file_size, base, slots, start, fillers, rows, claims[count > 1])
 
 
 def _place_fillers(slots: np.ndarray, base: int, offsets: np.ndarray, phys: np.ndarray, gaps: np.ndarray,
@@ -369,20 +375,18 @@ class QueueTarget:
         return os.path.join(self.out_root, "consumequeue", topic, str(queue_id))
 
 
-def write_whole_queue(target: QueueTarget, topic: str, queue_id: int, record_phy: np.ndarray,
-                      stored_phy: np.ndarray, size: np.ndarray, tags_code: np.ndarray, queue_offset: np.ndarray,
+def write_whole_queue(target: QueueTarget, topic: str, queue_id: int, q: RepairedQueue | None,
+                      record_phy: np.ndarray, stored_phy: np.ndarray, size: np.ndarray, queue_offset: np.ndarray,
                       last_store_timestamp: int) -> tuple[list[QueuePart], dict[str, str]]:
-    """A queue of the repaired store from its puts in commitlog order (``record_phy``: where each
-    put's record lies; none: a queue the broker
-    keeps whose records are all gone), written in one piece: ``place_entries``, then fillers up to
-    the max of the queue the broker keeps (``extend_queue``); each of its files hashed by the task
-    that wrote it. Returns the parts as ``jobs.rebuild.rebuild_consume_queues`` reports them and
-    each file's SHA-256 by its path below the output root."""
+    """A queue of the repaired store, ``q`` (``place_entries`` over its puts in commitlog order;
+    ``record_phy``: where each put's record lies; None: no puts, a queue the broker keeps whose
+    records are all gone), written in one piece, then fillers up to the max of the queue the broker
+    keeps (``extend_queue``); each of its files hashed by the task that wrote it. Returns the parts
+    as ``jobs.rebuild.rebuild_consume_queues`` reports them and each file's SHA-256 by its path
+    below the output root."""
     queue_dir = target.queue_dir(topic, queue_id)
     parts = []
-    if len(queue_offset):
-        q = place_entries(topic, queue_id, stored_phy, size, tags_code, queue_offset, target.cq_file_size,
-                          target.commitlog_file_size)
+    if q is not None:
         write_repaired_queue(q, queue_dir, target.input_dir / topic / str(queue_id))
         stored_phy, queue_offset = np.asarray(stored_phy, np.int64), np.asarray(queue_offset, np.int64)
         ends = stored_phy + np.asarray(size, np.int64)
