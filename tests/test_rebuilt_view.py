@@ -103,14 +103,10 @@ def _audit_rows(store, pred) -> dict[tuple[str, int], pa.Table]:
     return {k: pa.concat_tables(v) for k, v in rows.items()}
 
 
-def _audit_written(store, pred, out: Path) -> dict[str, str]:
-    """A recovery's audit, Spark-free: stage 1 over every commitlog file and the driver's items,
-    then every queue bucket with the consume queues to write under ``out`` (``QueueTarget``, no
-    queue the broker keeps past its records: the repair's files above are not extended either);
-    returns the digests the buckets gave for the files they wrote."""
+def audit_buckets(store, pred, target: queues.QueueTarget) -> tuple:
+    """A recovery's audit, Spark-free, up to its queue buckets: the plan writing the consume queues
+    to ``target``, and every bucket's items (stage 1 over every commitlog file, then the driver's)."""
     summaries = store.summaries()
-    cfg = store.config
-    target = queues.QueueTarget(str(out), store.consume_queue_dir, cfg.cq_file_size, cfg.mappedFileSizeCommitLog, {})
     plan = audit_plan(1, store, pred, summaries, summaries, None, None, target)
     items: dict[int, list] = defaultdict(list)
     for f, s in zip(store.commitlog_files, summaries):
@@ -118,6 +114,16 @@ def _audit_written(store, pred, out: Path) -> dict[str, str]:
             items[key].append((key, item))
     for key, item in driver_items(plan, pred):
         items[key].append((key, item))
+    return plan, items
+
+
+def _audit_written(store, pred, out: Path) -> dict[str, str]:
+    """Every queue bucket of a recovery's audit (``audit_buckets``) writing the consume queues under
+    ``out`` (``QueueTarget``, no queue the broker keeps past its records: the repair's files above
+    are not extended either); returns the digests the buckets gave for the files they wrote."""
+    cfg = store.config
+    plan, items = audit_buckets(store, pred, queues.QueueTarget(str(out), store.consume_queue_dir, cfg.cq_file_size,
+                                                                cfg.mappedFileSizeCommitLog, {}))
     digests = {}
     for bucket in range(plan.buckets):
         for kind, value in audit_partition(bucket, items[bucket], plan):

@@ -5,7 +5,6 @@ that way (puts out of order, entries on disk at one phy offset in two windows) g
 from __future__ import annotations
 
 import shutil
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -13,31 +12,22 @@ import pytest
 
 from store_reader import open_store
 from store_reader.audit import compare
-from store_reader.audit.plan import audit_plan
-from store_reader.audit.records import driver_items, segment_items
 from store_reader.broker.prediction import predict
 from store_reader.broker.versions import V49, V53
 from store_reader.formats.consumequeue import CQ_ENTRY_DTYPE, list_queue_files, list_queues, slots_per_file
 from store_reader.repair import queues
 from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
-from test_rebuilt_view import _hand_store
+from test_rebuilt_view import _hand_store, audit_buckets
 
 
 def _buckets(store, pred, out: Path) -> tuple[list, dict, list, dict[str, str], dict[str, bytes]]:
     """Every queue bucket of a recovery's audit, Spark-free, writing the consume queues under
     ``out``: the queue findings (in the table's order), the ranges, the parts and digests written
     and the files' bytes."""
-    summaries = store.summaries()
     cfg = store.config
-    target = queues.QueueTarget(str(out), store.consume_queue_dir, cfg.cq_file_size, cfg.mappedFileSizeCommitLog,
-                                {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()})
-    plan = audit_plan(1, store, pred, summaries, summaries, None, None, target)
-    items: dict[int, list] = defaultdict(list)
-    for f, s in zip(store.commitlog_files, summaries):
-        for key, item in segment_items(f.path, s.segment, s.file_start + s.file_size > pred.max_phy_offset, plan):
-            items[key].append((key, item))
-    for key, item in driver_items(plan, pred):
-        items[key].append((key, item))
+    plan, items = audit_buckets(store, pred, queues.QueueTarget(
+        str(out), store.consume_queue_dir, cfg.cq_file_size, cfg.mappedFileSizeCommitLog,
+        {k: (q.min_offset, q.max_offset) for k, q in pred.consume_queues.items()}))
     rows, ranges, parts, digests = [], {}, [], {}
     for bucket in range(plan.buckets):
         for kind, value in compare.audit_partition(bucket, items[bucket], plan):
