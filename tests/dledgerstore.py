@@ -14,6 +14,14 @@ CONF = ("enableDLegerCommitLog=true\ndLegerGroup=g\ndLegerPeers=n0-127.0.0.1:409
         f"mappedFileSizeCommitLog={FILE_SIZE}\nmappedFileSizeConsumeQueue=2000\n")
 
 
+def oracle_conf(group: str) -> str:
+    """The broker.conf of the real broker's DLedger oracle runs: a one-member group ``group``
+    (member n0), small files, ASYNC_FLUSH."""
+    return (f"enableDLegerCommitLog=true\ndLegerGroup={group}\ndLegerPeers=n0-127.0.0.1:40911\n"
+            "dLegerSelfId=n0\nmappedFileSizeCommitLog=65536\nmappedFileSizeConsumeQueue=2000\n"
+            "maxHashSlotNum=500\nmaxIndexNum=2000\nflushDiskType=ASYNC_FLUSH\n")
+
+
 def _record(i: int, rng: random.Random, next_offset: dict) -> bytes:
     """Message ``i``: topic T0-T2, queue 0-1, the next queue offset of its queue."""
     queue = (f"T{i % 3}", i % 2)

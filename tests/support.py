@@ -118,3 +118,23 @@ def mounted_tmpfs(mnt: Path, size: str):
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def scan_both(path: Path, opts, columns: list[str] | None, **kw) -> list[tuple]:
+    """``commitlog.scan_segment`` of ``path`` by the pure-Python twin, then by the native scanner
+    (``STORE_READER_PURE`` set for each, then put back): ``[(table, summary) pure, (table, summary)
+    native]``, intact records behind a bad one included (``columns`` None: the scanner's default)."""
+    from store_reader.formats import commitlog
+
+    old = os.environ.get("STORE_READER_PURE")
+    out = []
+    try:
+        for pure in (True, False):
+            os.environ["STORE_READER_PURE"] = "1" if pure else "0"
+            out.append(commitlog.scan_segment(path, opts, columns=columns, include_lost=True, **kw))
+    finally:
+        if old is None:
+            os.environ.pop("STORE_READER_PURE", None)
+        else:
+            os.environ["STORE_READER_PURE"] = old
+    return out

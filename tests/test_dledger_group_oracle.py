@@ -23,18 +23,11 @@ import pytest
 from store_reader.broker import dledgerreplicas as dr
 from store_reader import open_store
 
+from dledgerstore import oracle_conf
+
 pytestmark = [pytest.mark.slow, pytest.mark.oracle]
 
-CONF = """enableDLegerCommitLog=true
-dLegerGroup=oracleGroup
-dLegerPeers=n0-127.0.0.1:40911
-dLegerSelfId=n0
-mappedFileSizeCommitLog=65536
-mappedFileSizeConsumeQueue=2000
-maxHashSlotNum=500
-maxIndexNum=2000
-flushDiskType=ASYNC_FLUSH
-"""
+CONF = oracle_conf("oracleGroup")
 IDS = ("n0", "n1", "n2")
 
 

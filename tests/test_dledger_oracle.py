@@ -25,6 +25,8 @@ import pytest
 from store_reader.formats import dledger
 from store_reader.broker import dledger as broker_dledger, dledgercommitlog
 from store_reader import open_store
+
+from dledgerstore import oracle_conf
 from store_reader.formats import recordformat as rf
 from store_reader.exceptions import StoreReaderError, UnsupportedStoreError
 
@@ -32,16 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.oracle]
 
 VERSIONS = ("4.9.7", "5.3.3", "5.4.0", "5.5.1")
 FILE_SIZE = 65536
-CONF = """enableDLegerCommitLog=true
-dLegerGroup=oracleDL
-dLegerPeers=n0-127.0.0.1:40911
-dLegerSelfId=n0
-mappedFileSizeCommitLog=65536
-mappedFileSizeConsumeQueue=2000
-maxHashSlotNum=500
-maxIndexNum=2000
-flushDiskType=ASYNC_FLUSH
-"""
+CONF = oracle_conf("oracleDL")
 
 
 def _entries(root: Path) -> list[tuple[int, int, int, int]]:

@@ -6,16 +6,14 @@ Real broker-written DLedger stores are read in ``test_dledger_oracle.py``.
 """
 from __future__ import annotations
 
-import os
 import random
 import struct
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+import support
 from schemas import MESSAGE
-from store_reader.formats import commitlog
 from store_reader.formats import recordformat as rf
 
 from dledgerstore import FILE_SIZE, dledger_files
@@ -28,26 +26,8 @@ pytestmark = [pytest.mark.reader, pytest.mark.native]
 OPTS = rf.ScanOptions(broker_5x=False, dledger=True)
 
 
-@contextmanager
-def _impl(pure: bool):
-    old = os.environ.get("STORE_READER_PURE")
-    os.environ["STORE_READER_PURE"] = "1" if pure else "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["STORE_READER_PURE"]
-        else:
-            os.environ["STORE_READER_PURE"] = old
-
-
 def _scan_both(path: Path, opts: rf.ScanOptions = OPTS):
-    out = []
-    for pure in (True, False):
-        with _impl(pure):
-            out.append(commitlog.scan_segment(path, opts, columns=[c for c in MESSAGE.names],
-                                              include_lost=True))
-    (t_pure, s_pure), (t_nat, s_nat) = out
+    (t_pure, s_pure), (t_nat, s_nat) = support.scan_both(path, opts, list(MESSAGE.names))
     assert t_nat.equals(t_pure), "native and twin tables differ"
     assert s_nat == s_pure
     return t_nat, s_nat

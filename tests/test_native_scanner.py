@@ -14,7 +14,6 @@ import os
 import struct
 import threading
 import zlib
-from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -42,27 +41,9 @@ SUPPRESS = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthChe
 
 # -- helpers ---------------------------------------------------------------------------------------
 
-@contextmanager
-def _impl(pure: bool):
-    """Select the scanner the driver uses (``STORE_READER_PURE``) for the duration of a block."""
-    old = os.environ.get("STORE_READER_PURE")
-    os.environ["STORE_READER_PURE"] = "1" if pure else "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["STORE_READER_PURE"]
-        else:
-            os.environ["STORE_READER_PURE"] = old
-
-
 def _scan_both(path: Path, opts: rf.ScanOptions, columns=ALL_COLUMNS, **kw):
     """(table, summary) from the pure twin and from the native scanner."""
-    out = []
-    for pure in (True, False):
-        with _impl(pure):
-            out.append(commitlog.scan_segment(path, opts, columns=columns, include_lost=True, **kw))
-    return out
+    return support.scan_both(path, opts, columns, **kw)
 
 
 def _assert_same(pure, native) -> None:

@@ -299,7 +299,7 @@ def verify_index(view: StoreView, found: Findings, only: Path | None = None) -> 
                       "find nothing until a recovery re-dispatches them (R§8.2)")
         return
     indexed_until = max(f.header.end_phy_offset for f in files)
-    late = np.flatnonzero(keyed & (r.phy > indexed_until) & (r.phy + r.size <= view.dispatched_until))
+    late = np.flatnonzero(keyed & (r.phy > indexed_until) & view.dispatched(r.phy, r.stored_phy, r.size))
     if late.size:
         # where the next entry would go: the last file, or a new one when it is full
         last = files[-1]

@@ -196,6 +196,7 @@ DUMP_ALIASES = {
     "cq.beyond_max": "removed_beyond_truncation",
     "cq.below_min": "removed_below_min",
     "cq.slot_mismatch": "wrong_entry",
+    "cq.unbacked": "unbacked",
     "cq.missing_entries": "not_restored",
     "cq.all_missing": "queue_missing",
     "index.bad_header": "bad_header",

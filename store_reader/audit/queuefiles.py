@@ -133,10 +133,12 @@ def _slot_mismatches(view: StoreView, found: Findings, qf: _QueueFile,
         return
     slots = qf.first_slot + idx
     ok = np.zeros(idx.size, dtype=bool)
+    held = np.zeros(idx.size, dtype=bool)     # a record of the queue holds the slot
     if records is not None and records.queue_offset.size:
         at = np.searchsorted(records.queue_offset, slots)
         hit = at < records.queue_offset.size
         hit[hit] = records.queue_offset[at[hit]] == slots[hit]
+        held = hit
         ok[hit] = ((records.phy[at[hit]] == qf.phy[idx[hit]])
                    & (records.size[at[hit]] == qf.size[idx[hit]]))
     table = view.records
@@ -149,14 +151,19 @@ def _slot_mismatches(view: StoreView, found: Findings, qf: _QueueFile,
         return qf.run(a, b, "entry", f"not matching the commitlog: the first has size "
                       f"{int(qf.size[a])} but {what}", phy)
 
-    report_runs(found, "cq.slot_mismatch", qf.file.path, idx[~ok], describe)
+    # an entry whose phy starts no record, at an offset no record of the queue holds: unbacked
+    unbacked = ~ok & ~held & (table.find(qf.phy[idx]) < 0)
+    report_runs(found, "cq.slot_mismatch", qf.file.path, idx[~ok & ~unbacked], describe)
+    report_runs(found, "cq.unbacked", qf.file.path, idx[unbacked], lambda a, b: qf.run(
+        a, b, "entry", f"pointing where no record starts (phy {int(qf.phy[a])}) at queue offsets no "
+        "record of the queue holds: the broker serves them and a pull finds no message", int(qf.phy[a])))
 
 
 def _missing_entries(view: StoreView, found: Findings, ref: QueueRef, loaded: list[_QueueFile],
                      records: QueueRecords) -> None:
     """Dispatched records of this queue whose slot holds no valid entry."""
     want = (records.valid_prefix & (records.phy >= view.min_phy) & (records.phy < view.max_phy)
-            & (records.phy + records.size <= view.dispatched_until))
+            & view.dispatched(records.phy, records.stored_phy, records.size))
     present = np.concatenate([qf.first_slot + np.flatnonzero(qf.kind == ENTRY_VALID) for qf in loaded]
                              or [np.zeros(0, np.int64)])
     rows = np.flatnonzero(want)
@@ -172,10 +179,13 @@ def _missing_entries(view: StoreView, found: Findings, ref: QueueRef, loaded: li
             path = join_path(ref.path, file_name(file_start))
             gone = "" if location(path).exists() else " (the file is missing)"
             a, b = int(records.phy[by_offset[q]]), int(records.phy[by_offset[end]])
+            tail = by_offset[end]
+            at_max = ("" if records.phy[tail] + records.size[tail] <= view.dispatched_until else
+                      ", or start there: 5.x's recovery dispatches only records past it, E#20")
             found.add("cq.missing_entries", path, logic % size,
                       f"{count_of(end - q + 1, 'record')} of {ref.topic}/{ref.queue_id} "
                       f"({span_text('queue offset', q, end)}, phy {range_text(a, b)}) were dispatched (they "
-                      f"end at or below the consume queues' max phy offset {view.dispatched_until}) "
+                      f"end at or below the consume queues' max phy offset {view.dispatched_until}{at_max}) "
                       f"but have no entry{gone}: the normal path does not rebuild them (R§6)",
                       a, end - q + 1,
                       topic=ref.topic, queue_id=ref.queue_id, queue_offsets=[q, end])

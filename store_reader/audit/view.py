@@ -16,6 +16,7 @@ from store_reader.audit.records import queue_rows
 from store_reader.broker import dledger
 from store_reader.formats import recordformat as rf
 from store_reader.broker import cqueue, cut as broker_cut, versions
+from store_reader.broker.replay import dispatched_again
 from store_reader.formats.checkpoint import read_checkpoint
 from store_reader.formats.commitlog import SegmentScan, SegmentSummary
 from store_reader.formats.controller import ConfirmOffset, correct_confirm_offset
@@ -100,6 +101,7 @@ class QueueRecords:
     phy: np.ndarray
     size: np.ndarray
     valid_prefix: np.ndarray
+    stored_phy: np.ndarray        # PHYSICALOFFSET as stored
 
 
 class StoreView:
@@ -205,9 +207,16 @@ class StoreView:
 
     @property
     def dispatched_until(self) -> int:
-        """Records ending at or below this phy offset had been dispatched: the consume queues'
-        max phy offset (where reput resumes, R§6), capped at the recovered end."""
+        """The consume queues' max phy offset (where the normal restart's dispatch resumes, R§6),
+        capped at the recovered end: ``dispatched``."""
         return min(self._recover()[3], self.max_phy)
+
+    def dispatched(self, phy: np.ndarray, stored_phy: np.ndarray, size: np.ndarray) -> np.ndarray:
+        """Which records had been dispatched and a normal restart does not dispatch again: those
+        not past ``dispatched_until`` by ``replay.dispatched_again`` ([5.x] the record starting
+        exactly there too, E#20; the abnormal path's walk from its start file takes it)."""
+        return ~dispatched_again(phy, stored_phy, size, self.dispatched_until,
+                                 self.broker_5x and not self.store.abort_exists)
 
     def controller_state(self) -> tuple[ConfirmOffset, int, int | None] | None:
         """Controller mode (5.x): the confirm offset as the broker's recovery corrects it, and the
@@ -236,6 +245,7 @@ class StoreView:
                 puts = rebuilt_puts(pa.concat_tables(parts), self.max_phy)
                 (off, _, size, _, _, record_phy), _ = rebuilt_entries(puts, rebuilt_queue(*key, puts, self.config))
                 if len(off):
-                    out[key] = QueueRecords(off, record_phy, size, r.valid_prefix[r.find(record_phy)])
+                    at = r.find(record_phy)
+                    out[key] = QueueRecords(off, record_phy, size, r.valid_prefix[at], r.stored_phy[at])
             self._queues = out
         return self._queues
