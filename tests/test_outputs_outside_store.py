@@ -63,3 +63,16 @@ def test_a_scan_dir_or_audit_path_that_holds_the_store_is_accepted(spark, store,
     code = audit.main(["--store", str(store), "--broker-config", str(support.broker_conf(*CASE)),
                        "--scan-dir", str(tmp_path), "--audit-path", str(tmp_path / "audit")])
     assert code in (0, 1)
+
+
+@pytest.mark.parametrize("job", [recover, audit])
+def test_a_scan_dir_that_does_not_exist_is_one_error_line(store, tmp_path, capsys, job):
+    missing = tmp_path / "not-mounted" / "scratch"
+    args = ["--store", str(store), "--broker-config", str(support.broker_conf(*CASE)), "--scan-dir", str(missing)]
+    args += ["--out", str(tmp_path / "out")] if job is recover else []
+    code = job.main(args)
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    (line,) = [line for line in err.splitlines() if line.startswith("error")]
+    assert line.endswith(f"{missing}: the scratch directory does not exist or is not a directory"), line
+    assert not missing.parent.exists() and not (tmp_path / "out").exists()
