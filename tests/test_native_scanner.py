@@ -324,61 +324,25 @@ def _scan_one(buf: bytes, opts: rf.ScanOptions, pos: int = 0) -> tuple[int, tupl
 
 # 1. duplicationEnable [5.x]: `DUP_INFO.split("_").length == 2`, and Java's split drops trailing
 #    empty strings (an empty leading one stays).
+def _dup_record(total: bytes, props_len: bytes, value: bytes) -> bytes:
+    return (
+        total                                  # TOTALSIZE = 91 + t 1 + p
+        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
+        b"\x00\x00\x00\x00"                    # BODYLEN 0
+        b"\x01"                                # TOPICLEN 1
+        b"T"                                   # TOPIC
+        + props_len +                          # PROPERTIESLEN p
+        b"DUP_INFO\x01" + value + b"\x02"      # PROPERTIES: DUP_INFO=<value>
+    )
+
+
 @pytest.mark.parametrize("rec, parts", [
-    pytest.param(
-        b"\x00\x00\x00\x69"                    # TOTALSIZE 105 = 91 + t 1 + p 13
-        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
-        b"\x00\x00\x00\x00"                    # BODYLEN 0
-        b"\x01"                                # TOPICLEN 1
-        b"T"                                   # TOPIC
-        b"\x00\x0d"                            # PROPERTIESLEN 13
-        b"DUP_INFO\x01a_b\x02",                # PROPERTIES: DUP_INFO=a_b -> [a, b]
-        2, id="a_b"),
-    pytest.param(
-        b"\x00\x00\x00\x6a"                    # TOTALSIZE 106 = 91 + t 1 + p 14
-        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
-        b"\x00\x00\x00\x00"                    # BODYLEN 0
-        b"\x01"                                # TOPICLEN 1
-        b"T"                                   # TOPIC
-        b"\x00\x0e"                            # PROPERTIESLEN 14
-        b"DUP_INFO\x01a_b_\x02",               # PROPERTIES: DUP_INFO=a_b_ -> [a, b] (trailing "" dropped)
-        2, id="a_b_"),
-    pytest.param(
-        b"\x00\x00\x00\x68"                    # TOTALSIZE 104 = 91 + t 1 + p 12
-        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
-        b"\x00\x00\x00\x00"                    # BODYLEN 0
-        b"\x01"                                # TOPICLEN 1
-        b"T"                                   # TOPIC
-        b"\x00\x0c"                            # PROPERTIESLEN 12
-        b"DUP_INFO\x01_a\x02",                 # PROPERTIES: DUP_INFO=_a -> ["", a] (leading "" kept)
-        2, id="_a"),
-    pytest.param(
-        b"\x00\x00\x00\x68"                    # TOTALSIZE 104 = 91 + t 1 + p 12
-        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
-        b"\x00\x00\x00\x00"                    # BODYLEN 0
-        b"\x01"                                # TOPICLEN 1
-        b"T"                                   # TOPIC
-        b"\x00\x0c"                            # PROPERTIESLEN 12
-        b"DUP_INFO\x01a_\x02",                 # PROPERTIES: DUP_INFO=a_ -> [a]
-        1, id="a_"),
-    pytest.param(
-        b"\x00\x00\x00\x69"                    # TOTALSIZE 105 = 91 + t 1 + p 13
-        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
-        b"\x00\x00\x00\x00"                    # BODYLEN 0
-        b"\x01"                                # TOPICLEN 1
-        b"T"                                   # TOPIC
-        b"\x00\x0d"                            # PROPERTIESLEN 13
-        b"DUP_INFO\x01a__\x02",                # PROPERTIES: DUP_INFO=a__ -> [a]
-        1, id="a__"),
-    pytest.param(
-        b"\x00\x00\x00\x67"                    # TOTALSIZE 103 = 91 + t 1 + p 11
-        + V1_MAGIC + FIXED_3_14 +              # MAGICCODE, fields 3..14
-        b"\x00\x00\x00\x00"                    # BODYLEN 0
-        b"\x01"                                # TOPICLEN 1
-        b"T"                                   # TOPIC
-        b"\x00\x0b"                            # PROPERTIESLEN 11
-        b"DUP_INFO\x01_\x02",                  # PROPERTIES: DUP_INFO=_ -> [] (both "" dropped)
-        0, id="_"),
+    pytest.param(_dup_record(b"\x00\x00\x00\x69", b"\x00\x0d", b"a_b"), 2, id="a_b"),   # [a, b]
+    pytest.param(_dup_record(b"\x00\x00\x00\x6a", b"\x00\x0e", b"a_b_"), 2, id="a_b_"),   # [a, b] (trailing "" dropped)
+    pytest.param(_dup_record(b"\x00\x00\x00\x68", b"\x00\x0c", b"_a"), 2, id="_a"),   # ["", a] (leading "" kept)
+    pytest.param(_dup_record(b"\x00\x00\x00\x68", b"\x00\x0c", b"a_"), 1, id="a_"),   # [a]
+    pytest.param(_dup_record(b"\x00\x00\x00\x69", b"\x00\x0d", b"a__"), 1, id="a__"),   # [a]
+    pytest.param(_dup_record(b"\x00\x00\x00\x67", b"\x00\x0b", b"_"), 0, id="_"),   # [] (both "" dropped)
 ])
 def test_dup_info_split_drops_trailing_empty_parts(rec, parts):
     dup = _pyscan.parse_properties(rec[92:].decode())["DUP_INFO"]      # PROPERTIES start at 92
