@@ -120,21 +120,29 @@ def mounted_tmpfs(mnt: Path, size: str):
         subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
-def scan_both(path: Path, opts, columns: list[str] | None, **kw) -> list[tuple]:
-    """``commitlog.scan_segment`` of ``path`` by the pure-Python twin, then by the native scanner
-    (``STORE_READER_PURE`` set for each, then put back): ``[(table, summary) pure, (table, summary)
-    native]``, intact records behind a bad one included (``columns`` None: the scanner's default)."""
-    from store_reader.formats import commitlog
-
+@contextlib.contextmanager
+def scanner(pure: bool):
+    """Select the scanner the driver uses (``STORE_READER_PURE``: the pure-Python twin or the native
+    one) for the duration of a block."""
     old = os.environ.get("STORE_READER_PURE")
-    out = []
+    os.environ["STORE_READER_PURE"] = "1" if pure else "0"
     try:
-        for pure in (True, False):
-            os.environ["STORE_READER_PURE"] = "1" if pure else "0"
-            out.append(commitlog.scan_segment(path, opts, columns=columns, include_lost=True, **kw))
+        yield
     finally:
         if old is None:
             os.environ.pop("STORE_READER_PURE", None)
         else:
             os.environ["STORE_READER_PURE"] = old
+
+
+def scan_both(path: Path, opts, columns: list[str] | None, **kw) -> list[tuple]:
+    """``commitlog.scan_segment`` of ``path`` by the pure-Python twin, then by the native scanner:
+    ``[(table, summary) pure, (table, summary) native]``, intact records behind a bad one included
+    (``columns`` None: the scanner's default)."""
+    from store_reader.formats import commitlog
+
+    out = []
+    for pure in (True, False):
+        with scanner(pure):
+            out.append(commitlog.scan_segment(path, opts, columns=columns, include_lost=True, **kw))
     return out

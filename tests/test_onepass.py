@@ -22,7 +22,7 @@ from store_reader.io.storefs import SegmentBuffer
 
 sys.path.insert(0, str(support.ROOT))
 from benchmarks.taskcpu import peak_rss, reset_peak_rss  # noqa: E402  (the benchmark's RSS reading)
-from test_native_scanner import (CASES, MUTATIONS, SUPPRESS, _impl, _mutate, _real_segments, _segments,
+from test_native_scanner import (CASES, MUTATIONS, SUPPRESS, _mutate, _real_segments, _segments,
                                  _write_segment, raw_record)
 
 pytestmark = [pytest.mark.reader]
@@ -66,7 +66,7 @@ def _check(path, opts, batch_size=65536) -> commitlog.OnePassScan:
 def test_fixture_segments(case, pure):
     version, scenario = case
     is5 = version == "rocketmq-5.3.3"
-    with _impl(pure):
+    with support.scanner(pure):
         for opts in (rf.ScanOptions(broker_5x=is5), rf.ScanOptions(check_crc=False, broker_5x=is5),
                      rf.ScanOptions(force_verify_prop_crc=True, broker_5x=is5)):
             for seg in _segments(version, scenario):
@@ -139,7 +139,7 @@ def test_a_hole_reads_as_the_zeros_it_is(tmp_path, tail, pure):
     with SegmentBuffer(sparse, "commitlog segment") as m:
         assert m.data_end() < HOLE // 2, "the filesystem keeps no holes"
     opts = rf.ScanOptions(broker_5x=True)
-    with _impl(pure):
+    with support.scanner(pure):
         one, other = _check(sparse, opts), _check(dense, opts)
     assert replace(one.summary, path=other.summary.path) == other.summary
     assert one.summary.valid_bytes == len(body)
@@ -156,7 +156,7 @@ def test_a_hole_is_not_read(tmp_path, tail):
     parts = [(0, body)] + ([(len(body), b"\x00\x00\x04\x00\xda\xa3\x20\xab" + b"\x07" * 300)]
                            if tail == "torn" else [])
     sparse, _ = _sparse_and_dense(tmp_path, parts, HOLE)
-    with _impl(False):
+    with support.scanner(False):
         grew = _peak_rss_growth(lambda: list(commitlog.OnePassScan(sparse, rf.ScanOptions(broker_5x=True),
                                                                    COLUMNS, LOST)))
     assert grew < HOLE // 4, f"the scan's RSS grew by {grew >> 20} MiB over a {HOLE >> 20} MiB hole"
@@ -172,7 +172,7 @@ def test_mutated_real_segments(tmp_path_factory, data):
     opts = data.draw(st.sampled_from([rf.ScanOptions(broker_5x=is5), rf.ScanOptions(check_crc=False, broker_5x=is5),
                                       rf.ScanOptions(force_verify_prop_crc=True, broker_5x=is5)]), label="opts")
     path = _write_segment(tmp_path_factory.mktemp("mut"), mutated)
-    with _impl(data.draw(st.booleans(), label="pure")):
+    with support.scanner(data.draw(st.booleans(), label="pure")):
         try:
             _check(path, opts, batch_size=data.draw(st.sampled_from([1, 5, 65536]), label="batch"))
         except StoreReaderError:
