@@ -3,8 +3,10 @@
 every later pass of the run, none of which reads a segment again."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from store_reader.exceptions import StoreReaderError
 from store_reader.repair import publish, scanned
 from store_reader.io.storefs import location
 from store_reader.formats.commitlog import SegmentSummary, summarize_segment
@@ -58,7 +60,10 @@ SCAN_DIR_HELP = ("where the scan keeps each commitlog file's records and their i
 def records_dir(run_id: str, scan_dir: str | None):
     """A directory of the run's own for the kept records (under ``scan_dir``, default the
     system's temporary directory), removed with everything in it when the run ends, or by the
-    next run when this one is killed (``publish.work_directory``)."""
+    next run when this one is killed (``publish.work_directory``). A ``scan_dir`` that is not there
+    is not made: it may be a volume that is not mounted."""
+    if scan_dir is not None and not os.path.isdir(scan_dir):
+        raise StoreReaderError("the scratch directory does not exist or is not a directory", scan_dir)
     return publish.work_directory("rocketmq-scan-", run_id, scan_dir)
 
 

@@ -158,8 +158,6 @@ def claim_work_directory(kind: str, run_id: str, parent: str | None = None) -> t
     the directory and the descriptor whose ``flock`` claims it (the owner removes the directory
     and then closes it)."""
     root = parent or tempfile.gettempdir()
-    if not os.path.isdir(root):     # a scratch directory the operator named (--scan-dir): not made here
-        raise StoreReaderError("the scratch directory does not exist or is not a directory", root)
     remove_abandoned(root, kind)
     path = tempfile.mkdtemp(prefix=f"{kind}{run_id}-", dir=root)
     # locked before it is named: another run's cleanup never finds it unlocked
