@@ -152,7 +152,8 @@ def _slot_mismatches(view: StoreView, found: Findings, qf: _QueueFile,
                       f"{int(qf.size[a])} but {what}", phy)
 
     # an entry whose phy starts no record, at an offset no record of the queue holds: unbacked
-    unbacked = ~ok & ~held & (table.find(qf.phy[idx]) < 0)
+    unbacked = ~ok & ~held
+    unbacked[unbacked] = table.find(qf.phy[idx[unbacked]]) < 0
     report_runs(found, "cq.slot_mismatch", qf.file.path, idx[~ok & ~unbacked], describe)
     report_runs(found, "cq.unbacked", qf.file.path, idx[unbacked], lambda a, b: qf.run(
         a, b, "entry", f"pointing where no record starts (phy {int(qf.phy[a])}) at queue offsets no "

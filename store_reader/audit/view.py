@@ -216,7 +216,7 @@ class StoreView:
         not past ``dispatched_until`` by ``replay.dispatched_again`` ([5.x] the record starting
         exactly there too, E#20; the abnormal path's walk from its start file takes it)."""
         return ~dispatched_again(phy, stored_phy, size, self.dispatched_until,
-                                 self.broker_5x and not self.store.abort_exists)
+                                 recovery_walk=self.broker_5x and not self.store.abort_exists)
 
     def controller_state(self) -> tuple[ConfirmOffset, int, int | None] | None:
         """Controller mode (5.x): the confirm offset as the broker's recovery corrects it, and the

@@ -62,12 +62,12 @@ DISPATCH_BATCH = 65536
 
 
 def dispatched_again(phy: np.ndarray, stored_phy: np.ndarray, size: np.ndarray | None, cq_max: int,
-                     broker_5x: bool) -> np.ndarray:
-    """Which records a normal restart dispatches again past the consume queues' max phy offset
-    ``cq_max`` (R§4.4, R§6): [4.9] the reput starts at it, so every record ending past it; [5.x]
-    the recovery's own walk dispatches only records whose stored PHYSICALOFFSET is strictly
-    greater, so the record starting exactly at it is not (E#20)."""
-    return stored_phy > cq_max if broker_5x else phy + size > cq_max
+                     recovery_walk: bool) -> np.ndarray:
+    """Which records a restart dispatches again past the consume queues' max phy offset ``cq_max``:
+    the reput ([4.9], R§6) starts at it, so every record ending past it; 5.x's normal recovery walk
+    (``recovery_walk``, R§4.4) takes only records whose stored PHYSICALOFFSET is strictly greater,
+    so not the record starting exactly at it (E#20)."""
+    return stored_phy > cq_max if recovery_walk else phy + size > cq_max
 
 
 def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_index: int, begin: int,
@@ -105,7 +105,8 @@ def dispatch_records(store: Store, summaries: Sequence[SegmentSummary], from_ind
             pos = batch["phy_offset"].to_numpy()
             keep = (pos >= begin) & (pos < end)
             if min_stored_phy is not None:
-                keep &= dispatched_again(pos, batch["stored_phy_offset"].to_numpy(), None, min_stored_phy, True)
+                keep &= dispatched_again(pos, batch["stored_phy_offset"].to_numpy(), None, min_stored_phy,
+                                         recovery_walk=True)
             if confirm is not None:
                 keep &= pos + batch["total_size"].to_numpy() <= confirm
             if not keep.all():
