@@ -131,7 +131,7 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
         # are empty (the lost messages' table: [0, 0, 20]); one data file per table and run, as
         # delta-rs writes it (the rows are on the driver anyway)
         write_run_frame(spark, table_uri, lambda: spark.createDataFrame(rows.combine_chunks(), schema=schema)
-                        .coalesce(1), schema, run_id)
+                        .coalesce(1), schema, run_id, empty=not rows.num_rows)
         return
     from deltalake import DeltaTable, WriterProperties, write_deltalake
     from deltalake.exceptions import DeltaError
@@ -156,10 +156,12 @@ def write_run_rows(table_uri: str, rows: pa.Table, run_id: str, spark=None,
         raise OutputError(f"cannot write the Delta table: {delta_reason(exc)}", table_uri) from None
 
 
-def write_run_frame(spark, table_uri: str, frame, schema, run_id: str) -> None:
+def write_run_frame(spark, table_uri: str, frame, schema, run_id: str, empty: bool = False) -> None:
     """Replace the rows of ``run_id`` in the Delta table at ``table_uri`` by the DataFrame
     ``frame()`` (rows of that run only, of the Spark ``schema``), written by Spark's Delta writer in
-    one transaction (the table created on first use)."""
+    one transaction (the table created on first use). ``empty``: ``frame()`` has no rows, so a
+    table created here is all there is to write (Delta would commit nothing for it, after the
+    Spark jobs that find that out)."""
     from delta.tables import DeltaTable as SparkDeltaTable
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
@@ -170,6 +172,8 @@ def write_run_frame(spark, table_uri: str, frame, schema, run_id: str) -> None:
             # created with the declared schema first: a DataFrame write would make every
             # column nullable (Spark's file sources do), where delta-rs keeps NOT NULL
             SparkDeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
+            if empty:
+                return
         (frame().write.format("delta").mode("overwrite").option("replaceWhere", f"run_id = {_quote(run_id)}")
          .option("mergeSchema", "true").save(path))
     except (Py4JJavaError, PySparkException) as exc:    # the JVM's reason, on one line
