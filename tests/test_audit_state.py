@@ -55,15 +55,29 @@ def _runs(path: str) -> list[dict]:
     return read_table(f"{path}/runs").sort_by("audited_at").to_pylist()
 
 
+@pytest.fixture(scope="module")
+def audited_twice(spark, tmp_path_factory):
+    """case -> (audit path, (exit code, stdout) of a full audit of a copy of the fixture store, then
+    of a --since-last one): made once per case for the tests below."""
+    cache = {}
+
+    def get(case):
+        if case not in cache:
+            root = tmp_path_factory.mktemp(case[1])
+            store = _copy(case, root / "store")
+            path = str(root / "audit")
+            args = ["--store", str(store), "--broker-config", str(broker_conf(*case)), "--audit-path", path]
+            cache[case] = path, _main(audit_job, args), _main(audit_job, args + ["--since-last"])
+        return cache[case]
+    return get
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("case", FLUSH_CASES, ids=lambda c: f"{c[0][9:]}/{c[1]}")
-def test_flush_window_follows_flush_type_and_shutdown(case, spark, tmp_path):
+def test_flush_window_follows_flush_type_and_shutdown(case, audited_twice):
     """Records stored after the checkpoint's commitlog flush time are at risk only under
     ASYNC_FLUSH without a clean shutdown; --since-last reports the same window as the full run."""
-    store = _copy(case, tmp_path / "store")
-    path = str(tmp_path / "audit")
-    args = ["--store", str(store), "--broker-config", str(broker_conf(*case)), "--audit-path", path]
     e = expected(*case)
     assert e["storeConfig"]["flushDiskType"] == ("SYNC_FLUSH" if "sync" in case[1] else "ASYNC_FLUSH")
     assert e["input"]["abortFileExists"] == case[1].startswith("crash")
@@ -72,8 +86,7 @@ def test_flush_window_follows_flush_type_and_shutdown(case, spark, tmp_path):
     assert after or case[1] == "clean-sync"   # the broker wrote past the commitlog flush time
     at_risk = len(after) if RISK[case[1]] == "async_flush_unclean" else 0
 
-    _, full_out = _main(audit_job, args)
-    _, since_out = _main(audit_job, args + ["--since-last"])
+    path, (_, full_out), (_, since_out) = audited_twice(case)
     full, since = _runs(path)
     assert (full["mode"], since["mode"]) == ("full", "since_last")
     for run, out in ((full, full_out), (since, since_out)):
@@ -193,7 +206,7 @@ def _findings(path: str, run_id: str) -> dict[str, list[dict]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("store_kind", ["rocketmq-4.9.7/clean", "rocketmq-5.3.3/clean", "rocketmq-4.9.7/crash-tail",
                                         "repaired"])
-def test_since_last_on_an_unchanged_store_reports_what_a_full_run_reports(store_kind, spark, tmp_path):
+def test_since_last_on_an_unchanged_store_reports_what_a_full_run_reports(store_kind, spark, tmp_path, audited_twice):
     """Nothing changed since the last run: --since-last reports the full run's findings row for
     row, and its exit code (a repaired store: clean, 0, both ways)."""
     if store_kind == "repaired":
@@ -201,13 +214,11 @@ def test_since_last_on_an_unchanged_store_reports_what_a_full_run_reports(store_
         store = tmp_path / "store"
         assert _main(recover_job, ["--store", str(input_store(*case)), "--broker-config", str(broker_conf(*case)),
                                    "--out", str(store)])[0] == 0
-    else:
-        case = tuple(store_kind.split("/"))
-        store = _copy(case, tmp_path / "store")
-    path = str(tmp_path / "audit")
-    args = ["--store", str(store), "--broker-config", str(broker_conf(*case)), "--audit-path", path]
-    full_code, _ = _main(audit_job, args)
-    since_code, out = _main(audit_job, args + ["--since-last"])
+        path = str(tmp_path / "audit")
+        args = ["--store", str(store), "--broker-config", str(broker_conf(*case)), "--audit-path", path]
+        (full_code, _), (since_code, out) = _main(audit_job, args), _main(audit_job, args + ["--since-last"])
+    else:       # the fixture stores' audits are the flush window test's
+        path, (full_code, _), (since_code, out) = audited_twice(tuple(store_kind.split("/")))
     full, since = _runs(path)
     assert since["mode"] == "since_last" and (since_code, since["status"]) == (full_code, full["status"])
     assert _findings(path, since["run_id"]) == _findings(path, full["run_id"])
