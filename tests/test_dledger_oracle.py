@@ -363,7 +363,10 @@ def test_findings_against_the_real_recovery(restarted, written, version, damage)
     after = open_store(copy, written[0] / "broker.conf", read_dledger=True)
     found = Findings()
     dledger_findings(after, broker_dledger.recover(after), found)
-    assert found.anomalies == []
+    if (copy / "dledger-n0" / "checkpoint").exists():
+        assert found.anomalies == []
+    else:   # the broker's own race (``_persisted``) left checkpoint.bak only: its next load commits nothing
+        assert [(a.kind, a.count) for a in found.anomalies] == [("dledger.beyond_committed", n)]
 
 
 # -- the repaired store (jobs.recover --out) restarted by the real broker ---------------------------

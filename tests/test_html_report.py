@@ -97,34 +97,36 @@ def _rgb(colour: str) -> tuple[int, int, int]:
 @pytest.mark.oracle
 def test_timer_messages_on_the_page(spark, tmp_path, capsys):
     """A 5.3.3 store the real broker wrote (tests/oracle: 200 timer messages, kill -9) whose
-    commitlog is cut behind 50 of them: the page draws the 200 pending timer messages by deliver
-    time, the 50 past the cut apart (the count the repair's own MANIFEST.json drops), and the
-    repaired store's timer store."""
+    commitlog is cut in its last file (``test_timer_oracle._cut_index``): the page draws the 200
+    pending timer messages by deliver time, those past the cut apart (the count the repair's own
+    MANIFEST.json drops), and the repaired store's timer store."""
     from tests import oracle
-    from tests.test_timer_oracle import BROKER_CONF, _damage
+    from tests.test_timer_oracle import BROKER_CONF, _cut_index, _damage
 
     store, conf = tmp_path / "store", tmp_path / "broker.conf"
     conf.write_text(BROKER_CONF)
     w = oracle.run("5.3.3", "TimerOracle", "write", store, conf, 200, 100, 11, "halt")
     _damage("commitlog-cut", store, w["written"])
+    kept = _cut_index(w["written"])
+    past = 200 - kept
     out, page = tmp_path / "repaired", tmp_path / "report.html"
     assert recover_job.main(["--store", str(store), "--broker-config", str(conf), "--out", str(out),
                              "--report", str(page)]) == 0
     capsys.readouterr()
     timer = json.loads((out / "MANIFEST.json").read_text())["timerStore"]
-    assert timer["dropped"] == {"timer.unit_beyond_truncation": 50} and timer["units_kept"] == 150
+    assert timer["dropped"] == {"timer.unit_beyond_truncation": past} and timer["units_kept"] == kept
 
     done = _browser("--dump-dom", page.as_uri())
     assert done.returncode == 0, done.stderr
     dom = done.stdout
     pending = re.search(r'<p id="timer-pending">(.*?)</p>', dom).group(1)
     assert pending.startswith("200 timer message(s) pending of 200 timer log units"), pending
-    assert "50 lost: past the cut" in pending and "delivered twice" in pending
-    assert "The repaired store keeps 150 of 200 timer log units (50 timer.unit_beyond_truncation)" in dom
+    assert f"{past} lost: past the cut" in pending and "delivered twice" in pending
+    assert f"The repaired store keeps {kept} of 200 timer log units ({past} timer.unit_beyond_truncation)" in dom
     figure = re.search(r'<svg id="timer".*?</svg>', dom, re.S).group(0)
     bars = [(int(n), f) for n, f in re.findall(r"<title>(\d+) ([^<]+)</title>", figure)]
     assert sum(n for n, _ in bars) == 200
-    assert sum(n for n, f in bars if f == "lost: past the cut") == 50
+    assert sum(n for n, f in bars if f == "lost: past the cut") == past
 
     shot = tmp_path / "report.png"
     done = _browser("--window-size=1200,5000", f"--screenshot={shot}", page.as_uri())

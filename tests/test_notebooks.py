@@ -328,16 +328,18 @@ def test_lost_offsets_on_the_demo_store(demo, kernel, tmp_path):
 @pytest.mark.oracle
 def test_timer_schedule_on_a_cut_store(spark, kernel, tmp_path):
     """A 5.3.3 store written by the real broker (tests/oracle, 200 timer messages, kill -9), its
-    commitlog cut behind 50 of them, audited: the notebook's fates per unit are the audit's findings,
-    its lost timer messages the audit's lost_messages rows of the timer topic."""
+    commitlog cut in its last file (``test_timer_oracle._cut_index``), audited: the notebook's fates
+    per unit are the audit's findings, its lost timer messages the audit's lost_messages rows of the
+    timer topic."""
     from tests import oracle
-    from tests.test_timer_oracle import BROKER_CONF, _damage
+    from tests.test_timer_oracle import BROKER_CONF, _cut_index, _damage
 
     store = tmp_path / "store"
     conf = tmp_path / "broker.conf"
     conf.write_text(BROKER_CONF)
     w = oracle.run("5.3.3", "TimerOracle", "write", store, conf, 200, 100, 11, "halt")
     _damage("commitlog-cut", store, w["written"])
+    past = 200 - _cut_index(w["written"])
     case = Audited(str(store), str(conf), str(tmp_path / "audit"))
     audit_job.run_audit(spark, case.store, case.audit, case.broker_config)
     out_dir = tmp_path / "out"
@@ -345,11 +347,11 @@ def test_timer_schedule_on_a_cut_store(spark, kernel, tmp_path):
     nb, summary = execute("timer_schedule", case, kernel, out_dir)
     found = {r["kind"]: r for r in run_rows(case, "store_findings").to_pylist() if r["kind"].startswith("timer.")}
     assert set(found) == {"timer.unit_beyond_truncation", "timer.enqueued_again"}
-    assert summary["by_fate"]["lost: past the cut"] == 50 == int(found["timer.unit_beyond_truncation"]["detail"].split()[0])
+    assert summary["by_fate"]["lost: past the cut"] == past == int(found["timer.unit_beyond_truncation"]["detail"].split()[0])
     assert f"{summary['enqueued_again']} entries that already have a unit" in found["timer.enqueued_again"]["detail"]
     assert summary["by_fate"]["delivered twice"] == summary["enqueued_again"] > 0
     assert summary["units"] == summary["pending"] == 200
     lost = run_rows(case, "lost_messages")
-    assert summary["lost_by_cut"] == pc.sum(pc.equal(lost["topic"], "rmq_sys_wheel_timer")).as_py() == 49
+    assert summary["lost_by_cut"] == pc.sum(pc.equal(lost["topic"], "rmq_sys_wheel_timer")).as_py() == past - 1
     assert_png(summary["plot"], out_dir)
     assert displayed_images(nb) == 1
