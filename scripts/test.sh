@@ -36,9 +36,10 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/
 # The pure tier is Spark-free and CPU-bound; it runs beside the native tier, whose Spark jobs, JVM
 # starts and oracle runs leave a core idle much of the time. Its output is printed after.
 pure_log=$(mktemp)
-trap 'rm -f "$pure_log"' EXIT
 STORE_READER_PURE=1 .venv/bin/python -m pytest -m "reader" -p no:cacheprovider "$@" >"$pure_log" 2>&1 &
 pure_pid=$!
+# an interrupted run does not leave the pure tier running on its own
+trap 'kill "$pure_pid" 2>/dev/null; rm -f "$pure_log"' EXIT
 echo "== tests (native scanner) =="
 .venv/bin/python -m pytest -m "" "$@"
 native=$?

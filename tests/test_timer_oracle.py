@@ -124,17 +124,19 @@ def _digest(root, names):
     return h
 
 
-# what the repair drops from the input's timer log and how many units it keeps, per case
 def _dropped(case, written):
+    """What the repair drops from the input's timer log in ``case``."""
     if case.startswith("commitlog-cut"):
         return {"timer.unit_beyond_truncation": N_TIMER - _cut_index(written)}
     return {"timer.unit_wrong_record": 1} if case == "torn-timerlog" else {}
 
 
 def _kept(case, written):
+    """How many of the input's timer log units the repair keeps in ``case``."""
     if case.startswith("commitlog-cut"):
         return _cut_index(written)
     return N_TIMER - 6 if case == "torn-timerlog" else N_TIMER
+
 
 CASES = [("clean", "shutdown"), ("kill9-stale-timercheck", "halt"), ("commitlog-cut", "halt"),
          ("commitlog-cut-salvage", "halt"), ("torn-timerlog", "halt"), ("zeroed-timercheck", "halt"),
