@@ -3,6 +3,7 @@
     .venv/bin/python scripts/compare_impl.py                  # baseline d140b73 vs this tree
     .venv/bin/python scripts/compare_impl.py --base REV --only torn-middle
     .venv/bin/python scripts/compare_impl.py --no-synthetic   # the real-broker fixtures only
+    .venv/bin/python scripts/compare_impl.py --commands dump  # a change that only dump runs
 
 A redesign must keep every result the same. This runs the baseline commit (a detached git worktree,
 its native scanner built there) and this tree on the same inputs, each in one process with one Spark
@@ -44,6 +45,7 @@ VOLATILE = {"audited_at", "duration_ms", "passes", "seconds"}
 SYNTHETIC = ("kill9", "torn-tail", "corrupt-middle", "corrupt-magic", "cq-behind", "cq-ahead", "no-abort",
              "zeroed-span-last", "zeroed-span-second-last", "missing-middle-file", "fresh-checkpoint",
              "torn-tail,cq-behind")
+COMMANDS = ("recover", "audit", "dump")
 
 
 # -- inputs -------------------------------------------------------------------------------------------
@@ -158,7 +160,7 @@ def _json_or_text(text: str):
         return lines
 
 
-def snapshot(cases: list[dict], scratch: Path) -> dict:
+def snapshot(cases: list[dict], scratch: Path, commands: list[str]) -> dict:
     from jobs import audit, dump, recover
 
     result = {}
@@ -168,14 +170,18 @@ def snapshot(cases: list[dict], scratch: Path) -> dict:
         for p in (out, audit1, audit2):
             shutil.rmtree(p, ignore_errors=True)
         common = ["--store", case["store"], "--broker-config", case["conf"]]
-        r = _call(recover.main, common + case["args"] + ["--out", str(out), "--audit-path", str(audit1), "--json"])
-        snap = {"recover": {**r, "stdout": _json_or_text(r["stdout"])},
-                "repaired": _tree(out) if out.is_dir() else None, "recover_tables": _tables(audit1)}
-        a = _call(audit.main, common + ["--audit-path", str(audit2), "--broker-version", "both", "--json"])
-        snap["audit"] = {**a, "stdout": _json_or_text(a["stdout"])}
-        snap["audit_tables"] = _tables(audit2)
-        d = _call(dump.main, [case["store"], "--verify", "--json", "--broker-config", case["conf"]])
-        snap["dump"] = {**d, "stdout": _json_or_text(d["stdout"])}
+        snap = {}
+        if "recover" in commands:
+            r = _call(recover.main, common + case["args"] + ["--out", str(out), "--audit-path", str(audit1), "--json"])
+            snap.update({"recover": {**r, "stdout": _json_or_text(r["stdout"])},
+                         "repaired": _tree(out) if out.is_dir() else None, "recover_tables": _tables(audit1)})
+        if "audit" in commands:
+            a = _call(audit.main, common + ["--audit-path", str(audit2), "--broker-version", "both", "--json"])
+            snap["audit"] = {**a, "stdout": _json_or_text(a["stdout"])}
+            snap["audit_tables"] = _tables(audit2)
+        if "dump" in commands:
+            d = _call(dump.main, [case["store"], "--verify", "--json", "--broker-config", case["conf"]])
+            snap["dump"] = {**d, "stdout": _json_or_text(d["stdout"])}
         result[case["name"]] = snap
         print(f"  {case['name']}: {time.monotonic() - t:.1f}s", file=sys.__stdout__, flush=True)
     return result
@@ -183,11 +189,11 @@ def snapshot(cases: list[dict], scratch: Path) -> dict:
 
 # -- the two sides and the diff -------------------------------------------------------------------------
 
-def run_side(code: Path, cases: list[dict], work: Path, name: str, verbose: bool) -> dict:
+def run_side(code: Path, cases: list[dict], commands: list[str], work: Path, name: str, verbose: bool) -> dict:
     # one scratch directory for both sides: output paths end up in manifests and audit rows
     snap, scratch = work / f"snapshot-{name}.json", work / "scratch"
     scratch.mkdir(parents=True, exist_ok=True)
-    (work / "cases.json").write_text(json.dumps(cases))
+    (work / "cases.json").write_text(json.dumps({"cases": cases, "commands": commands}))
     env = {**os.environ, "PYTHONPATH": str(code), "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable}
     print(f"== {name}: {code}", flush=True)
@@ -238,8 +244,8 @@ def diff(a, b, path: str, out: list[str], limit: int = 8, added: list[str] | Non
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_snapshot":
-        cases = json.loads(Path(argv[1]).read_text())
-        Path(argv[3]).write_text(json.dumps(snapshot(cases, Path(argv[2]))))
+        job = json.loads(Path(argv[1]).read_text())
+        Path(argv[3]).write_text(json.dumps(snapshot(job["cases"], Path(argv[2]), job["commands"])))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", default=DEFAULT_BASE, help=f"baseline commit (default {DEFAULT_BASE})")
@@ -251,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--additions-ok", action="store_true",
                     help="a key, column or row only the new tree has is listed as an addition, not a difference")
     ap.add_argument("--verbose", action="store_true", help="show the implementations' stderr (Spark's too)")
+    ap.add_argument("--commands", default=",".join(COMMANDS),
+                    help=f"which commands to run and compare (default {','.join(COMMANDS)})")
     args = ap.parse_args(argv)
     work = Path(args.work)
     (work / "inputs").mkdir(parents=True, exist_ok=True)
@@ -259,19 +267,21 @@ def main(argv: list[str] | None = None) -> int:
         cases += synthetic_cases(work / "inputs", sys.executable)
     if args.only:
         cases = [c for c in cases if args.only in c["name"]]
-    if not cases:
-        print("no case matches", file=sys.stderr)
+    commands = args.commands.split(",")
+    if not cases or not set(commands) <= set(COMMANDS):
+        print("no case matches" if not cases else f"--commands: one or more of {','.join(COMMANDS)}",
+              file=sys.stderr)
         return 2
     try:
         base = baseline_tree(args.base, work, "base")
-        key = hashlib.sha256(json.dumps(cases).encode()).hexdigest()[:12]
+        key = hashlib.sha256(json.dumps([cases, commands]).encode()).hexdigest()[:12]
         cached = work / f"snapshot-base-{base.name}-{key}.json"
         if cached.exists():
             old = json.loads(cached.read_text())
         else:
-            old = run_side(base, cases, work, "base", args.verbose)
+            old = run_side(base, cases, commands, work, "base", args.verbose)
             shutil.copy(work / "snapshot-base.json", cached)
-        new = run_side(Path(args.new).resolve(), cases, work, "new", args.verbose)
+        new = run_side(Path(args.new).resolve(), cases, commands, work, "new", args.verbose)
     except subprocess.CalledProcessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

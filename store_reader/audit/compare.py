@@ -36,6 +36,16 @@ def audit_partition(key: int, items: Iterable[tuple[int, tuple]], plan: AuditPla
         yield from _index_range(key, items, plan)
 
 
+def compare_queues(plan: AuditPlan, items: Iterable[tuple[int, tuple]]) -> list[dict]:
+    """Stage 2's queue buckets in one process (``jobs.dump --verify``, ``view.StoreView``): every
+    queue of the stage-1 and driver ``items`` compared; their ``queue_findings`` rows."""
+    by_bucket: dict[int, list[tuple[int, tuple]]] = defaultdict(list)
+    for key, item in items:
+        by_bucket[key].append((key, item))
+    return [row for bucket in range(plan.buckets) for what, value in _compare_bucket(bucket, by_bucket[bucket], plan)
+            if what == "queue_findings" for row in value.to_pylist()]
+
+
 def _queue_file_rows(key: tuple[str, int], plan: AuditPlan, window: int | None = None) -> list[pa.Table]:
     """A queue's rows from its CQ files: every non-zero slot (the disk view) and the broker's
     entries its recovery leaves as they are on disk; each file's head read and decoded once.

@@ -16,12 +16,11 @@ twins here where the twins are selected (``store_reader.kernels``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from store_reader.audit.report import Findings, count_of, norm_path, range_text, report_runs, span_text
-from store_reader.audit.view import StoreView
 from store_reader.broker.dispatch import indexable
 from store_reader.exceptions import CannotRead, FileSizeError, StoreReaderError
 from store_reader.io.fsutil import list_dir
@@ -30,6 +29,9 @@ from store_reader.formats.indexfile import (HEADER_POSITION, INDEX_ENTRY_SIZE, I
 from store_reader.kernels import native_kernel
 from store_reader.ranges import ascending
 from store_reader.io.storefs import PathRef, location
+
+if TYPE_CHECKING:            # dump's checks take its view; the view runs the audit's stage 2 (compare -> index)
+    from store_reader.audit.view import StoreView
 
 
 # -- the audit ----------------------------------------------------------------------------------------

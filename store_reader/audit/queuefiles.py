@@ -1,8 +1,11 @@
-"""``jobs.dump --verify``'s checks of each CQ file against the commitlog as the broker will recover it
-(R§2, R§5.2, R§7), located by byte position in the file; what each queue should hold is the
-audit's REBUILT view (``StoreView.queue_records``, ``queues.rebuilt_entries``)."""
+"""``jobs.dump --verify``'s consume queue findings: the audit's own comparison of every queue
+(``queues.compare_queue``, run in this process by ``StoreView.queue_findings``) located by file and
+byte position under dump's names (``kinds.DUMP_ALIASES``), and the files' own checks (their sizes,
+R§2). The messages say what the entries on disk and the REBUILT view (``StoreView.queue_records``)
+hold there."""
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,16 +13,22 @@ import numpy as np
 
 from store_reader.audit.report import (Findings, count_of, join_path, range_text, report_runs, runs,
                                        span_text)
+from store_reader.audit.kinds import DUMP_ALIASES
 from store_reader.audit.view import QueueRecords, StoreView
 from store_reader.formats.brokerconf import BrokerConfig
-from store_reader.formats.consumequeue import (ENTRY_INVALID, ENTRY_VALID, QueueRef, classify_entries,
-                                               file_name, list_queues, logic_offset_of, read_queue_file, slot_of)
+from store_reader.formats.consumequeue import (QueueRef, file_name, list_queues, logic_offset_of, read_queue_file,
+                                               slot_of)
 from store_reader.exceptions import FileSizeError, StoreReaderError
 from store_reader.broker.dispatch import dispatchable
 from store_reader.formats.mappedfile import MappedFile, list_mapped_files
 from store_reader.broker.cqueue import cq_recovery_start
 from store_reader.store import Store
 from store_reader.io.storefs import location
+
+# the audit's queue kinds dump locates in the CQ files, and its name for each (``queue_missing``,
+# a row per queue, is dump's ``cq.all_missing`` only when no queue has a file: ``verify_consume_queues``)
+LOCATED = {kind: name for name, kind in DUMP_ALIASES.items() if name.startswith("cq.") and kind != "queue_missing"}
+
 
 @dataclass
 class _QueueFile:
@@ -29,11 +38,15 @@ class _QueueFile:
     file: MappedFile
     phy: np.ndarray
     size: np.ndarray
-    kind: np.ndarray
 
     @property
     def first_slot(self) -> int:
         return slot_of(self.file.start)
+
+    def entries(self, offsets: np.ndarray) -> np.ndarray:
+        """The indices in this file of the sorted queue ``offsets`` its slots hold."""
+        lo, hi = np.searchsorted(offsets, [self.first_slot, self.first_slot + len(self.phy)])
+        return offsets[lo:hi] - self.first_slot
 
     def run(self, a: int, b: int, what: str, message: str, phy: int | None = None,
             aside: str = "") -> tuple[int, str, int | None, dict[str, Any]]:
@@ -64,9 +77,10 @@ def verify_queue_files(store: Store, broker_5x: bool, found: Findings) -> None:
         queue_files(ref, store.config, broker_5x, found)
 
 
-def verify_queue(view: StoreView, found: Findings, ref: QueueRef) -> int:
-    """One queue's files against its configured size and the commitlog (module docstring);
-    returns how many files the queue has."""
+def verify_queue(view: StoreView, found: Findings, ref: QueueRef, located: dict[str, np.ndarray]) -> int:
+    """One queue's files against its configured size, and the audit's findings of the queue
+    (``located``: each dump name's queue offsets, ``located_offsets``) located in them; returns
+    how many files the queue has."""
     files = queue_files(ref, view.config, view.broker_5x, found)
     found.files_checked += len(files)
     loaded: list[_QueueFile] = []
@@ -76,71 +90,53 @@ def verify_queue(view: StoreView, found: Findings, ref: QueueRef) -> int:
         except StoreReaderError as exc:
             found.unreadable.append(exc)
             continue
-        loaded.append(_QueueFile(ref, f, e.phy_offset, e.size,
-                                 classify_entries(e.phy_offset, e.size, e.tags_code)))
-    _blank_in_middle(found, loaded, len(files))
-    records = view.queue_records().get((ref.topic, ref.queue_id))
+        loaded.append(_QueueFile(ref, f, e.phy_offset, e.size))
+    none = np.zeros(0, np.int64)
+    for fi, qf in enumerate(loaded):
+        _blank_in_middle(found, qf, qf.entries(located.get("cq.blank_in_middle", none)),
+                         fi >= cq_recovery_start(len(files)))
     for qf in loaded:
-        _dangling_entries(view, found, qf)
-        _slot_mismatches(view, found, qf, records)
+        _dangling_entries(view, found, qf, *(qf.entries(located.get(n, none)) for n in ("cq.beyond_max", "cq.below_min")))
+        _slot_mismatches(view, found, qf, *(qf.entries(located.get(n, none)) for n in ("cq.slot_mismatch", "cq.unbacked")))
+    records = view.queue_records().get((ref.topic, ref.queue_id))
     if records is not None and len(loaded) == len(files):   # an unreadable file is not "missing"
-        _missing_entries(view, found, ref, loaded, records)
+        _missing_entries(view, found, ref, records, located.get("cq.missing_entries", none))
     return len(files)
 
 
-def _blank_in_middle(found: Findings, loaded: list[_QueueFile], n_files: int) -> None:
-    """Invalid entries with valid ones after them, anywhere in the queue."""
-    last_valid = None
-    for fi, qf in enumerate(loaded):
-        v = np.flatnonzero(qf.kind != ENTRY_INVALID)
-        if v.size:
-            last_valid = (fi, int(v[-1]))
-    if last_valid is None:
-        return
-    for fi, qf in enumerate(loaded[:last_valid[0] + 1]):
-        bad = np.flatnonzero(qf.kind == ENTRY_INVALID)
-        if fi == last_valid[0]:
-            bad = bad[bad < last_valid[1]]
-        effect = ("the broker's recovery ends the queue at the first one and drops the valid entries "
-                  "after it (R§2)" if fi >= cq_recovery_start(n_files) else
-                  "before the last three files, so recovery goes on; pulls here find nothing")
-        report_runs(found, "cq.blank_in_middle", qf.file.path, bad, lambda a, b, qf=qf, effect=effect:
-                    qf.run(a, b, "invalid entry", f"with valid entries after them: {effect}"))
+def _blank_in_middle(found: Findings, qf: _QueueFile, idx: np.ndarray, recovered: bool) -> None:
+    """Invalid entries with valid ones after them (``hole``); ``recovered``: the file is one of
+    the last three, which the broker's recovery reads."""
+    effect = ("the broker's recovery ends the queue at the first one and drops the valid entries "
+              "after it (R§2)" if recovered else
+              "before the last three files, so recovery goes on; pulls here find nothing")
+    report_runs(found, "cq.blank_in_middle", qf.file.path, idx, lambda a, b:
+                qf.run(a, b, "invalid entry", f"with valid entries after them: {effect}"))
 
 
-def _dangling_entries(view: StoreView, found: Findings, qf: _QueueFile) -> None:
-    """Entries pointing outside the commitlog as the broker will recover it."""
-    valid = qf.kind == ENTRY_VALID
+def _dangling_entries(view: StoreView, found: Findings, qf: _QueueFile, beyond: np.ndarray,
+                      below: np.ndarray) -> None:
+    """Entries pointing outside the commitlog as the broker will recover it
+    (``removed_beyond_truncation``, ``removed_below_min``)."""
     no_files = "" if view.store.commitlog_files else " (the commitlog has no files: R§4.6)"
-    for kind, mask, bound, effect in (
-            ("cq.beyond_max", valid & (qf.phy >= view.max_phy),
+    for kind, idx, bound, effect in (
+            ("cq.beyond_max", beyond,
              f"at or beyond the commitlog max phy offset {view.max_phy}{no_files}",
              "removed by the broker's recovery (R§5.2)"),
-            ("cq.below_min", valid & (qf.phy < view.min_phy),
+            ("cq.below_min", below,
              f"below the commitlog min phy offset {view.min_phy}",
              "the records are gone and the queue's min offset moves past (R§7.2)")):
-        report_runs(found, kind, qf.file.path, np.flatnonzero(mask),
+        report_runs(found, kind, qf.file.path, idx,
                     lambda a, b, bound=bound, effect=effect: qf.run(
                         a, b, "entry", f"pointing {bound}: {effect}", int(qf.phy[a]),
                         f", phy {range_text(int(qf.phy[a]), int(qf.phy[b]))}"))
 
 
-def _slot_mismatches(view: StoreView, found: Findings, qf: _QueueFile,
-                     records: QueueRecords | None) -> None:
-    """Entries inside [min, max) whose slot does not hold the record their phy offset names."""
-    idx = np.flatnonzero((qf.kind == ENTRY_VALID) & (qf.phy >= view.min_phy) & (qf.phy < view.max_phy))
-    if not idx.size:
-        return
-    slots = qf.first_slot + idx
-    ok = np.zeros(idx.size, dtype=bool)
-    held = np.zeros(idx.size, dtype=bool)     # a record of the queue holds the slot
-    if records is not None and records.queue_offset.size:
-        at = np.searchsorted(records.queue_offset, slots)
-        hit = at < records.queue_offset.size
-        hit[hit] = records.queue_offset[at[hit]] == slots[hit]
-        held = hit
-        ok[hit] = ((records.phy[at[hit]] == qf.phy[idx[hit]])
-                   & (records.size[at[hit]] == qf.size[idx[hit]]))
+def _slot_mismatches(view: StoreView, found: Findings, qf: _QueueFile, mismatched: np.ndarray,
+                     unbacked: np.ndarray) -> None:
+    """Entries whose slot does not hold the record the repaired queue holds there
+    (``wrong_entry``), and those pointing where no record starts at offsets no record of the queue
+    holds (``unbacked``)."""
     table = view.records
 
     def describe(a: int, b: int) -> tuple[int, str, int | None, dict[str, Any]]:
@@ -151,26 +147,21 @@ def _slot_mismatches(view: StoreView, found: Findings, qf: _QueueFile,
         return qf.run(a, b, "entry", f"not matching the commitlog: the first has size "
                       f"{int(qf.size[a])} but {what}", phy)
 
-    # an entry whose phy starts no record, at an offset no record of the queue holds: unbacked
-    unbacked = ~ok & ~held
-    unbacked[unbacked] = table.find(qf.phy[idx[unbacked]]) < 0
-    report_runs(found, "cq.slot_mismatch", qf.file.path, idx[~ok & ~unbacked], describe)
-    report_runs(found, "cq.unbacked", qf.file.path, idx[unbacked], lambda a, b: qf.run(
+    report_runs(found, "cq.slot_mismatch", qf.file.path, mismatched, describe)
+    report_runs(found, "cq.unbacked", qf.file.path, unbacked, lambda a, b: qf.run(
         a, b, "entry", f"pointing where no record starts (phy {int(qf.phy[a])}) at queue offsets no "
         "record of the queue holds: the broker serves them and a pull finds no message", int(qf.phy[a])))
 
 
-def _missing_entries(view: StoreView, found: Findings, ref: QueueRef, loaded: list[_QueueFile],
-                     records: QueueRecords) -> None:
-    """Dispatched records of this queue whose slot holds no valid entry."""
-    want = (records.valid_prefix & (records.phy >= view.min_phy) & (records.phy < view.max_phy)
-            & view.dispatched(records.phy, records.stored_phy, records.size))
-    present = np.concatenate([qf.first_slot + np.flatnonzero(qf.kind == ENTRY_VALID) for qf in loaded]
-                             or [np.zeros(0, np.int64)])
-    rows = np.flatnonzero(want)
-    rows = rows[~np.isin(records.queue_offset[rows], present)]
+def _missing_entries(view: StoreView, found: Findings, ref: QueueRef, records: QueueRecords,
+                     offsets: np.ndarray) -> None:
+    """Records the repaired queue holds at ``offsets`` that the broker's queue leaves without an
+    entry (``not_restored``): dispatched records whose slot holds no valid entry."""
+    at = np.searchsorted(records.queue_offset, offsets)
+    hit = at < records.queue_offset.size
+    hit[hit] = records.queue_offset[at[hit]] == offsets[hit]
     size = view.config.cq_file_size
-    by_offset = {int(records.queue_offset[r]): int(r) for r in rows}
+    by_offset = {int(o): int(r) for o, r in zip(offsets[hit], at[hit])}
     for first, last in runs(np.array(sorted(by_offset), dtype=np.int64)):
         q = first
         while q <= last:             # split at file boundaries: each anomaly names its slots' file
@@ -193,19 +184,32 @@ def _missing_entries(view: StoreView, found: Findings, ref: QueueRef, loaded: li
             q = end + 1
 
 
+def located_offsets(rows: list[dict]) -> dict[tuple[str, int], dict[str, np.ndarray]]:
+    """The audit's ``queue_findings`` rows of the kinds dump locates in CQ files, as each queue's
+    sorted queue offsets per dump name (``kinds.DUMP_ALIASES``)."""
+    got: dict[tuple[str, int], dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        name = LOCATED.get(r["kind"])
+        if name is not None:
+            got[(r["topic"], r["queue_id"])][name].append(np.arange(r["from_offset"], r["to_offset"], dtype=np.int64))
+    return {key: {name: np.unique(np.concatenate(parts)) for name, parts in names.items()}
+            for key, names in got.items()}
+
+
 def verify_consume_queues(view: StoreView, found: Findings, only: tuple[str, int] | None = None
                           ) -> None:
-    """Every queue on disk, plus queues the commitlog says should exist (``only``: one queue). A
-    RocksDB consume queue has no files to check one by one: the audit compares its units (R§15.1)."""
+    """Every queue on disk, plus queues the commitlog says should exist (``only``: one queue),
+    with the audit's findings of each (``view.queue_findings``) located in its files. A RocksDB
+    consume queue has no files to check one by one: the audit compares its units (R§15.1)."""
     if view.store.inventory.cq_served_by == "rocksdb":
         return
     cq_dir = view.store.consume_queue_dir
     refs = {(r.topic, r.queue_id): r for r in list_queues(view.store.root)}
-    expected = view.queue_records()
-    for key in expected:
+    located = located_offsets(view.queue_findings())
+    for key in [*view.queue_records(), *located]:
         if key not in refs:                              # a deleted queue directory
             refs[key] = QueueRef(key[0], key[1], join_path(cq_dir, key[0], str(key[1])))
-    files = sum(verify_queue(view, found, refs[key]) for key in sorted(refs)
+    files = sum(verify_queue(view, found, refs[key], located.get(key, {})) for key in sorted(refs)
                 if only is None or key == only)
     if only is None and not files:
         r = view.records
@@ -216,4 +220,3 @@ def verify_consume_queues(view: StoreView, found: Findings, only: tuple[str, int
                       f"no consume queue file at all, but the commitlog holds {n} dispatchable "
                       "records: the broker re-dispatches every queue from the commitlog min offset "
                       "(R§6)")
-

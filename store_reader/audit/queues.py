@@ -80,15 +80,12 @@ def _aligner(*offsets: np.ndarray):
     return keys, align
 
 
-def rebuilt_puts(t: pa.Table, end: int | None = None) -> tuple[np.ndarray, ...]:
+def rebuilt_puts(t: pa.Table) -> tuple[np.ndarray, ...]:
     """A queue's puts from its ``QUEUE_ROWS`` (the ``REBUILT`` rows) in commitlog order, as
     columns (queue offset, phy offset, size, tags code, flag, record phy): what the repair places
-    (``queues.place_entries``). ``end``: only those of records below it (rows made with every
-    record's put, before the cut was known)."""
+    (``queues.place_entries``)."""
     i = np.flatnonzero(t["src"].to_numpy() & REBUILT)
     rec_phy = t["record_phy"].to_numpy()[i]
-    if end is not None:
-        i, rec_phy = i[rec_phy < end], rec_phy[rec_phy < end]
     if len(i) > 1 and not (rec_phy[1:] >= rec_phy[:-1]).all():
         i = i[np.argsort(rec_phy, kind="stable")]
     return (t["queue_offset"].to_numpy()[i], t["phy_offset"].to_numpy()[i],

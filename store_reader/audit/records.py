@@ -122,6 +122,20 @@ def queue_rows(rb: pa.RecordBatch, config: BrokerConfig, broker_5x: bool, below:
         out[(names[key >> 32], int(qid32))].append(part)
 
 
+def cut_rows(t: pa.Table, end: int) -> pa.Table:
+    """A queue's ``QUEUE_ROWS`` made with every record's put (``queue_rows`` before the cut was
+    known, as ``dump --verify``'s one pass makes them) as ``queue_rows`` makes them with the cut
+    at ``end``: the records at or past it lose their put (``REBUILT``) and keep their own row."""
+    src = t["src"].to_numpy()
+    past = (t["record_phy"].to_numpy() >= end) & (src & REBUILT != 0)
+    if not past.any():
+        return t
+    src = np.where(past, src & ~REBUILT, src)
+    keep = src != 0
+    i = t.schema.get_field_index("src")
+    return t.set_column(i, t.schema.field(i), pa.array(src, t.schema.field(i).type)).filter(keep)
+
+
 def _last_put(code: np.ndarray, qids: np.ndarray, src: np.ndarray, ts: np.ndarray,
               names: list[str], last_put: dict[tuple[str, int], int]) -> None:
     """The latest store time of the ``REBUILT`` rows of each queue, into ``last_put``."""

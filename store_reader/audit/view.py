@@ -1,7 +1,8 @@
 """One opened store as ``jobs.dump --verify`` checks it in one process: the commitlog scanned once
-into a table of every intact record, where the broker's recovery ends it, and what each consume
-queue should hold. Spark-free; the Spark audit gets the same facts from its own passes (each
-queue's from the same functions: ``records.queue_rows``, ``queues.rebuilt_queue``)."""
+into a table of every intact record, where the broker's recovery ends it, what each consume
+queue should hold, and the audit's comparison of every queue. Spark-free; the Spark audit gets the
+same facts from its own passes (each queue's from the same functions: ``records.queue_rows``,
+``queues.rebuilt_queue``, ``compare.compare_queues``)."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -11,11 +12,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store_reader.audit.compare import compare_queues
+from store_reader.audit.plan import audit_plan
 from store_reader.audit.queues import rebuilt_entries, rebuilt_puts, rebuilt_queue
-from store_reader.audit.records import queue_rows
+from store_reader.audit.records import cut_rows, driver_items, queue_rows
 from store_reader.broker import dledger
 from store_reader.formats import recordformat as rf
 from store_reader.broker import cqueue, cut as broker_cut, versions
+from store_reader.broker.prediction import Prediction, predict
 from store_reader.broker.replay import dispatched_again
 from store_reader.formats.checkpoint import read_checkpoint
 from store_reader.formats.commitlog import SegmentScan, SegmentSummary
@@ -100,8 +104,6 @@ class QueueRecords:
     queue_offset: np.ndarray
     phy: np.ndarray
     size: np.ndarray
-    valid_prefix: np.ndarray
-    stored_phy: np.ndarray        # PHYSICALOFFSET as stored
 
 
 class StoreView:
@@ -119,6 +121,8 @@ class StoreView:
         self._dledger: dledger.DLedgerRecovery | None = None
         self._queue_rows: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
         self._queues: dict[tuple[str, int], QueueRecords] | None = None
+        self._prediction: Prediction | None = None
+        self._queue_findings: list[dict] | None = None
         self.errors: list[StoreReaderError] = []
         """Files the shared passes could not read (reported with the verification)."""
 
@@ -240,12 +244,40 @@ class StoreView:
         REBUILT view, ``queues.rebuilt_entries``, of the puts below the recovered end), by queue
         offset."""
         if self._queues is None:
-            r, out = self.records, {}
+            self.scan(records=True)
+            out = {}
             for key, parts in self._queue_rows.items():
-                puts = rebuilt_puts(pa.concat_tables(parts), self.max_phy)
+                puts = rebuilt_puts(cut_rows(pa.concat_tables(parts), self.max_phy))
                 (off, _, size, _, _, record_phy), _ = rebuilt_entries(puts, rebuilt_queue(*key, puts, self.config))
                 if len(off):
-                    at = r.find(record_phy)
-                    out[key] = QueueRecords(off, record_phy, size, r.valid_prefix[at], r.stored_phy[at])
+                    out[key] = QueueRecords(off, record_phy, size)
             self._queues = out
         return self._queues
+
+    # 4. the audit's comparison of every queue, in this process
+    @property
+    def prediction(self) -> Prediction:
+        """The broker's recovery on the store (``prediction.predict``, once)."""
+        if self._prediction is None:
+            self._prediction = predict(self.store, self.version)
+        return self._prediction
+
+    def queue_findings(self) -> list[dict]:
+        """The audit's ``queue_findings`` rows of every queue: its stage 2 in this process
+        (``compare.compare_queues``) over this scan's queue rows cut where the broker's recovery
+        ends, the broker's recovered queues and the CQ files. No rows where the broker refuses the
+        store, as in the audit (there is no recovered queue to compare to); what the prediction
+        cannot read is in ``errors``."""
+        if self._queue_findings is None:
+            self.scan(records=True)
+            self._queue_findings = []
+            try:
+                pred = self.prediction
+                if pred.load_result:
+                    plan = audit_plan(1, self.store, pred, self.summaries, self.summaries, None, None)
+                    scanned = ((plan.queue_key(*key), ("queue", key, cut_rows(pa.concat_tables(parts), pred.max_phy_offset)))
+                               for key, parts in self._queue_rows.items())
+                    self._queue_findings = compare_queues(plan, [*scanned, *driver_items(plan, pred)])
+            except StoreReaderError as exc:
+                self.errors.append(exc)
+        return self._queue_findings
