@@ -150,8 +150,11 @@ def verify_file(view: StoreView, sf: StoreFile, index_only: bool) -> Findings:
 def report(p: Printer, found: Findings, view: StoreView | None = None) -> int:
     """Print notes, anomalies and the summary line; the exit code."""
     if view is not None:
+        # the shared passes' errors, but for a file already reported (a position None: at any byte)
         known = {(norm_path(e.path or ""), e.position) for e in found.unreadable}
-        found.unreadable += [e for e in view.errors if (norm_path(e.path or ""), e.position) not in known]
+        paths = {path for path, _ in known}
+        found.unreadable += [e for e in view.errors if (norm_path(e.path or ""), e.position) not in known
+                             and not (e.position is None and norm_path(e.path or "") in paths)]
     for n in found.notes:
         p.emit(f"NOTE {n.kind} {n.where()}: {n.message}", {**n.as_json(), "type": "note"})
     for a in found.anomalies:

@@ -354,6 +354,10 @@ def test_torn_tail_of_the_last_record_is_an_anomaly(version, tmp_path):
 
 @pytest.mark.parametrize("version", support.VERSIONS)
 def test_blank_entry_in_the_middle_and_swapped_entries(version, tmp_path):
+    """A zeroed entry in one of a queue's last three files, swapped entries after it: the broker's
+    CQ recovery ends the queue at the zeroed slot (the real 4.9.7 and 5.3.3 brokers restarted on
+    this store keep offsets 0..4: maxOffset 5), so the swapped entries are dropped with the rest
+    and every record from the slot on is left without an entry (two runs: one per CQ file)."""
     case = (version, "clean")
     root = _copy(case, tmp_path)
     cq = root / "consumequeue" / "TopicA" / "0" / "00000000000000000000"
@@ -364,13 +368,30 @@ def test_blank_entry_in_the_middle_and_swapped_entries(version, tmp_path):
     cq.write_bytes(bytes(data))
     rc, out, _ = run(root, "--verify", "--json", "--broker-config", support.broker_conf(*case))
     anomalies = [x for x in json_lines(out) if x["type"] == "anomaly"]
-    assert rc == 1 and kinds(anomalies) == Counter({"cq.blank_in_middle": 1, "cq.slot_mismatch": 1,
-                                                    "cq.missing_entries": 1})
+    queued = support.expected(*case)["afterRecovery"]["consumeQueues"]["TopicA"]["0"]["maxOffset"]
+    assert rc == 1 and kinds(anomalies) == Counter({"cq.blank_in_middle": 1, "cq.missing_entries": 2})
     assert cq_offsets(anomalies, "cq.blank_in_middle") == {("TopicA", 0, 5)}
-    assert cq_offsets(anomalies, "cq.missing_entries") == {("TopicA", 0, 5)}
-    assert cq_offsets(anomalies, "cq.slot_mismatch") == {("TopicA", 0, 7), ("TopicA", 0, 8)}
-    mismatch = next(a for a in anomalies if a["kind"] == "cq.slot_mismatch")
-    assert "queue offset 8" in mismatch["message"] and mismatch["file"] == str(cq)
+    assert cq_offsets(anomalies, "cq.missing_entries") == {("TopicA", 0, q) for q in range(5, queued)}
+
+
+@pytest.mark.parametrize("version", support.VERSIONS)
+def test_swapped_entries(version, tmp_path):
+    """Two entries swapped: the broker keeps them (the real brokers serve offset 7 -> the record
+    stored at offset 8 and 8 -> 7), each a record of the queue served at another offset."""
+    case = (version, "clean")
+    root = _copy(case, tmp_path)
+    cq = root / "consumequeue" / "TopicA" / "0" / "00000000000000000000"
+    data = bytearray(cq.read_bytes())
+    u = CQ_STORE_UNIT_SIZE
+    data[7 * u:8 * u], data[8 * u:9 * u] = data[8 * u:9 * u], data[7 * u:8 * u]
+    cq.write_bytes(bytes(data))
+    rc, out, _ = run(root, "--verify", "--json", "--broker-config", support.broker_conf(*case))
+    anomalies = [x for x in json_lines(out) if x["type"] == "anomaly"]
+    assert rc == 1 and kinds(anomalies) == Counter({"cq.renumbered": 1})
+    assert cq_offsets(anomalies, "cq.renumbered") == {("TopicA", 0, 7), ("TopicA", 0, 8)}
+    (moved,) = anomalies
+    assert "TopicA/0 queue offset 8" in moved["message"] and moved["file"] == str(cq)
+    assert moved["finding"] == "renumbered" and moved["position"] == 7 * u
 
 
 @pytest.mark.parametrize("version", support.VERSIONS)

@@ -45,7 +45,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "the broker serves an entry that differs from the record at that queue offset", _CQ),
     Kind("renumbered", _Q, "anomaly",
          "the broker serves a record at a queue offset other than its own: its put after a gap "
-         "writes at the tail ('[BUG]logic queue order maybe wrong', E#23)", _CQ),
+         "writes at the tail ('[BUG]logic queue order maybe wrong', E#23), or entries moved in the file", _CQ),
     Kind("delayed_early", _Q, "anomaly",
          "SCHEDULE_TOPIC_XXXX entry whose tags code is not the deliver time: delivered at once "
          "(E#30b)", _CQ),
@@ -196,6 +196,7 @@ DUMP_ALIASES = {
     "cq.beyond_max": "removed_beyond_truncation",
     "cq.below_min": "removed_below_min",
     "cq.slot_mismatch": "wrong_entry",
+    "cq.renumbered": "renumbered",
     "cq.unbacked": "unbacked",
     "cq.missing_entries": "not_restored",
     "cq.all_missing": "queue_missing",

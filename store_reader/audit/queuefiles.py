@@ -97,7 +97,8 @@ def verify_queue(view: StoreView, found: Findings, ref: QueueRef, located: dict[
                          fi >= cq_recovery_start(len(files)))
     for qf in loaded:
         _dangling_entries(view, found, qf, *(qf.entries(located.get(n, none)) for n in ("cq.beyond_max", "cq.below_min")))
-        _slot_mismatches(view, found, qf, *(qf.entries(located.get(n, none)) for n in ("cq.slot_mismatch", "cq.unbacked")))
+        _slot_mismatches(view, found, qf, *(qf.entries(located.get(n, none))
+                                            for n in ("cq.slot_mismatch", "cq.renumbered", "cq.unbacked")))
     records = view.queue_records().get((ref.topic, ref.queue_id))
     if records is not None and len(loaded) == len(files):   # an unreadable file is not "missing"
         _missing_entries(view, found, ref, records, located.get("cq.missing_entries", none))
@@ -133,21 +134,31 @@ def _dangling_entries(view: StoreView, found: Findings, qf: _QueueFile, beyond: 
 
 
 def _slot_mismatches(view: StoreView, found: Findings, qf: _QueueFile, mismatched: np.ndarray,
-                     unbacked: np.ndarray) -> None:
+                     renumbered: np.ndarray, unbacked: np.ndarray) -> None:
     """Entries whose slot does not hold the record the repaired queue holds there
-    (``wrong_entry``), and those pointing where no record starts at offsets no record of the queue
+    (``wrong_entry``), or holds a record of the queue stored at another queue offset
+    (``renumbered``), and those pointing where no record starts at offsets no record of the queue
     holds (``unbacked``)."""
     table = view.records
 
-    def describe(a: int, b: int) -> tuple[int, str, int | None, dict[str, Any]]:
+    def record_at(a: int) -> tuple[int, int]:
         phy = int(qf.phy[a])
-        row = int(table.find(np.array([phy]))[0])
+        return phy, int(table.find(np.array([phy]))[0])
+
+    def mismatch(a: int, b: int) -> tuple[int, str, int | None, dict[str, Any]]:
+        phy, row = record_at(a)
         what = (f"no record starts at phy {phy}" if row < 0
                 else f"the record at phy {phy} is {table.describe(row)}")
         return qf.run(a, b, "entry", f"not matching the commitlog: the first has size "
                       f"{int(qf.size[a])} but {what}", phy)
 
-    report_runs(found, "cq.slot_mismatch", qf.file.path, mismatched, describe)
+    def moved(a: int, b: int) -> tuple[int, str, int | None, dict[str, Any]]:
+        phy, row = record_at(a)
+        return qf.run(a, b, "entry", f"serving records of the queue stored at other queue offsets: the "
+                      f"first points at phy {phy}, {table.describe(row)}", phy)
+
+    report_runs(found, "cq.slot_mismatch", qf.file.path, mismatched, mismatch)
+    report_runs(found, "cq.renumbered", qf.file.path, renumbered, moved)
     report_runs(found, "cq.unbacked", qf.file.path, unbacked, lambda a, b: qf.run(
         a, b, "entry", f"pointing where no record starts (phy {int(qf.phy[a])}) at queue offsets no "
         "record of the queue holds: the broker serves them and a pull finds no message", int(qf.phy[a])))
