@@ -1,15 +1,15 @@
 """``jobs.dump --verify`` and the audit give one answer about the consume queues: each ``cq.*`` finding
 of dump (located in a file, by byte) names the same queue offsets as the audit's ``queue_findings``
 row of the kind it is an alias of (``kinds.DUMP_ALIASES``), on every real-broker fixture and on the
-synthetic crash presets of both broker generations. The audit runs Spark-free here, its stage 1 over
-every commitlog file and every queue bucket of its stage 2 (``test_rebuilt_view.audit_buckets``).
+synthetic crash presets of both broker generations. Dump runs the audit's comparison on the facts of
+its own one pass (``StoreView.queue_findings``); the audit here runs Spark-free as a recovery does,
+its stage 1 over every commitlog file and every queue bucket of its stage 2
+(``test_rebuilt_view.audit_buckets``), so the two passes' facts are held equal too.
 
-Where the two name one event at different grains, the test says so:
-- ``queue_missing`` is a row per queue in the audit; dump reports ``cq.all_missing`` once for a store
-  with no consume queue file at all, and the records of a queue whose directory is gone as
-  ``cq.missing_entries`` naming the missing file;
-- after a renumbered put (E#23: the broker writes the next record at the queue's tail), dump names
-  the record left without an entry, the audit the offset the broker leaves empty: as many of each.
+Where the two name one event at different grains, the test says so: ``queue_missing`` is a row per
+queue in the audit; dump reports ``cq.all_missing`` once for a store with no consume queue file at
+all, and the records of a queue whose directory is gone as ``cq.missing_entries`` naming the
+missing file.
 """
 from __future__ import annotations
 
@@ -36,12 +36,12 @@ PRESETS = ("kill9", "torn-tail", "corrupt-middle", "corrupt-magic", "cq-behind",
            "zeroed-span-second-last", "missing-middle-file", "cq-behind,no-abort")
 
 
-def _audit(store) -> tuple[set, set, set]:
+def _audit(store) -> tuple[set, set]:
     """The audit's (kind, topic, queue id, queue offset) of the aliased kinds, the queues it finds
-    missing, the queues with a renumbered put."""
+    missing."""
     pred = predict(store, None)
     plan, items = audit_buckets(store, pred, None)
-    offsets, missing, renumbered = set(), set(), set()
+    offsets, missing = set(), set()
     for bucket in range(plan.buckets):
         for what, value in audit_partition(bucket, items[bucket], plan):
             if what != "queue_findings":
@@ -50,11 +50,9 @@ def _audit(store) -> tuple[set, set, set]:
                 key = (r["topic"], r["queue_id"])
                 if r["kind"] == "queue_missing":
                     missing.add(key)
-                elif r["kind"] == "renumbered":
-                    renumbered.add(key)
                 elif r["kind"] in PER_OFFSET:
                     offsets |= {(r["kind"], *key, o) for o in range(r["from_offset"], r["to_offset"])}
-    return offsets, missing, renumbered
+    return offsets, missing
 
 
 def _dump(store) -> tuple[set, set, bool]:
@@ -74,13 +72,9 @@ def _dump(store) -> tuple[set, set, bool]:
 
 
 def _agree(store) -> None:
-    audit, missing, renumbered = _audit(store)
+    audit, missing = _audit(store)
     dump, gone, all_missing = _dump(store)
-    moved = {k for k in audit | dump if k[0] == "not_restored" and k[1:3] in renumbered}
-    assert audit - moved == dump - moved
-    for key in renumbered:
-        counts = [sum(1 for k in s if k[1:3] == key) for s in (audit & moved, dump & moved)]
-        assert counts[0] == counts[1], key
+    assert audit == dump
     with_records = {k for k in StoreView(store).queue_records()}
     assert missing == (with_records if all_missing else {k for k in gone if not Path(
         store.consume_queue_dir, k[0], str(k[1])).exists()})
