@@ -93,7 +93,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("cq.file_size", _S, "anomaly",
          "a consume queue file whose length is not mappedFileSizeConsumeQueue, or a stray name in "
          "a queue directory: the broker refuses to load the store",
-         "queues.queue_files"),
+         "queuefiles.queue_files"),
     Kind("checkpoint.missing", _S, "anomaly",
          "no checkpoint while the commitlog holds files: the broker starts from an all-zero one "
          "(E#13)", "files.verify_checkpoint"),
