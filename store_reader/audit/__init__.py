@@ -6,11 +6,12 @@ from its tasks and its driver (``queues.compare_queue``, ``index.header_problems
 
 ``kinds``      the vocabulary: each kind's table, severity, meaning, and dump's name for it
 ``report``     what a verification collects (anomalies and notes located in files, runs of entries)
-``view``       one store as dump verifies it: every record once, the broker's recovered range
+``view``       one store as dump verifies it: every record once, the broker's recovered range,
+               the audit's comparison of every queue (``compare.compare_queues``)
 ``commitlog``  commitlog layout, bad records, end-of-file markers, file gaps; abort and lock
 ``queues``     consume queues: what a queue holds (the REBUILT view, placed by the repair), the
                audit's four-view comparison
-``queuefiles`` consume queues: dump's per-file checks against that view
+``queuefiles`` consume queues: the audit's comparison located in the CQ files, and their sizes
 ``index``      index files: the audit's header and entry checks; dump's per-file checks
 ``files``      checkpoint and config; ``store_file_findings`` (every check that reads no record)
 ``timer``      the 5.x timer store: units against the records, the broker's TimerMessageStore#recover
