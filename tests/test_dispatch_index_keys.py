@@ -11,7 +11,7 @@ from store_reader.formats import recordformat as rf
 from store_reader.broker import versions
 from store_reader.broker.dispatch import index_key_counts, index_put_keys
 from store_reader.formats.javahash import index_key, index_key_hash
-from store_reader.repair.index import index_puts
+from store_reader.broker.dispatch import index_puts
 
 NOT, PREPARED, COMMIT, ROLLBACK = (rf.TRANSACTION_NOT_TYPE, rf.TRANSACTION_PREPARED_TYPE,
                                    rf.TRANSACTION_COMMIT_TYPE, rf.TRANSACTION_ROLLBACK_TYPE)

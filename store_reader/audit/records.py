@@ -18,7 +18,7 @@ from store_reader.formats.commitlog import SegmentScan
 from store_reader.formats.consumequeue import CQEntries, decode_entries
 from store_reader.formats.indexfile import IndexFile
 from store_reader.ranges import ascending, stable_order
-from store_reader.repair.index import INDEX_COLUMNS, index_puts
+from store_reader.broker.dispatch import INDEX_COLUMNS, index_puts
 from store_reader.repair.salvage import lost_mask
 from store_reader.repair.scanned import LOST_COLUMNS, RECORD_COLUMNS, read_puts, read_records
 

@@ -2,7 +2,8 @@
 which records get a consume queue entry, which put index keys and which keys, and the LMQ /
 multi-dispatch copies of a record's entry. The one statement of these rules: the prediction, the
 repair, the audit, ``dump --verify`` and the replica comparison all ask here. A batch of records
-becomes its consume queue puts, LMQ copies included, in one place: ``queue_puts``.
+becomes its consume queue puts, LMQ copies included, in one place: ``queue_puts``; its index puts
+(``IndexService#buildIndex``) in another: ``index_puts``.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pyarrow as pa
 
 from store_reader.formats import recordformat as rf
 from store_reader.formats.brokerconf import BrokerConfig
+from store_reader.formats.indexfile import IndexPuts
+from store_reader.formats.javahash import index_key_hashes_of
 from store_reader.formats.javalang import java_parse_int, java_split
 
 
@@ -100,6 +103,24 @@ def index_put_keys(records: pa.RecordBatch | pa.Table, tag_keys: bool) -> tuple[
         values.append(tag_values)
     tokens = pa.concat_arrays(values).take(pa.array(order))
     return counts, np.repeat(np.arange(len(counts)), counts), tokens
+
+
+# Columns of a record the index puts are made from (schemas.MESSAGE names).
+INDEX_COLUMNS = ["phy_offset", "stored_phy_offset", "store_timestamp", "sys_flag", "topic", "uniq_key",
+                 "key_list", "tags"]
+
+
+def index_puts(records: pa.Table | pa.RecordBatch, tag_keys: bool, ordered: bool = False) -> IndexPuts:
+    """``IndexService#buildIndex`` over records (sorted by stored phy offset unless ``ordered``),
+    vectorised: every record but a ROLLBACK one puts ``topic#UNIQ_KEY`` then ``topic#token`` for
+    each KEYS token, then with ``tag_keys`` (5.4+, ``ScanOptions.index_tags``) ``topic#T#TAGS``."""
+    if not ordered:
+        records = records.sort_by("stored_phy_offset")
+    counts, rows, keys = index_put_keys(records, tag_keys)
+    return IndexPuts(index_key_hashes_of(records.column("topic"), rows, keys),
+                     np.repeat(records.column("stored_phy_offset").to_numpy(), counts),
+                     np.repeat(records.column("store_timestamp").to_numpy(), counts), rows,
+                     np.repeat(records.column("phy_offset").to_numpy(), counts))
 
 
 def multi_dispatch_targets(config: BrokerConfig, broker_5x: bool, topic: str, queue_id: int,

@@ -24,7 +24,7 @@ from store_reader.io.storefs import location
 if TYPE_CHECKING:
     from store_reader.formats.brokerconf import BrokerConfig
     from store_reader.io.storefs import PathRef
-    from store_reader.repair.index import IndexPuts
+    from store_reader.formats.indexfile import IndexPuts
     from store_reader.store import Store
     from store_reader.broker.prediction import Prediction
     from store_reader.broker.replay import Dispatched

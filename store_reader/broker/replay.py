@@ -18,7 +18,7 @@ from store_reader.broker.cqueue import ConsumeQueueState
 
 if TYPE_CHECKING:
     from store_reader.formats.brokerconf import BrokerConfig
-    from store_reader.repair.index import IndexPuts
+    from store_reader.formats.indexfile import IndexPuts
     from store_reader.store import Store
     from store_reader.broker.indexservice import IndexDispatch
 

@@ -44,6 +44,7 @@ __all__ = [
     "IndexFileRef",
     "IndexFile",
     "BuiltIndexFile",
+    "IndexPuts",
     "unmap_entries",
     "create_index_file",
     "index_file_size",
@@ -543,6 +544,37 @@ def query(files: Sequence["IndexFile | IndexFileRef | BuiltIndexFile | PathRef"]
 
 
 # -- building (store-format §7.4) --------------------------------------------------------------
+
+@dataclass
+class IndexPuts:
+    """Index puts in put order (F§7.4): keyHash, phy offset and store time of every key (what
+    ``build_index_files`` writes; made by the broker's rule, ``broker.dispatch.index_puts``)."""
+
+    key_hash: np.ndarray
+    phy: np.ndarray
+    store_timestamp: np.ndarray
+    record_row: np.ndarray
+    """Each put's record's row among the records the puts were made from (its topic is there)."""
+    record_phy: np.ndarray
+    """Where each put's record lies (its ``phy_offset``): what a pass's cut is compared with."""
+
+    def of_records(self, record_phy: np.ndarray) -> tuple["IndexPuts", np.ndarray]:
+        """The puts of the records at ``record_phy`` (in commitlog order, as these puts are) and
+        how many each record puts."""
+        lo = np.searchsorted(self.record_phy, record_phy, "left")
+        counts = np.searchsorted(self.record_phy, record_phy, "right") - lo
+        at = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        return IndexPuts(self.key_hash[at], self.phy[at], self.store_timestamp[at], self.record_row[at],
+                         self.record_phy[at]), counts
+
+    def below(self, end: int) -> "IndexPuts":
+        """The puts of the records below ``end``."""
+        keep = self.record_phy < end
+        if keep.all():
+            return self
+        return IndexPuts(self.key_hash[keep], self.phy[keep], self.store_timestamp[keep], self.record_row[keep],
+                         self.record_phy[keep])
+
 
 class BuiltIndexFile(NamedTuple):
     """One index file produced by :func:`build_index_files`."""

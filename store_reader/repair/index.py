@@ -1,6 +1,6 @@
-"""The repaired store's index files, rebuilt from every surviving record (``IndexService#buildIndex``
-vectorised, F§7.4): the index puts of a commitlog file, how many go into which fresh file, the
-files written (one task per index file in ``jobs/repairwrite.py``) and named.
+"""The repaired store's index files, rebuilt from every surviving record (the broker's puts:
+``dispatch.index_puts``, F§7.4): a commitlog file's index puts, how many go into which fresh file,
+the files written (one task per index file in ``jobs/repairwrite.py``) and named.
 """
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from store_reader.broker.dispatch import index_key_counts, index_put_keys
-from store_reader.formats.indexfile import (IndexHeader, _put_all, entry_position, index_file_size,
+from store_reader.broker.dispatch import INDEX_COLUMNS, index_key_counts, index_puts
+from store_reader.formats.indexfile import (IndexHeader, IndexPuts, _put_all, entry_position, index_file_size,
                                             next_index_file_name, slot_position)
-from store_reader.formats.javahash import index_key_hashes_of
 from store_reader.io.outputs import writing
 from store_reader.repair.queues import SCAN_BATCH
 
@@ -23,54 +22,6 @@ if TYPE_CHECKING:
     from store_reader.formats import recordformat as rf
     from store_reader.formats.brokerconf import BrokerConfig
     from store_reader.formats.commitlog import SegmentSummary
-
-
-# Columns of a record the index rebuild reads (schemas.MESSAGE names).
-INDEX_COLUMNS = ["phy_offset", "stored_phy_offset", "store_timestamp", "sys_flag", "topic", "uniq_key",
-                 "key_list", "tags"]
-
-
-@dataclass
-class IndexPuts:
-    """Index puts in put order (F§7.4): keyHash, phy offset and store time of every key."""
-
-    key_hash: np.ndarray
-    phy: np.ndarray
-    store_timestamp: np.ndarray
-    record_row: np.ndarray
-    """Each put's record's row among the records the puts were made from (its topic is there)."""
-    record_phy: np.ndarray
-    """Where each put's record lies (its ``phy_offset``): what a pass's cut is compared with."""
-
-    def of_records(self, record_phy: np.ndarray) -> tuple["IndexPuts", np.ndarray]:
-        """The puts of the records at ``record_phy`` (in commitlog order, as these puts are) and
-        how many each record puts."""
-        lo = np.searchsorted(self.record_phy, record_phy, "left")
-        counts = np.searchsorted(self.record_phy, record_phy, "right") - lo
-        at = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-        return IndexPuts(self.key_hash[at], self.phy[at], self.store_timestamp[at], self.record_row[at],
-                         self.record_phy[at]), counts
-
-    def below(self, end: int) -> "IndexPuts":
-        """The puts of the records below ``end``."""
-        keep = self.record_phy < end
-        if keep.all():
-            return self
-        return IndexPuts(self.key_hash[keep], self.phy[keep], self.store_timestamp[keep], self.record_row[keep],
-                         self.record_phy[keep])
-
-
-def index_puts(records: pa.Table | pa.RecordBatch, tag_keys: bool, ordered: bool = False) -> IndexPuts:
-    """``IndexService#buildIndex`` over records (sorted by stored phy offset unless ``ordered``),
-    vectorised: every record but a ROLLBACK one puts ``topic#UNIQ_KEY`` then ``topic#token`` for
-    each KEYS token, then with ``tag_keys`` (5.4+, ``ScanOptions.index_tags``) ``topic#T#TAGS``."""
-    if not ordered:
-        records = records.sort_by("stored_phy_offset")
-    counts, rows, keys = index_put_keys(records, tag_keys)
-    return IndexPuts(index_key_hashes_of(records.column("topic"), rows, keys),
-                     np.repeat(records.column("stored_phy_offset").to_numpy(), counts),
-                     np.repeat(records.column("store_timestamp").to_numpy(), counts), rows,
-                     np.repeat(records.column("phy_offset").to_numpy(), counts))
 
 
 def segment_index_puts(path: str, opts: rf.ScanOptions, end: int) -> Iterator[tuple[IndexPuts, int]]:

@@ -330,7 +330,7 @@ def reappend(records: pa.Table, sources: dict[int, object], out_root: str, end: 
     from store_reader.formats.consumequeue import CQ_ENTRY_DTYPE, write_queue_slots
     from store_reader.formats.indexfile import (IndexHeader, append_puts, list_index_files, next_index_file_name,
                                                 read_header)
-    from store_reader.repair.index import index_puts
+    from store_reader.broker.dispatch import index_puts
     from store_reader.io.storefs import FileReader, location
 
     n = records.num_rows

@@ -23,7 +23,8 @@ from schemas.repair import KEPT_INDEX_PUT
 from store_reader.formats import recordformat as rf
 from store_reader.formats.brokerconf import BrokerConfig
 from store_reader.formats.commitlog import OnePassScan, SegmentSummary
-from store_reader.repair.index import IndexPuts, index_puts
+from store_reader.broker.dispatch import index_puts
+from store_reader.formats.indexfile import IndexPuts
 from store_reader.io.storefs import PathRef
 
 # Records per batch: the broker's replay reads the valid prefix in batches of this size too.
