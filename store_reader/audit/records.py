@@ -124,8 +124,8 @@ def queue_rows(rb: pa.RecordBatch, config: BrokerConfig, broker_5x: bool, below:
 
 def cut_rows(t: pa.Table, end: int) -> pa.Table:
     """A queue's ``QUEUE_ROWS`` made with every record's put (``queue_rows`` before the cut was
-    known, as ``dump --verify``'s one pass makes them) as ``queue_rows`` makes them with the cut
-    at ``end``: the records at or past it lose their put (``REBUILT``) and keep their own row."""
+    known: ``dump --verify``'s one pass) cut at ``end``, as ``queue_rows`` makes them when it is
+    known: a record at or past it keeps its own row (``REC``) and loses its put (``REBUILT``)."""
     src = t["src"].to_numpy()
     past = (t["record_phy"].to_numpy() >= end) & (src & REBUILT != 0)
     if not past.any():
