@@ -213,6 +213,12 @@ def stop_spark(stopped_too: bool = False) -> None:
         except BaseException:
             proc.kill()
             proc.wait()
+    client = getattr(SparkContext._gateway, "_gateway_client", None)
+    if client is not None and proc is not None and proc.poll() is not None:
+        # the JVM is gone: a Java object's Python proxy freed later (at the interpreter's exit
+        # too) would ask it to free the object, and py4j logs the dead connection on the root
+        # logger; a client that is not connected skips that silently
+        client.is_connected = False
     if stopped_too:                 # the next session launches a JVM of its own
         SparkContext._gateway = SparkContext._jvm = None
 
