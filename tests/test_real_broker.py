@@ -577,3 +577,50 @@ def test_crash_matrix_against_the_real_broker(release, matrix_runs, capsys):
     with capsys.disabled():
         print("\n" + "\n".join(lines))
     assert not failures, "\n".join(failures)
+
+
+# -- 3. a pull over empty entries -----------------------------------------------------------------------
+
+def lag_offset(root: Path) -> int:
+    """GroupLag's committed offset in TopicA/0 (the synthetic writer's consumer halfway)."""
+    (offset,) = [r["offset"] for r in read_consumer_offsets(root).value.to_pylist()
+                 if (r["topic"], r["group"], r["queue_id"]) == ("TopicA", "GroupLag", 0)]
+    return offset
+
+
+def test_a_pull_over_zeroed_entries_in_an_older_cq_file(bench, tmp_path, capsys):
+    """R§9.2: zeroed entries in a CQ file before the last three (which recovery does not check)
+    are served as they are, empty records at phy 0; they fill no batch, so a pull of one message
+    at a zeroed offset scans on to the first non-empty entry (found on the real 5.5.1 by the crash
+    matrix). The project's prediction and its repaired store, against every release."""
+    from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
+
+    cases = []
+    for release in oracle.SUPPORTED:
+        info = write_store(tmp_path / release, SyntheticStoreSpec(
+            total_bytes=3 * (64 << 10), segment_size=64 << 10, cq_file_size=600, message_size=512,
+            topics=(("TopicA", 1),), broker="4.9" if release.startswith("4.") else "5.x", seed=5),
+            CrashSpec(abort=False))
+        root = info.root
+        files = sorted((root / "consumequeue" / "TopicA" / "0").iterdir())
+        lag = lag_offset(root)
+        held = next(i for i, f in enumerate(files) if int(f.name) // 20 <= lag < int(f.name) // 20 + 30)
+        assert held < len(files) - 3, (lag, [f.name for f in files])     # outside the last three
+        # entries lag-3 .. lag+2 zeroed: the pull at lag finds three empty ones, then lag+3
+        with open(files[held], "r+b") as fh:
+            fh.seek((lag - 3) * 20 - int(files[held].name))
+            fh.write(bytes(6 * 20))
+        cases.append(Case(f"zeroed-{release}", release, root, root / "broker.conf"))
+    bench.run(cases)
+    lines, failures = [], []
+    for c in cases:
+        lag = lag_offset(c.store)
+        broker = {(x["topic"], x["group"]): (x.get("status"), x.get("nextBeginOffset"))
+                  for x in c.result["broker"]["consumerOffsets"]["checks"]}[("TopicA", "GroupLag")]
+        lines.append(f"  {c.name}: GroupLag at {lag}: broker {broker}")
+        if broker != ("FOUND", lag + 4):
+            failures.append(f"{c.name}: the broker answered {broker}, not the case this test is for")
+        failures += [f"{c.name}: {p}" for p in c.result["recovery"] + c.result["restart"]]
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+    assert not failures, "\n".join(failures)

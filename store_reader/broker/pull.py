@@ -66,7 +66,12 @@ def check_offset(pred: Prediction, config: BrokerConfig, topic: str, group: str 
         if next_phy_file is not None and phy < next_phy_file:
             continue
         if _readable(pred, phy, size):
-            return result("FOUND", offset + i + 1)      # one message asked for: the batch is full
+            if size > 0:
+                return result("FOUND", offset + i + 1)  # one message asked for: the batch is full
+            # an empty entry (zeroed, in a CQ file recovery does not check) is returned but fills
+            # no batch: isTheBatchFull is false while no byte is taken, so the scan goes on
+            status, next_phy_file = "FOUND", None
+            continue
         status = "MESSAGE_WAS_REMOVING"
         next_phy_file = phy + fsize - phy % fsize       # CommitLog#rollNextFile
     return result(status, offset + len(slots))
