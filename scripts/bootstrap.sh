@@ -56,5 +56,9 @@ fi
 # where PYTHONDONTWRITEBYTECODE is set every process (the driver, Spark's Python daemon, each CLI)
 # would compile the project's modules again at each start.
 .venv/bin/python -m compileall -q jobs store_reader schemas >/dev/null
+# The notebooks' kernel (jobs/notebookkernel.py), where Jupyter and papermill from .venv find it
+if .venv/bin/python -c "import ipykernel" 2>/dev/null; then
+    .venv/bin/python -m jobs.notebookkernel install >/dev/null
+fi
 # Spark's own Delta writer and s3a:// (jobs/_spark/sparkjars.py): never fails the set-up, says what failed
 .venv/bin/python -m jobs._spark.sparkjars

@@ -8,8 +8,9 @@ recovery re-dispatches them, ``redispatched`` findings). Expected numbers are co
 Delta tables with pyarrow, independently of the notebooks' modules
 (``jobs/auditrun.py``, ``jobs/duplicate_offsets.py``, ``jobs/lost_offsets.py``).
 
-The kernel is this interpreter (the project's venv, ipykernel installed), named by a kernel spec in
-a temporary ``JUPYTER_PATH`` so no other Jupyter installation's ``python3`` can stand in for it.
+The kernel is the notebooks' own (``jobs.notebookkernel``) on this interpreter (the project's venv),
+named by a kernel spec in a temporary ``JUPYTER_PATH`` so no other Jupyter installation's can stand
+in for it.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import pyarrow.compute as pc
 import pytest
 
 from jobs import audit as audit_job
-from jobs import recover
+from jobs import notebookkernel, recover
 from jobs._spark.deltasink import read_table
 from store_reader.testing.synthetic import CrashSpec, SyntheticStoreSpec, write_store
 
@@ -55,9 +56,7 @@ def kernel(tmp_path_factory):
     assert importlib.util.find_spec("ipykernel") is not None, "the kernel runs this interpreter"
     spec_dir = tmp_path_factory.mktemp("jupyter") / "kernels" / KERNEL
     spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "rocketmq-store (.venv)", "language": "python"}))
+    (spec_dir / "kernel.json").write_text(json.dumps(notebookkernel.kernel_spec(sys.executable)))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("JUPYTER_PATH", str(spec_dir.parent.parent))
         yield KERNEL
