@@ -185,34 +185,37 @@ def stop_spark(stopped_too: bool = False) -> None:
         return
     from pyspark import SparkContext
 
-    from jobs._spark.taskerrors import clear_progress_bar
+    from jobs._spark.taskerrors import clear_progress_bar, quiet_scheduler_stop
 
     sc = SparkContext._active_spark_context
     if sc is None and not stopped_too:
         return
     proc = getattr(SparkContext._gateway, "proc", None)
-    if sc is not None and (proc is None or proc.poll() is None):
-        # a JVM that is gone, or going (a signal to the process group), cannot be asked; it is
-        # stopped anyway: neither the error nor py4j's log of it (on the root logger) is news
-        drop = _Py4jRecords()
-        loggers = [logging.getLogger(n) for n in ("", "py4j", "py4j.java_gateway", "py4j.clientserver")]
+    # a JVM that is gone, or going (a signal to the process group, or the stop itself while a
+    # pass's thread still calls it), cannot be asked; it is stopped anyway: neither the error nor
+    # py4j's log of it (on the root logger) is news
+    drop = _Py4jRecords()
+    loggers = [logging.getLogger(n) for n in ("", "py4j", "py4j.java_gateway", "py4j.clientserver")]
+    for lg in loggers:
+        lg.addFilter(drop)
+    try:
+        if sc is not None and (proc is None or proc.poll() is None):
+            try:
+                clear_progress_bar()
+                quiet_scheduler_stop(sc)
+                sc.stop()
+            except BaseException:
+                pass
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.stdin.close()      # the gateway's lifeline: the JVM exits when it closes
+                proc.wait(JVM_EXIT_SECONDS)
+            except BaseException:
+                proc.kill()
+                proc.wait()
+    finally:
         for lg in loggers:
-            lg.addFilter(drop)
-        try:
-            clear_progress_bar()
-            sc.stop()
-        except BaseException:
-            pass
-        finally:
-            for lg in loggers:
-                lg.removeFilter(drop)
-    if proc is not None and proc.poll() is None:
-        try:
-            proc.stdin.close()      # the gateway's lifeline: the JVM exits when it closes
-            proc.wait(JVM_EXIT_SECONDS)
-        except BaseException:
-            proc.kill()
-            proc.wait()
+            lg.removeFilter(drop)
     client = getattr(SparkContext._gateway, "_gateway_client", None)
     if client is not None and proc is not None and proc.poll() is not None:
         # the JVM is gone: a Java object's Python proxy freed later (at the interpreter's exit

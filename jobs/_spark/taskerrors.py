@@ -64,17 +64,32 @@ def reports_store_errors(what: str = "") -> Callable[[Callable[..., int]], Calla
 TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager")
 
 
+# The scheduler, once the context is stopping: a task of a failed run that ends while the context
+# stops (a killed Python worker reports late) reaches a result pool already shut down, and the
+# scheduler logs "Exception in statusUpdate" with a Java trace. The run's own error is printed.
+SCHEDULER_STOP_LOGGERS = ("org.apache.spark.scheduler.TaskSchedulerImpl",)
+
+
 def quiet_task_failures(sc) -> None:
     """Turn off the driver JVM's logging of failed tasks (in local mode the executors' too): a
     job reports a bad input in one line (``store_error``), and an unexpected failure is raised
     with its full trace anyway."""
+    _logging_off(sc, TASK_FAILURE_LOGGERS)
+
+
+def quiet_scheduler_stop(sc) -> None:
+    """Turn off the scheduler's logging for the context's stop (``SCHEDULER_STOP_LOGGERS``)."""
+    _logging_off(sc, SCHEDULER_STOP_LOGGERS)
+
+
+def _logging_off(sc, names: tuple[str, ...]) -> None:
     try:
         jvm = sc._jvm
         off = jvm.org.apache.logging.log4j.Level.OFF
-        for name in TASK_FAILURE_LOGGERS:
+        for name in names:
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
     except Exception as exc:  # a JVM without log4j 2 core: only the console gets noisier
-        logging.getLogger("jobs._spark.sparkutil").debug("task failure logging left on: %s", exc)
+        logging.getLogger("jobs._spark.sparkutil").debug("logging of %s left on: %s", names, exc)
 
 
 def clear_progress_bar() -> None:
