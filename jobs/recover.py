@@ -128,10 +128,10 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
                      link_commitlog: bool = False, salvage: bool = False) -> RunReport:
     t = time.monotonic()
     opts = store.scan_options(broker_5x=broker_versions.is_5x(version), index_tags=broker_versions.index_tag_keys(version))
-    scan = scan_once(spark, store, opts, kept)
+    writing = not dry_run and out is not None
+    scan = scan_once(spark, store, opts, kept, digests=writing)
     summaries = scan.summaries
     scan_done = time.monotonic()
-    writing = not dry_run and out is not None
     replayed = threading.Event()
     report: RunReport | None = None
     write: StartedWrite | None = None
@@ -142,7 +142,7 @@ def _recover_scanned(spark, store: Store, out: str | None, version: str, mode: s
         nonlocal report, write
         report = RunReport(run_id, str(store.root), out, version, pred, summaries,
                            keep_consumer_offsets=keep_consumer_offsets, link_commitlog=link_commitlog,
-                           records=scan.records, scan_dir=kept, scans=dict(scan.scans),
+                           records=scan.records, scan_dir=kept, scans=dict(scan.scans), digests=scan.digests,
                            salvage=salvage and writing)
         report.left_out, report.resized = store.left_out, checks.resized_commitlog_files(store)
         report.store_modes = store.inventory.modes_text()

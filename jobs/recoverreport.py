@@ -20,6 +20,7 @@ from store_reader.audit import offsets
 from store_reader.formats.brokerconf import BrokerConfig
 from store_reader.formats.commitlog import SegmentSummary
 from store_reader.repair.salvage import Reappended
+from store_reader.io.hashing import SourceDigest
 from store_reader.store import Store
 
 # the recovery run's pass lines, under the job's name like the rebuilds' (``jobs.rebuild``)
@@ -61,6 +62,8 @@ class RunReport:
     """The run's scan directory: the kept records, and the tables its passes exchange (``jobs._spark.exchange``)."""
     scans: dict[str, float] = field(default_factory=dict)
     """Per segment: how often the run walked its bytes (1: once)."""
+    digests: dict[str, SourceDigest] = field(default_factory=dict)
+    """Per segment the scan hashed as it walked it: its digest, for the placement."""
     html_report: str | None = None
     """The run's page (``jobs.htmlreport``), once written."""
 

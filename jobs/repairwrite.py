@@ -58,12 +58,15 @@ def _digests(root: Path, sub: str) -> dict[str, str]:
 
 
 def place_commitlog(spark, store: Store, kept: Sequence[cut.CommitLogFileState], dest_dir: str,
-                    link: bool) -> list[placement.PlacedSegment]:
+                    link: bool, digests: dict[str, hashing.SourceDigest] | None = None
+                    ) -> list[placement.PlacedSegment]:
     """The repaired store's commitlog files under ``dest_dir``, one task per kept file
     (``placement.place_segment``: cloned, copied or linked, the cut file rewritten), so no
-    segment's bytes pass through the driver; returns each file's digest and how it was placed."""
+    segment's bytes pass through the driver; returns each file's digest and how it was placed.
+    ``digests``: the scan's, by file name (a file placed whole is not read again for its digest)."""
     srcs = {c.name: c.path for c in store.commitlog_files}
-    tasks = [(srcs[p.name], os.path.join(dest_dir, p.name), p.keep, p.file_size, p.link)
+    digests = digests or {}
+    tasks = [(srcs[p.name], os.path.join(dest_dir, p.name), p.keep, p.file_size, p.link, digests.get(p.name))
              for p in placement.plan(kept, link)]
     if not tasks:
         return []
@@ -114,7 +117,8 @@ def build_repaired_store(spark, store: Store, report: RunReport, out: Path,
             def commitlog() -> dict[str, str]:
                 passes.wait(index_submitted)   # queued behind the index files' long tasks
                 t = time.monotonic()
-                placed = place_commitlog(spark, store, pred.commitlog_files, str(log_dir), report.link_commitlog)
+                placed = place_commitlog(spark, store, pred.commitlog_files, str(log_dir), report.link_commitlog,
+                                         report.digests)
                 hows = Counter(p.how for p in placed)
                 report.log_pass("write commitlog", t, f"{len(pred.commitlog_files)} files kept ("
                                 f"{', '.join(f'{n} {how}' for how, n in sorted(hows.items()))}), end at "

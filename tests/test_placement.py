@@ -20,6 +20,8 @@ import pytest
 import support
 from jobs import recover as job
 from store_reader.repair import placement
+from store_reader.io import hashing
+from store_reader.io.storefs import SegmentBuffer
 from store_reader.exceptions import OutputError
 from store_reader.broker.cut import CommitLogFileState
 
@@ -314,9 +316,62 @@ def test_link_gives_the_same_repaired_store_sharing_the_whole_files(spark, tmp_p
         assert shared == (f.name in may_link)
         assert os.stat(copied / "commitlog" / f.name).st_nlink == 1
     assert os.stat(linked / "commitlog" / kept[-1].name).st_nlink == 1
+    # the files placed whole took the digest the scan made as it walked them; the cut one did not
+    assert may_link <= set(report.digests) and kept[-1].name not in report.digests
+    for name in may_link:
+        assert report.digests[name].sha256 == _sha((store / "commitlog" / name).read_bytes())
 
 
 def test_link_needs_a_repaired_store(capsys):
     with pytest.raises(SystemExit) as exc:
         job.parse_args(["--store", "x", "--dry-run", "--link"])
     assert exc.value.code == 2 and "--link" in capsys.readouterr().err
+
+
+def _scanned_digest(path: str) -> hashing.SourceDigest:
+    with SegmentBuffer(path, "commitlog segment") as m:
+        return hashing.source_digest(m)
+
+
+def test_a_scan_digest_of_a_file_with_holes_is_its_sha256(tmp_path):
+    path = str(tmp_path / "00000000000000000000")
+    data = os.urandom(3 * 4096)
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.seek(1 << 20)
+        fh.write(data)
+        fh.truncate(2 << 20)                       # a hole in the middle and one at the end
+    digest = _scanned_digest(path)
+    assert digest.sha256 == _sha(open(path, "rb").read())
+    assert digest.holds_for(os.stat(path))
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_a_file_placed_whole_takes_the_scans_digest_without_reading_the_source_again(tmp_path, monkeypatch, link):
+    src, data = _source(tmp_path)
+    scanned = _scanned_digest(src)
+    assert scanned.sha256 == _sha(data)
+    # a digest the placement could only have taken from the scan: the source is not hashed again
+    taken = hashing.SourceDigest("ab" * 32, scanned.identity)
+    monkeypatch.setattr(hashing, "sha256_file", lambda p: pytest.fail(f"{p} hashed again"))
+    placed = placement.place_segment(src, str(tmp_path / "dest"), SIZE, SIZE, link=link, source=taken)
+    assert placed.sha256 == "ab" * 32 and placed.how == (placement.LINKED if link else placement.COPIED)
+    assert (tmp_path / "dest").read_bytes() == data
+
+
+def test_a_source_changed_since_its_scan_is_hashed_again(tmp_path):
+    src, data = _source(tmp_path)
+    stale = hashing.SourceDigest("ab" * 32, _scanned_digest(src).identity)
+    with open(src, "r+b") as fh:
+        fh.write(b"\xff")
+    os.utime(src, ns=(1, 1))                        # a modification time of its own, however coarse the clock
+    want = _sha(b"\xff" + data[1:])
+    for link, dest in ((True, "linked"), (False, "copied")):
+        placed = placement.place_segment(src, str(tmp_path / dest), SIZE, SIZE, link=link, source=stale)
+        assert placed.sha256 == want
+
+
+def test_the_cut_file_is_not_given_the_scans_digest(tmp_path):
+    src, data = _source(tmp_path)
+    placed = placement.place_segment(src, str(tmp_path / "dest"), 5000, SIZE, source=_scanned_digest(src))
+    assert placed.how == placement.REWRITTEN and placed.sha256 == _sha(data[:5000] + bytes(SIZE - 5000))

@@ -336,7 +336,7 @@ def test_tasks_still_running_after_a_failed_job_leave_nothing_behind(spark, tmp_
     sync.mkdir()
     out = work / "out"
 
-    def place_commitlog(spark_, store, kept, dest_dir, link):
+    def place_commitlog(spark_, store, kept, dest_dir, link, digests=None):
         out_root = os.path.dirname(dest_dir)
         started = str(sync / "straggler-started")
 

@@ -4,10 +4,11 @@ every later pass of the run, none of which reads a segment again."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from store_reader.exceptions import StoreReaderError
 from store_reader.repair import publish, scanned
+from store_reader.io.hashing import SourceDigest
 from store_reader.io.storefs import location
 from store_reader.formats.commitlog import SegmentSummary, summarize_segment
 from store_reader.formats.recordformat import ScanOptions
@@ -27,26 +28,29 @@ def scan_segments(spark, store: Store, opts: ScanOptions, paths: list[str] | Non
 
 @dataclass
 class Scan:
-    """The summaries in file order, where each segment's records were kept and how often each
-    segment's bytes were walked (1: once)."""
+    """The summaries in file order, where each segment's records were kept, how often each
+    segment's bytes were walked (1: once) and the digests of the files hashed as they were walked."""
 
     summaries: list[SegmentSummary]
     records: dict[str, str]
     scans: dict[str, float]
+    digests: dict[str, SourceDigest] = field(default_factory=dict)
 
 
-def scan_once(spark, store: Store, opts: ScanOptions, records_dir: str, paths: list[str] | None = None
-              ) -> Scan:
+def scan_once(spark, store: Store, opts: ScanOptions, records_dir: str, paths: list[str] | None = None,
+              digests: bool = False) -> Scan:
     """One Spark task per commitlog file (all, or ``paths``) walks it once: its summary and its
-    records, kept under ``records_dir`` (``scanned.scan_segment``)."""
+    records, kept under ``records_dir`` (``scanned.scan_segment``); ``digests``: and the digest of
+    each file the repaired store may take as it is, for its placement."""
     paths = [f.path for f in store.commitlog_files] if paths is None else paths
     if not paths:
         return Scan([], {}, {})
     cols, lost = scanned.columns_for(store.config, opts.broker_5x, opts.index_tags)
     got = spark.sparkContext.parallelize(paths, len(paths)).map(
-        lambda p: scanned.scan_segment(p, opts, records_dir, cols, lost)).collect()
+        lambda p: scanned.scan_segment(p, opts, records_dir, cols, lost, digests)).collect()
     return Scan([g.summary for g in got], {g.summary.segment: g.records_path for g in got},
-                {g.summary.segment: g.scans for g in got})
+                {g.summary.segment: g.scans for g in got},
+                {g.summary.segment: g.digest for g in got if g.digest is not None})
 
 
 SCAN_DIR_HELP = ("where the scan keeps each commitlog file's records and their index puts for the run's "

@@ -15,7 +15,7 @@ import hashlib
 import mmap
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -335,10 +335,13 @@ class OnePassScan(SegmentScan):
     the broker's summary then walked a second time (summary only, nothing materialised).
 
     ``columns`` are materialised for every record, ``lost_columns`` (bodies ...) only for the records
-    past the broker's valid prefix (null before it): only those can lie past the truncation point."""
+    past the broker's valid prefix (null before it): only those can lie past the truncation point.
+    ``after_walk``: called with the segment's buffer once the walk is done, before it is closed,
+    while the pages just read are in memory; what it returns is ``walked``."""
 
     def __init__(self, path: PathRef, opts: rf.ScanOptions, columns: Sequence[str],
-                 lost_columns: Sequence[str] = (), batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+                 lost_columns: Sequence[str] = (), batch_size: int = DEFAULT_BATCH_SIZE,
+                 after_walk: Callable[[SegmentBuffer, SegmentSummary], Any] | None = None) -> None:
         wanted = [*columns, *lost_columns]
         super().__init__(path, opts, columns=wanted + ["valid_prefix"] * ("valid_prefix" not in wanted),
                          batch_size=batch_size, include_lost=True)
@@ -346,6 +349,8 @@ class OnePassScan(SegmentScan):
         lost = set(lost_columns)
         self.prefix_columns = tuple(c for c in self.columns if c not in lost)
         self.rewalked = 0
+        self.after_walk = after_walk
+        self.walked: Any = None
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         impl = scanner_impl()
@@ -357,6 +362,8 @@ class OnePassScan(SegmentScan):
         try:
             self._tail = ZeroTail(impl, m.buf, m.size, m.data_end())
             yield from self._one_walk(m.buf, m.size)
+            if self.after_walk is not None:
+                self.walked = self.after_walk(m, self.summary)
         finally:
             m.close()
 

@@ -423,6 +423,10 @@ class SegmentBuffer:
         self.size = size
         self.buf = memoryview(data).toreadonly()
 
+    def fileno(self) -> int | None:
+        """The mapped file's descriptor; None for a remote file (read into memory)."""
+        return None if self._fh is None else self._fh.fileno()
+
     def close(self) -> None:
         if isinstance(self.buf, mmap.mmap):
             self.buf.close()

@@ -7,12 +7,13 @@ manifest, and the output is byte for byte the same whichever way a segment was p
 
 - a segment kept whole, of its mapped size, is hard-linked (``link``: the operator's choice,
   ``linkable``) or cloned (``FICLONE``: a reflink on XFS and btrfs, no data copied). Its digest is
-  then the source's, read once: the scan has just read the source, so its pages are in the page
-  cache while a clone's are not, and its holes (``storefs.data_extents``) are hashed as zeros
-  without being read.
+  then the source's: the one the run's scan took as it walked the file (``hashing.SourceDigest``,
+  while the file's identity is unchanged), else the source read once, its holes
+  (``storefs.data_extents``) hashed as zeros without being read.
 - any other segment, or where the filesystem cannot clone, is read into a buffer, hashed there
-  and written from it; the tail past the kept bytes is left a hole. The bytes have to be read for
-  the digest anyway, so ``copy_file_range`` would not spare that read: on a filesystem that cannot
+  (unless the scan's digest holds for it) and written from it; the tail past the kept bytes is left
+  a hole. The bytes have to be read for the copy, so ``copy_file_range`` would not spare that
+  read: on a filesystem that cannot
   reflink it copies the pages a second time in the kernel, which costs more CPU than writing the
   buffer already read (benchmarks/README.md, "Commitlog placement"). The buffer is written with
   direct I/O (``O_DIRECT``) where the filesystem takes it: nothing reads the copy again, and
@@ -94,36 +95,47 @@ def linkable(kept: Sequence) -> set[str]:
     return {f.name for f in kept if f.wrote >= f.size and f.name != last}
 
 
-def place_segment(src: PathRef, dest: str, keep: int, file_size: int, link: bool = False) -> PlacedSegment:
+def place_segment(src: PathRef, dest: str, keep: int, file_size: int, link: bool = False,
+                  source: hashing.SourceDigest | None = None) -> PlacedSegment:
     """Write ``dest``, a new file holding ``[0, keep)`` of ``src`` and zeros up to ``file_size``
     (the source's own length may differ: what it lacks is zeros, what it has beyond is left out);
     return its SHA-256 and how it was placed (module docstring). ``link``: a hard link to ``src``
-    when the whole file is kept as it is. A failed write raises ``OutputError`` naming ``dest``."""
+    when the whole file is kept as it is. ``source``: the digest of ``src`` as the run's scan
+    read it, taken for a file placed whole while the source is unchanged (``holds_for``)
+    instead of reading the source again. A failed write raises ``OutputError`` naming ``dest``."""
     keep = min(keep, file_size)
     loc = location(src)
     with outputs.writing(dest, "commitlog file"):
         if loc.filesystem is not None:
             return PlacedSegment(_copy_remote(loc, dest, keep, file_size),
                                  COPIED if keep == file_size else REWRITTEN)
-        return _place_local(loc.path, dest, keep, file_size, link)
+        return _place_local(loc.path, dest, keep, file_size, link, source)
 
 
-def _place_local(src: str, dest: str, keep: int, file_size: int, link: bool) -> PlacedSegment:
+def _place_local(src: str, dest: str, keep: int, file_size: int, link: bool,
+                 source: hashing.SourceDigest | None) -> PlacedSegment:
     with open(src, "rb", buffering=0) as fin:
-        whole = keep == file_size == os.fstat(fin.fileno()).st_size
+        st = os.fstat(fin.fileno())
+        whole = keep == file_size == st.st_size
+        known = source.sha256 if whole and source is not None and source.holds_for(st) else None
         if whole and link:
             try:
                 os.link(src, dest)
-                return PlacedSegment(hashing.sha256_file(src), LINKED)
+                return PlacedSegment(known or hashing.sha256_file(src), LINKED)
             except OSError as exc:
                 if exc.errno not in _NO_LINK:
                     raise
         with open(dest, "xb", buffering=0) as fout:
             if whole and _clone(fin.fileno(), fout.fileno()):
-                return PlacedSegment(hashing.sha256_file(src), CLONED)
-            digest, done = _copy_hashed(fin.fileno(), fout.fileno(), keep)
+                return PlacedSegment(known or hashing.sha256_file(src), CLONED)
+            digest = None if known else hashlib.sha256()
+            done = _copy(fin.fileno(), fout.fileno(), keep, digest)
             fout.truncate(file_size)
             _write_behind(fout.fileno())
+        if known and not source.holds_for(os.fstat(fin.fileno())):
+            known = None                        # changed while copied: hash what was written
+    if digest is None:
+        return PlacedSegment(known or hashing.sha256_file(dest), COPIED)
     hashing.update_zeros(digest, file_size - done)
     return PlacedSegment(digest.hexdigest(), COPIED if whole else REWRITTEN)
 
@@ -139,14 +151,13 @@ def _clone(src_fd: int, dest_fd: int) -> bool:
     return True
 
 
-def _copy_hashed(src_fd: int, dest_fd: int, keep: int) -> tuple["hashlib._Hash", int]:
-    """``[0, keep)`` of the source read into a buffer, hashed there and written from it, up to
-    where the source ends; returns the digest so far and the bytes copied.
+def _copy(src_fd: int, dest_fd: int, keep: int, digest: "hashlib._Hash | None") -> int:
+    """``[0, keep)`` of the source read into a buffer, hashed there into ``digest`` (unless None)
+    and written from it, up to where the source ends; returns the bytes copied.
 
     The writes run on a thread of their own, a chunk behind the reads: a direct write waits on the
     device, and meanwhile the next chunk is read and hashed (both leave the GIL), so one task keeps
     the disk and a core busy instead of each in turn."""
-    digest = hashlib.sha256()
     # page-aligned, as direct I/O needs: one written while the other is read and hashed
     buffers = [memoryview(mmap.mmap(-1, HASH_CHUNK)) for _ in range(2)]
     writes: deque[Future] = deque()          # in flight, oldest first: one per buffer at most
@@ -160,13 +171,14 @@ def _copy_hashed(src_fd: int, dest_fd: int, keep: int) -> tuple["hashlib._Hash",
             n = os.preadv(src_fd, [view[:min(len(view), keep - done)]], done)
             if not n:
                 break                         # the source ends early: the rest is zeros as well
-            digest.update(view[:n])
+            if digest is not None:
+                digest.update(view[:n])
             writes.append(writer.submit(write, view[:n], done))
             done += n
             chunk += 1
         for future in writes:
             future.result()
-    return digest, done
+    return done
 
 
 class _ChunkWriter:

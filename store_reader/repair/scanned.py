@@ -25,6 +25,7 @@ from store_reader.formats.brokerconf import BrokerConfig
 from store_reader.formats.commitlog import OnePassScan, SegmentSummary
 from store_reader.broker.dispatch import index_puts
 from store_reader.formats.indexfile import IndexPuts
+from store_reader.io.hashing import SourceDigest, source_digest
 from store_reader.io.storefs import PathRef
 
 # Records per batch: the broker's replay reads the valid prefix in batches of this size too.
@@ -67,6 +68,9 @@ class ScannedSegment:
     scans: float
     """Walks of the segment's bytes: 1, plus the share the broker's summary walked again where its
     walk and the readers' parted (``OnePassScan.rewalked``)."""
+    digest: SourceDigest | None = None
+    """The file's SHA-256 as the walk read it (``scan_segment(digest=True)``), where the repaired
+    store may take the file as it is."""
 
 
 KEPT_PUTS = KEPT_INDEX_PUT.arrow()
@@ -77,11 +81,24 @@ def puts_path(records_path: str) -> str:
     return records_path.removesuffix(".arrow") + ".puts.arrow"
 
 
+# Where the broker's walk of a file reaches its end: the cut is not in it, and the repaired
+# store may take it whole (``placement``).
+WALKED_TO_THE_END = frozenset({"eof_marker", "file_end"})
+
+
+def _whole_file_digest(m, summary: SegmentSummary) -> SourceDigest | None:
+    return source_digest(m) if summary.end_reason in WALKED_TO_THE_END else None
+
+
 def scan_segment(path: PathRef, opts: rf.ScanOptions, out_dir: str, columns: Sequence[str],
-                 lost_columns: Sequence[str]) -> ScannedSegment:
+                 lost_columns: Sequence[str], digest: bool = False) -> ScannedSegment:
     """One walk of the segment at ``path``; its records to ``out_dir/<segment>.arrow``, their
-    index puts to ``puts_path`` of it (a batch of puts per batch of records)."""
-    scan = OnePassScan(path, opts, columns, lost_columns, batch_size=BATCH)
+    index puts to ``puts_path`` of it (a batch of puts per batch of records). ``digest``: a file
+    the broker's walk takes to its end is hashed too, from the pages the walk has just read: a
+    recovery run places most files as they are, and its placement then reads none of them again
+    (a second read of the whole store, from the disk once it outgrows the page cache)."""
+    scan = OnePassScan(path, opts, columns, lost_columns, batch_size=BATCH,
+                       after_walk=_whole_file_digest if digest else None)
     dest = os.path.join(out_dir, f"{scan.summary.segment}.arrow")
     rows = 0
     options = pa.ipc.IpcWriteOptions(compression=KEPT_COMPRESSION)
@@ -96,7 +113,7 @@ def scan_segment(path: PathRef, opts: rf.ScanOptions, out_dir: str, columns: Seq
                  pa.array(p.store_timestamp, pa.int64()), pa.array(p.record_row, pa.int32())], schema=KEPT_PUTS))
             rows += batch.num_rows
     s = scan.summary
-    return ScannedSegment(s, dest, rows, 1 + scan.rewalked / s.file_size if s.file_size else 1.0)
+    return ScannedSegment(s, dest, rows, 1 + scan.rewalked / s.file_size if s.file_size else 1.0, scan.walked)
 
 
 def read_puts(records_path: str) -> Iterator[IndexPuts]:
