@@ -52,8 +52,9 @@ size, and prints them as one table; ``--crash`` words (``CRASH_WORDS``) make the
 
 Figures are only valid on a quiet machine: the script waits (up to 3 minutes) for the 1-minute load
 average to fall below 1, and before each timed run syncs the previous run's output to disk (its
-write-back would otherwise land in the next run), reads the run's store into the page cache and
-waits up to 90 s more. It prints each run's starting load; above 3 it flags every figure as not valid.
+write-back would otherwise land in the next run), reads the run's store into the page cache (a
+store larger than half the memory: empties the page cache instead, as root) and waits up to 90 s
+more. It prints each run's starting load; above 3 it flags every figure as not valid.
 """
 from __future__ import annotations
 
@@ -808,11 +809,22 @@ def settle(store: Path | None) -> float:
     return wait_quiet(most=SETTLE_MAX)
 
 
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
 def warm(store: Path) -> None:
-    """Read the store once so every run starts from the same (warm) page cache; a commitlog larger
-    than half the memory cannot stay there, so every run reads it from the disk (cold) instead."""
+    """Read the store once so every run starts from the same (warm) page cache. A commitlog larger
+    than half the memory cannot stay there: every run starts from an empty page cache instead (its
+    clean pages dropped, as root), so each reads the files from the disk as the first run does.
+    Left as it was, the cache held what the last run read last (or the store's writer wrote), which
+    is what a dry run or a broker restart reads first (benchmarks/README.md, the cold page cache)."""
     files = sorted((store / "commitlog").iterdir())
     if sum(f.stat().st_size for f in files) > psutil.virtual_memory().total // 2:
+        try:
+            DROP_CACHES.write_text("1\n")        # after settle's sync: the pages are clean
+        except OSError as e:
+            print(f"  NOTE: the page cache is not emptied before this run ({DROP_CACHES}: {e.strerror}): "
+                  f"it holds what the last run read last", flush=True)
         return
     for f in files:
         with open(f, "rb") as fh:
