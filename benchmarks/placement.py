@@ -12,7 +12,10 @@ seconds and the CPU seconds of every process that took part):
   tasks run it (a clone where the filesystem can, else read, hashed and written);
 - ``tasks, copy_file_range``: a whole file copied by ``copy_file_range``, then its source hashed
   (the way ``placement`` does not take where it cannot clone: measured here to say why);
-- ``tasks, --link``: ``place_segment`` with the files below the cut hard-linked.
+- ``tasks, --link``: ``place_segment`` with the files below the cut hard-linked;
+- ``tasks, scan's digest`` and ``tasks, --link, scan's digest``: the same given each whole file's
+  digest as a recovery run's scan takes it (``hashing.SourceDigest``, made before the clock
+  starts), so a file placed whole is not hashed by the placement, as in ``jobs.recover``.
 
 The source is read into the page cache first (the job's scan has just read it) and the previous
 run's output is synced and removed before each timed run. Every way must place the same bytes.
@@ -74,6 +77,13 @@ def kernel_copy(src: str, dest: str, keep: int, file_size: int, link: bool) -> p
     return placement.PlacedSegment(hashing.sha256_file(src), "copied in the kernel")
 
 
+def scan_digest(src: str, keep: int, file_size: int) -> hashing.SourceDigest | None:
+    """The digest a recovery run's scan gives the placement for ``src``: for a file kept whole."""
+    if keep != file_size:
+        return None
+    return hashing.SourceDigest(hashing.sha256_file(src), hashing.file_identity(os.stat(src)))
+
+
 def _cpu(procs: list[psutil.Process]) -> float:
     total = 0.0
     for p in procs:
@@ -95,13 +105,15 @@ def run(way: str, tasks: list[tuple], out: Path) -> tuple[float, float, dict[str
             list(pool.map(lambda a: previous_copy(*a[:4]), tasks))
         return time.perf_counter() - t, _cpu([me]) - before, {"copied": len(tasks)}
     fn = kernel_copy if way.endswith("copy_file_range") else placement.place_segment
-    link = way.endswith("--link")
+    link = "--link" in way
+    scanned = way.endswith("scan's digest")
+    args = [(*a[:4], a[4] and link) + ((scan_digest(a[0], a[2], a[3]),) if scanned else ()) for a in tasks]
     with ProcessPoolExecutor(max_workers=2) as pool:
         list(pool.map(abs, [1, 2]))                       # workers started before the clock
         workers = [psutil.Process(pid) for pid in pool._processes]
         before = _cpu(workers)
         t = time.perf_counter()
-        placed = list(pool.map(fn, *zip(*[(*a[:4], a[4] and link) for a in tasks])))
+        placed = list(pool.map(fn, *zip(*args)))
         wall = time.perf_counter() - t
         cpu = _cpu(workers) - before
     hows: dict[str, int] = {}
@@ -130,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [(str(srcs[p.name]), str(out / p.name), p.keep, p.file_size, p.link) for p in plan]
     size = sum(p.keep for p in plan)
     print(f"{len(plan)} kept files, {size / 1e9:.2f} GB kept, cut at {pred.max_phy_offset}")
-    ways = ["previous", "tasks", "tasks, copy_file_range", "tasks, --link"]
+    ways = ["previous", "tasks", "tasks, copy_file_range", "tasks, --link", "tasks, scan's digest",
+            "tasks, --link, scan's digest"]
     results: dict[str, list[tuple[float, float]]] = {w: [] for w in ways}
     digests = None
     for _ in range(args.runs):
@@ -148,13 +161,13 @@ def main(argv: list[str] | None = None) -> int:
                 digests = got
             assert got == digests, f"{way} placed other bytes"
             results[way].append((wall, cpu))
-            print(f"  {way:24s} {wall:6.2f} s  {cpu:6.2f} CPU-s  {hows}", flush=True)
+            print(f"  {way:29s} {wall:6.2f} s  {cpu:6.2f} CPU-s  {hows}", flush=True)
     shutil.rmtree(out, ignore_errors=True)
     print(f"\nmedian of {args.runs} ({size / 1e9:.2f} GB placed):")
     for way in ways:
         wall = statistics.median(w for w, _ in results[way])
         cpu = statistics.median(c for _, c in results[way])
-        print(f"  {way:24s} {wall:6.2f} s  {cpu:6.2f} CPU-s  {cpu / (size / 1e9):5.2f} CPU-s/GB")
+        print(f"  {way:29s} {wall:6.2f} s  {cpu:6.2f} CPU-s  {cpu / (size / 1e9):5.2f} CPU-s/GB")
     return 0
 
 

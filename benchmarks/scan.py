@@ -5,6 +5,9 @@
 Makes (or reuses) a synthetic store of about 1 KiB messages with the project's synthetic writer,
 then scans every segment in this one process (so figures are per core) and prints GB/s side by
 side on the same data. The pure twin is timed on the first segment only (it is slow by design).
+Then a recovery's scan task (``scanned.scan_segment``: the walk, the kept records and their index
+puts written) without and with the placement's digest (``digest=True``), whose difference is what
+the manifest's SHA-256 costs the scan.
 Targets (issue 2): >= 2 GB/s/core with CRC, >= 5 GB/s/core without, >= 10x the pure twin.
 """
 from __future__ import annotations
@@ -54,6 +57,29 @@ def timed_scan(paths: list[str], opts: ScanOptions, columns: list[str] | None) -
     return time.perf_counter() - t, nbytes, records, time.process_time() - cpu
 
 
+def timed_scan_task(paths: list[str], store, digest: bool) -> tuple[float, int, int, float]:
+    """(seconds, bytes of valid data, records, CPU seconds) of a recovery's scan task on each of
+    ``paths``, its kept records written to a temporary directory (removed)."""
+    import shutil
+    import tempfile
+    from store_reader.repair import scanned
+    broker_5x = store.looks_5x()
+    opts = store.scan_options(broker_5x=broker_5x)
+    columns, lost = scanned.columns_for(store.config, broker_5x, False)
+    out = tempfile.mkdtemp(prefix="rmq-bench-kept-")
+    try:
+        t, cpu = time.perf_counter(), time.process_time()
+        nbytes = records = 0
+        for p in paths:
+            s = scanned.scan_segment(p, opts, out, columns, lost, digest)
+            nbytes, records = nbytes + s.summary.valid_bytes, records + s.rows
+            os.unlink(s.records_path)
+            os.unlink(scanned.puts_path(s.records_path))
+        return time.perf_counter() - t, nbytes, records, time.process_time() - cpu
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def _native_crc() -> str:
     from store_reader import _native
     return _native.CRC32_IMPL
@@ -101,6 +127,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{cpu / nbytes * GB:9.3f}")
     print(f"the CRC checks (rows 1 and 2: same columns) cost {(rows[0][4] / rows[0][2] - rows[1][4] / rows[1][2]) * GB:.3f} "
           f"CPU-s per GB of records (CRC-32 kernel: {_native_crc()})")
+    tasks = [(name, *min((timed_scan_task(paths, store, digest) for _ in range(args.repeat)), key=lambda r: r[3]))
+             for name, digest in (("recover's scan task (walk, kept records, index puts)", False),
+                                  ("the same with the placement's digest (SHA-256)", True))]
+    print(f"\n{'the scan task of a recovery run (scanned.scan_segment)':<58} {'seconds':>8} {'GB/s':>7} {'CPU-s/GB':>9}")
+    for name, secs, nbytes, recs, cpu in tasks:
+        print(f"{name:<58} {secs:8.2f} {nbytes / secs / GB:7.2f} {cpu / nbytes * GB:9.3f}")
+    print(f"the digest costs the scan task {(tasks[1][4] / tasks[1][2] - tasks[0][4] / tasks[0][2]) * GB:.3f} "
+          f"CPU-s per GB of records")
     print(f"\ntargets: CRC >= 2 GB/s/core ({'met' if native_crc / GB >= 2 else 'MISSED'}), "
           f"no CRC >= 5 GB/s/core ({'met' if rows[2][2] / rows[2][1] / GB >= 5 else 'MISSED'}), "
           f">= 10x pure ({'met' if native_crc / pure_rate >= 10 else 'MISSED'})")
