@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from store_reader import open_store  # noqa: E402
 from store_reader.formats.commitlog import SegmentScan  # noqa: E402
 from store_reader.formats.recordformat import ScanOptions  # noqa: E402
+from store_reader.repair import scanned  # noqa: E402
 from store_reader.testing.synthetic import SyntheticStoreSpec, parse_size, write_store  # noqa: E402
 
 GB = 1e9
@@ -35,7 +38,6 @@ def ensure_store(root: Path, size: int, segment: int) -> Path:
     if stamp.exists() and json.loads(stamp.read_text()) == want:
         return root
     if root.exists():
-        import shutil
         shutil.rmtree(root)
     t = time.perf_counter()
     info = write_store(root, SyntheticStoreSpec(total_bytes=size, segment_size=segment, seed=1,
@@ -60,9 +62,6 @@ def timed_scan(paths: list[str], opts: ScanOptions, columns: list[str] | None) -
 def timed_scan_task(paths: list[str], store, digest: bool) -> tuple[float, int, int, float]:
     """(seconds, bytes of valid data, records, CPU seconds) of a recovery's scan task on each of
     ``paths``, its kept records written to a temporary directory (removed)."""
-    import shutil
-    import tempfile
-    from store_reader.repair import scanned
     broker_5x = store.looks_5x()
     opts = store.scan_options(broker_5x=broker_5x)
     columns, lost = scanned.columns_for(store.config, broker_5x, False)
