@@ -699,7 +699,7 @@ def side_by_side(sizes: list[dict], runs: list[dict], before: list[dict], rev: s
 
 
 def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session: dict, loads: list[float],
-           small: dict) -> None:
+           small: dict | None) -> None:
     cols = [f"{s['written_end'] / GB:.2f} GB" for s in sizes]
     head = f"{'':<34}" + "".join(f"{'spark ' + c:>18}" for c in cols)
     if any(refs):
@@ -754,11 +754,12 @@ def report(sizes: list[dict], runs: list[dict], refs: list[dict | None], session
     busy = [min(r["scan_cores"] or [0]) for r in runs]
     print(f"scan pass, least busy core: {', '.join(f'{b:.0f} %' for b in busy)} (target: both cores busy: "
           f"{'met' if all(b >= 75 for b in busy) else 'MISSED'})")
-    walls = sorted(small["walls"])
-    print(f"fixed overhead measured  {small['wall']:.1f} s, the median of {len(walls)} runs ({walls[0]:.1f}-"
-          f"{walls[-1]:.1f} s) of the whole job on a {small['written_end'] / 1e6:.1f} MB store of the same "
-          f"kind (target <= 8 s: {'met' if small['wall'] <= 8 else 'MISSED'}); the median run's passes: "
-          + ", ".join(f"{k} {v:.2f}" for k, v in small["passes"].items()))
+    if small is not None:           # --fixed-runs 0: not measured
+        walls = sorted(small["walls"])
+        print(f"fixed overhead measured  {small['wall']:.1f} s, the median of {len(walls)} runs ({walls[0]:.1f}-"
+              f"{walls[-1]:.1f} s) of the whole job on a {small['written_end'] / 1e6:.1f} MB store of the same "
+              f"kind (target <= 8 s: {'met' if small['wall'] <= 8 else 'MISSED'}); the median run's passes: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in small["passes"].items()))
     print(f"session start alone      {session['session']:.2f} s to a session, {session['first_task']:.2f} s "
           f"for the first Python task ({session['process']:.2f} s for the whole process)")
     load = max(loads)
@@ -876,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fixed-size", default="8MiB",
                     help="the store (same kind, part of one segment) whose whole run is the fixed overhead")
     ap.add_argument("--fixed-runs", type=int, default=5,
-                    help="runs of the fixed-size store (the machine's speed varies: median and range)")
+                    help="runs of the fixed-size store (the machine's speed varies: median and range; 0: none)")
     ap.add_argument("--no-cds", action="store_true",
                     help="measure without the driver JVM's class-data-sharing archive")
     ap.add_argument("--baseline", default=BASELINE,
@@ -993,18 +994,19 @@ def main(argv: list[str] | None = None) -> int:
     for got in (sizes, runs, refs, before, salvaged, task_cpu, brokers, dries):
         if len(got) == len(order):
             got[:] = [got[i] for i in order]
-    tiny = parse_size(args.fixed_size)
-    store = base / f"store-{args.fixed_size}"
-    fixed_store = ensure_store(store, tiny, args.crash)
-    work = base / f"work-{args.fixed_size}"
-    work.mkdir(parents=True, exist_ok=True)
-    smalls = []
-    for _ in range(args.fixed_runs):
-        loads.append(settle(store))
-        smalls.append(spark_run(store, work))
-    small = sorted(smalls, key=lambda r: r["wall"])[len(smalls) // 2]      # the median run
-    small["written_end"] = fixed_store["written_end"]
-    small["walls"] = [r["wall"] for r in smalls]
+    small = None
+    if args.fixed_runs > 0:
+        store = base / f"store-{args.fixed_size}"
+        fixed_store = ensure_store(store, parse_size(args.fixed_size), args.crash)
+        work = base / f"work-{args.fixed_size}"
+        work.mkdir(parents=True, exist_ok=True)
+        smalls = []
+        for _ in range(args.fixed_runs):
+            loads.append(settle(store))
+            smalls.append(spark_run(store, work))
+        small = sorted(smalls, key=lambda r: r["wall"])[len(smalls) // 2]      # the median run
+        small["written_end"] = fixed_store["written_end"]
+        small["walls"] = [r["wall"] for r in smalls]
     loads.append(settle(None))
     session = session_start()
     report(sizes, runs, refs, session, loads, small)
