@@ -224,7 +224,7 @@ def rebuild_index_files(spark, store: Store, end: int, broker_5x: bool, index_ta
     def write(task) -> tuple[index.WrittenIndexFile, str]:
         w = index.write_index_file_part(os.path.join(index_dir, f".building-{task[0]:06d}"), task[1], opts, end,
                                          cfg, task[0] == 0, kept)
-        return w, hashing.sha256_file(w.path)
+        return w, hashing.sha256_file(w.path, direct=True)
 
     done = spark.sparkContext.parallelize(tasks, len(tasks)).map(write).collect()
     written = [w for w, _ in done]

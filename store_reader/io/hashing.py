@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from store_reader.io.directio import ChunkReader
 from store_reader.io.storefs import SegmentBuffer, data_extents
 
 
@@ -46,16 +47,19 @@ def _sha256_extents(fd: int, size: int, read: Callable[[int, int], Any]) -> str:
     return h.hexdigest()
 
 
-def sha256_file(path: str) -> str:
+def sha256_file(path: str, direct: bool = False) -> str:
     """SHA-256 of a file, its holes hashed as the zeros they read as without reading them: the
     outputs are full-size preallocated files (an index file is 400+ MB) holding little data, and
-    reading a hole makes the kernel zero fresh pages for it."""
+    reading a hole makes the kernel zero fresh pages for it. ``direct``: read with direct I/O, for
+    a file just written with it (``directio``): its pages are not in the page cache, and a buffered
+    read would put every one of them there to be read once."""
     with open(path, "rb", buffering=0) as fh:
         fd = fh.fileno()
+        pread = ChunkReader(fd, COPY_CHUNK) if direct else (lambda start, end: os.pread(fd, end - start, start))
 
-        def read(start: int, end: int) -> bytes:
-            chunk = os.pread(fd, end - start, start)
-            if not chunk:
+        def read(start: int, end: int) -> Any:
+            chunk = pread(start, end)
+            if not len(chunk):
                 raise OSError(errno.EIO, f"file shrank while being hashed at byte {start}", path)
             return chunk
         return _sha256_extents(fd, os.fstat(fd).st_size, read)

@@ -15,6 +15,7 @@ import pyarrow as pa
 from store_reader.broker.dispatch import INDEX_COLUMNS, index_key_counts, index_puts
 from store_reader.formats.indexfile import (IndexHeader, IndexPuts, _put_all, entry_position, index_file_size,
                                             next_index_file_name, slot_position)
+from store_reader.io.directio import ChunkWriter
 from store_reader.io.outputs import writing
 from store_reader.repair.queues import SCAN_BATCH
 
@@ -117,9 +118,10 @@ class WrittenIndexFile:
 
 class IndexFileWriter:
     """A fresh index file filled by successive batches of ``IndexFile#putKey`` calls and written to
-    ``path`` as it fills: the entries are appended to the file batch by batch and their memory
-    handed back, so only the header and hash slots stay resident (what a put reads: a slot's
-    current head), not the up to ``20 x maxIndexNum`` bytes of entries."""
+    ``path`` as it fills: the entries are appended to the file a page at a time, with direct I/O
+    (``directio``: nothing reads them again but the file's hash), and their memory handed back, so
+    only the header and hash slots stay resident (what a put reads: a slot's current head), not
+    the up to ``20 x maxIndexNum`` bytes of entries."""
 
     def __init__(self, path: str, config: BrokerConfig, start_header: IndexHeader) -> None:
         self.path, self.header = path, start_header
@@ -130,10 +132,13 @@ class IndexFileWriter:
         # private anonymous memory: zero pages until touched, handed back by MADV_DONTNEED
         self._buf = mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._data = np.frombuffer(self._buf, dtype=np.uint8)
+        self._view = memoryview(self._buf)
         with writing(path, "index file"):
-            self._fh = open(path, "xb")
-        self._written = self.entries_pos                  # file bytes written so far (after the slots)
-        self._released = -(-self.entries_pos // mmap.PAGESIZE) * mmap.PAGESIZE
+            self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self._write = ChunkWriter(self._fd)
+        # whole pages of entries are written as they fill; the page the slots end in, at close
+        self._written = min(_page_up(self.entries_pos), self.size)
+        self._released = self._written
 
     @property
     def room(self) -> int:
@@ -149,37 +154,50 @@ class IndexFileWriter:
         self.header = _put_all(self._data, self.header, np.asarray(key_hash, dtype=np.int64),
                                np.asarray(phy, dtype=np.int64), np.asarray(store_timestamp, dtype=np.int64),
                                self.hash_slot_num)
-        # the new entries go to the file; _put_all never reads an older entry back
-        end = entry_position(self.hash_slot_num, self.header.index_count)
-        with writing(self.path, "index file"):
-            self._fh.seek(self._written)
-            self._fh.write(self._data[self._written:end])
-        self._written = end
-        done = end // mmap.PAGESIZE * mmap.PAGESIZE
-        if done > self._released:
+        # the entries' whole pages go to the file; _put_all never reads or changes an older entry
+        done = entry_position(self.hash_slot_num, self.header.index_count) // mmap.PAGESIZE * mmap.PAGESIZE
+        if done > self._written:
+            with writing(self.path, "index file"):
+                self._write(self._view[self._written:done], self._written)
+            self._written = done
             self._buf.madvise(mmap.MADV_DONTNEED, self._released, done - self._released)
             self._released = done
 
     def close(self) -> WrittenIndexFile:
-        """Header and hash slots to the file, the rest of it zeros (sparse); the file's size is the
-        broker's index file size."""
+        """Header and hash slots to the file, then the last entries' page (zeros past them, as the
+        file holds there), the rest of it zeros (sparse); the file's size is the broker's index file
+        size."""
+        head = min(_page_up(self.entries_pos), self.size)
+        tail = min(_page_up(entry_position(self.hash_slot_num, self.header.index_count)), self.size)
         with writing(self.path, "index file"):
-            self._fh.seek(0)
-            self._fh.write(self._data[:self.entries_pos])
-            self._fh.truncate(self.size)
-            self._fh.close()
-        del self._data
-        self._buf.close()
+            self._write(self._view[:head], 0)
+            if tail > self._written:
+                self._write(self._view[self._written:tail], self._written)
+            os.ftruncate(self._fd, self.size)
+            fd, self._fd = self._fd, None
+            os.close(fd)
+        self._release()
         return WrittenIndexFile(self.path, self.header, self.first_put_timestamp or 0)
 
     def abort(self) -> None:
-        try:
-            self._fh.close()
-        except OSError:           # the write that failed is still buffered: the file goes anyway
-            pass
-        del self._data
-        self._buf.close()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._release()
         os.unlink(self.path)
+
+    def _release(self) -> None:
+        if not self._buf.closed:
+            self._view.release()
+            self._data = None
+            self._buf.close()
+
+
+def _page_up(n: int) -> int:
+    return -(-n // mmap.PAGESIZE) * mmap.PAGESIZE
 
 
 def _prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:

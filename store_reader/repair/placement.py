@@ -28,7 +28,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
-import mmap
 import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from store_reader.io import hashing, outputs
+from store_reader.io.directio import ChunkWriter, aligned_buffer
 from store_reader.exceptions import UnreadableFileError
 from store_reader.io.storefs import READ_CHUNK, PathRef, StoreLocation, location
 
@@ -44,8 +44,6 @@ FICLONE = 0x40049409
 # Bytes read, hashed and written at a time: small enough to stay in the core's cache between the
 # read and the hash.
 HASH_CHUNK = 1 << 20
-# Lengths a direct write takes: a multiple of the largest logical block size of common devices.
-DIRECT_ALIGN = 4096
 
 # How a segment was placed, as the job counts them.
 LINKED, CLONED, COPIED, REWRITTEN = "linked", "cloned", "copied", "rewritten"
@@ -159,9 +157,9 @@ def _copy(src_fd: int, dest_fd: int, keep: int, digest: "hashlib._Hash | None") 
     device, and meanwhile the next chunk is read and hashed (both leave the GIL), so one task keeps
     the disk and a core busy instead of each in turn."""
     # page-aligned, as direct I/O needs: one written while the other is read and hashed
-    buffers = [memoryview(mmap.mmap(-1, HASH_CHUNK)) for _ in range(2)]
+    buffers = [aligned_buffer(HASH_CHUNK) for _ in range(2)]
     writes: deque[Future] = deque()          # in flight, oldest first: one per buffer at most
-    write = _ChunkWriter(dest_fd)
+    write = ChunkWriter(dest_fd)
     done = chunk = 0
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="placement-write") as writer:
         while done < keep:
@@ -179,40 +177,6 @@ def _copy(src_fd: int, dest_fd: int, keep: int, digest: "hashlib._Hash | None") 
         for future in writes:
             future.result()
     return done
-
-
-class _ChunkWriter:
-    """Writes chunks to ``fd`` in order (one thread), with direct I/O while the device takes it:
-    a last chunk of a length it cannot take, or a refused write, goes through the page cache."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.direct = _set_direct(fd, True)
-
-    def __call__(self, data: memoryview, at: int) -> None:
-        if self.direct and len(data) % DIRECT_ALIGN:
-            self.direct = _set_direct(self.fd, False)
-        written = 0
-        while written < len(data):
-            try:
-                written += os.pwrite(self.fd, data[written:], at + written)
-            except OSError as exc:
-                if not (self.direct and exc.errno == errno.EINVAL):
-                    raise
-                self.direct = _set_direct(self.fd, False)   # an alignment the device refuses
-
-
-def _set_direct(fd: int, on: bool) -> bool:
-    """Direct I/O on ``fd`` switched on or off; returns whether it is on (False where the
-    filesystem has none, e.g. tmpfs on older kernels)."""
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    try:
-        fcntl.fcntl(fd, fcntl.F_SETFL, (flags | os.O_DIRECT) if on else (flags & ~os.O_DIRECT))
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:
-            raise
-        return False
-    return on
 
 
 def _copy_remote(src: StoreLocation, dest: str, keep: int, file_size: int) -> str:
