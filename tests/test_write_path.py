@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import fcntl
 import hashlib
 import json
 import os
 import threading
 import time
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -24,7 +26,7 @@ from jobs.recoverreport import RunReport
 from jobs._spark.scan import scan_segments
 from store_reader import open_store
 from store_reader.repair import placement, publish
-from store_reader.io import fsync, hashing, manifest
+from store_reader.io import directio, fsync, hashing, manifest
 from store_reader.broker import prediction, replay
 from store_reader.io import storefs
 from store_reader.exceptions import OutputError, StoreReaderError
@@ -135,6 +137,106 @@ def test_file_digest_reads_everything_where_holes_cannot_be_asked_for(tmp_path, 
     with open(path, "rb") as fh:
         assert list(storefs.data_extents(fh.fileno(), 70_101)) == [(0, 70_101)]
     assert hashing.sha256_file(str(path)) == _sha(path.read_bytes())
+
+
+def _takes_direct_io(path) -> bool:
+    """Whether the filesystem holding ``path`` takes direct I/O (this machine's ext4 and tmpfs do)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return directio.set_direct(fd, True)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("size, layout", [
+    (6 << 20, [(0, b"h" * 5000)]),                       # the index file's shape: data, then a hole
+    (6 << 20, [(1 << 20, b"m" * 70_000)]),
+    ((9 << 20) + 123, [(0, b"x" * ((9 << 20) + 123))]),  # longer than a read, an unaligned end
+    (5000, [(4000, b"t" * 1000)]),                       # a last piece shorter than a block
+])
+def test_file_digest_by_direct_reads_is_the_files_digest(tmp_path, monkeypatch, size, layout):
+    """``sha256_file(direct=True)``, for a file written with direct I/O: aligned direct reads where
+    the filesystem takes them, the same digest as a buffered read."""
+    path = tmp_path / "f"
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+        for at, data in layout:
+            fh.seek(at)
+            fh.write(data)
+    want = _sha(path.read_bytes())
+    reads, real = [], os.preadv
+
+    def preadv(fd, buffers, at):
+        reads.append((at, sum(len(b) for b in buffers), bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)))
+        return real(fd, buffers, at)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    assert hashing.sha256_file(str(path), direct=True) == want
+    assert reads and all(d == _takes_direct_io(path) for _, _, d in reads)
+    assert all(at % directio.DIRECT_ALIGN == 0 and n % directio.DIRECT_ALIGN == 0 for at, n, d in reads if d)
+
+
+def test_file_digest_by_direct_reads_falls_back_where_direct_io_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "f"
+    path.write_bytes(b"r" * 10_000)
+    real = os.preadv
+
+    def preadv(fd, buffers, at):
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")     # a device whose blocks are larger
+        return real(fd, buffers, at)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    assert hashing.sha256_file(str(path), direct=True) == _sha(path.read_bytes())
+
+
+# -- index files (store_reader.repair.index) -------------------------------------------------------
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_an_index_file_is_written_in_whole_pages_with_direct_io_and_holds_the_puts_bytes(
+        tmp_path, monkeypatch, refused):
+    """``IndexFileWriter``: entries go out a page at a time as they fill (direct where the
+    filesystem takes it), the header, slots and last entries' page at close; the file is the
+    broker's bytes (``build_index_files``, the numpy twin) and its digest is theirs."""
+    from store_reader.formats import indexfile as ix
+    from store_reader.formats.brokerconf import BrokerConfig
+    from store_reader.repair import index
+
+    cfg = BrokerConfig(maxHashSlotNum=1000, maxIndexNum=5000)
+    rng = np.random.default_rng(3)
+    n = 4321
+    kh, phy = rng.integers(0, 1 << 31, n), np.arange(1, n + 1, dtype=np.int64) * 1000
+    ts = 1_700_000_000_000 + np.arange(n, dtype=np.int64)
+    if refused:                                     # e.g. a filesystem without O_DIRECT
+        real_fcntl = fcntl.fcntl
+
+        def no_direct(fd, cmd, arg=0):
+            if cmd == fcntl.F_SETFL and arg & os.O_DIRECT:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return real_fcntl(fd, cmd, arg)
+
+        monkeypatch.setattr(fcntl, "fcntl", no_direct)
+    writes, real_pwrite = [], os.pwrite
+
+    def pwrite(fd, data, at):
+        writes.append((at, len(data), bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)))
+        return real_pwrite(fd, data, at)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    path = tmp_path / "index"
+    w = index.IndexFileWriter(str(path), cfg, ix.IndexHeader.first())
+    for lo, hi in ((0, 1), (1, 700), (700, 3000), (3000, n)):
+        w.put(kh[lo:hi], phy[lo:hi], ts[lo:hi])
+    written = w.close()
+    (want,) = ix.build_index_files(kh, phy, ts, hash_slot_num=1000, index_num=5000)
+    assert path.read_bytes() == bytes(want.data) and written.header == want.header
+    assert hashing.sha256_file(str(path), direct=True) == _sha(bytes(want.data))
+    page = directio.DIRECT_ALIGN
+    assert all(at % page == 0 and size % page == 0 for at, size, _ in writes)
+    assert {d for _, _, d in writes} == {not refused and _takes_direct_io(path)}
+    # entries' pages while putting, then the head (header, slots, first entries' page), then the last page
+    head = -(-ix.slot_position(1000) // page) * page
+    assert writes[-2] == (0, head, writes[-2][2]) and writes[-1][0] > head
 
 
 # -- manifest --------------------------------------------------------------------------------------

@@ -133,7 +133,7 @@ def _place_local(src: str, dest: str, keep: int, file_size: int, link: bool,
         if known and not source.holds_for(os.fstat(fin.fileno())):
             known = None                        # changed while copied: hash what was written
     if digest is None:
-        return PlacedSegment(known or hashing.sha256_file(dest), COPIED)
+        return PlacedSegment(known or hashing.sha256_file(dest, direct=True), COPIED)
     hashing.update_zeros(digest, file_size - done)
     return PlacedSegment(digest.hexdigest(), COPIED if whole else REWRITTEN)
 
