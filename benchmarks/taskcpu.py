@@ -161,10 +161,12 @@ def _log_tasks(path: str) -> None:
                 profile.dump_stats(os.path.join(profile_dir, f"{context.stageId() if context else -1}-"
                                                 f"{context.partitionId() if context else -1}.prof"))
             steps = " | ".join(project_steps(last["func"])) if "func" in last else ""
-            with open(path, "a") as f:
-                f.write(f"{context.stageId() if context else -1} {context.partitionId() if context else -1} "
-                        f"{time.process_time() - cpu:.4f} {time.perf_counter() - wall:.4f} "
-                        f"{peak_rss() if peak_known else -1} {steps or '-'}\n")
+            # no context and nothing run: no task came (a reused worker stopped while it waited for one)
+            if context is not None or steps:
+                with open(path, "a") as f:
+                    f.write(f"{context.stageId() if context else -1} {context.partitionId() if context else -1} "
+                            f"{time.process_time() - cpu:.4f} {time.perf_counter() - wall:.4f} "
+                            f"{peak_rss() if peak_known else -1} {steps or '-'}\n")
 
     worker.read_command = read
     worker.main = run
