@@ -1,7 +1,8 @@
 """Build the embedded driver JVM's class-data-sharing archive for this JVM and these Spark jars.
 
-    python -m jobs.buildcds            build it (once per machine and environment), print its path
-    python -m jobs.buildcds --path     print where it is (or that class-data sharing is off)
+    python -m jobs.buildcds               build it (once per machine and environment), print its path
+    python -m jobs.buildcds --if-missing  the same, unless a whole archive is already in place
+    python -m jobs.buildcds --path        print where it is (or that class-data sharing is off)
 
 What the archive saves and when a session uses it: ``jobs._spark.cds``.
 """
@@ -85,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="jobs.buildcds", description=__doc__.split("\n")[0])
     ap.add_argument("--path", action="store_true",
                     help="print where the archive for this JVM and Spark is, without building it")
+    ap.add_argument("--if-missing", action="store_true",
+                    help="build only when no whole archive for this JVM and Spark is in place")
     ap.add_argument("--cds-workload", metavar="PART", help=argparse.SUPPRESS)
     ap.add_argument("--cds-check", metavar="PART", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -94,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         _cds_check(args.cds_check)
     elif args.path:
         print(cds.archive_path() or "class-data sharing is off")
+    elif args.if_missing and (have := cds.archive_path()) is not None and cds.archive_ready(have):
+        print(have)
     else:
         print(build_cds_archive())
     return 0

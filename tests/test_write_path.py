@@ -12,6 +12,7 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -546,27 +547,31 @@ def test_a_job_builds_a_spark_session_only_when_something_asks(tmp_path):
 
 
 @pytest.mark.slow
-def test_built_cds_archive_is_one_the_driver_jvm_maps(tmp_path):
-    """The archive a real build writes is accepted by the JVM: with ``-Xshare:on`` a session
-    whose JVM cannot map it does not start at all."""
+def test_built_cds_archive_is_one_the_driver_jvm_maps():
+    """The archive the real build wrote (the test command's, ``buildcds --if-missing``; built here
+    when it is not in place) is whole and accepted by the JVM: with ``-Xshare:on`` a session whose
+    JVM cannot map it does not start at all."""
     import subprocess
     import sys
 
-    env = dict(os.environ, ROCKETMQ_CDS_DIR=str(tmp_path / "cds"))
+    from jobs._spark import cds
+
+    env = dict(os.environ)
     env.pop("ROCKETMQ_CDS", None)
-    built = subprocess.run([sys.executable, "-m", "jobs.buildcds"], env=env, check=True,
+    built = subprocess.run([sys.executable, "-m", "jobs.buildcds", "--if-missing"], env=env, check=True,
                            capture_output=True, text=True, cwd=support.ROOT)
-    archive = built.stdout.strip().splitlines()[-1]
-    assert archive.startswith(str(tmp_path / "cds")) and os.path.getsize(archive) > 1 << 20
-    name = os.path.basename(archive)
-    assert sorted(p.name for p in (tmp_path / "cds").iterdir()) == [name, name + ".size"]  # no .part
-    code = ("from jobs._spark.sparkutil import get_spark\n"
+    archive = Path(built.stdout.strip().splitlines()[-1])
+    assert cds.archive_ready(archive) and archive.stat().st_size > 1 << 20
+    assert not [p.name for p in archive.parent.iterdir() if p.name.endswith(".part")]
+    code = ("from jobs._spark import cds\n"
+            "from jobs._spark.sparkutil import get_spark\n"
+            "print('ARCHIVE', cds.archive_path())\n"
             "s = get_spark('cds-check', extra={'spark.driver.extraJavaOptions': '-Xshare:on'})\n"
             "print('SUM', s.sparkContext.parallelize(range(10), 2).sum())\n")
     # -Xshare:on holds no "Archive": get_spark adds the archive next to it
     ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          cwd=support.ROOT, timeout=600)
-    assert "SUM 45" in ran.stdout, ran.stderr[-2000:]
+    assert f"ARCHIVE {archive}" in ran.stdout and "SUM 45" in ran.stdout, ran.stderr[-2000:]
 
 
 @pytest.mark.spark
