@@ -74,11 +74,22 @@ def without_jvm_zips(path: list[str]) -> list[str]:
     return path
 
 
-sys.path[:] = without_jvm_zips(sys.path)
-# their importers too: each task's importlib.invalidate_caches() (pyspark's setup_spark_files)
-# would re-read the dropped archives' directories (Spark's core jar among them) at every task
-for _entry in [p for p in sys.path_importer_cache if p.endswith((".zip", ".jar")) and p not in sys.path]:
+def _inside(path: str, archives: list[str]) -> bool:
+    return any(path == a or path.startswith(a + os.sep) for a in archives)
+
+
+_dropped = [p for p in sys.path if p not in without_jvm_zips(sys.path)]
+sys.path[:] = [p for p in sys.path if p not in _dropped]
+# their importers too, the archives' own and those of packages inside them (``<jar>/org``): each
+# task's importlib.invalidate_caches() (pyspark's setup_spark_files) would re-read the dropped
+# archives' directories (Spark's core jar among them); and namespace packages found only inside
+# them (``org``, where ``copy`` and ``pickle`` look for Jython's classes), whose paths would make
+# those importers again
+for _entry in [p for p in sys.path_importer_cache if _inside(p, _dropped)]:
     del sys.path_importer_cache[_entry]
+for _name in [n for n, m in sys.modules.items() if getattr(m, "__file__", None) is None
+              and list(getattr(m, "__path__", None) or ()) and all(_inside(p, _dropped) for p in m.__path__)]:
+    del sys.modules[_name]
 
 import numpy  # noqa: E402,F401
 import pyarrow  # noqa: E402,F401
