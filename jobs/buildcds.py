@@ -2,6 +2,7 @@
 
     python -m jobs.buildcds               build it (once per machine and environment), print its path
     python -m jobs.buildcds --if-missing  the same, unless a whole archive is already in place
+                                          (scripts/bootstrap.sh: the set-up of both README commands)
     python -m jobs.buildcds --path        print where it is (or that class-data sharing is off)
 
 What the archive saves and when a session uses it: ``jobs._spark.cds``.
@@ -97,10 +98,16 @@ def main(argv: list[str] | None = None) -> int:
         _cds_check(args.cds_check)
     elif args.path:
         print(cds.archive_path() or "class-data sharing is off")
-    elif args.if_missing and (have := cds.archive_path()) is not None and cds.archive_ready(have):
+    elif args.if_missing and (have := cds.archive_path()) is None:
+        print("class-data sharing is off")       # ROCKETMQ_CDS=off, or no java: nothing to build
+    elif args.if_missing and cds.archive_ready(have):
         print(have)
     else:
-        print(build_cds_archive())
+        try:
+            print(build_cds_archive())
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+            print(f"error: no class-data-sharing archive was built: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): set up, then run every tier, slow ones included.
-#   0. the real-broker oracle built (scripts/build_oracle.sh: the release jars from Maven Central,
-#      cached; its tier is tests/test_real_broker.py, marker oracle), and the driver JVM's
-#      class-data-sharing archive (python -m jobs.buildcds, cached);
+#   0. the set-up (scripts/bootstrap.sh: with it the driver JVM's class-data-sharing archive, which
+#      every Spark session the tests start maps: ~5 s less a start; test_write_path.py checks it)
+#      and the real-broker oracle built (scripts/build_oracle.sh: the release jars from Maven
+#      Central, cached; its tier is tests/test_real_broker.py, marker oracle);
 #   1. the whole suite with the native scanner;
 #   2. the store_reader tests again with the pure-Python twin (STORE_READER_PURE=1), beside tier 1.
 # Extra arguments go to both pytest runs.
@@ -33,12 +34,6 @@ fi
 echo "== real-broker oracle (rocketmq-store release jars) =="
 bash scripts/build_oracle.sh || exit 1
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
-# Every Spark session the tests start (the suite's own, and each job run as a process) maps the
-# driver JVM's classes from this archive instead of loading them from the jars: ~5 s less a start.
-# Built once per machine; without it the tests still run (test_write_path.py builds it, and fails
-# saying why when it cannot).
-echo "== the driver JVM's class-data-sharing archive (python -m jobs.buildcds) =="
-.venv/bin/python -m jobs.buildcds --if-missing || echo "note: no class-data-sharing archive: every Spark session starts from the jars"
 
 # The pure tier is Spark-free and CPU-bound; it runs beside the native tier, whose Spark jobs, JVM
 # starts and oracle runs leave a core idle much of the time. Its output is printed after.

@@ -510,6 +510,25 @@ def test_embedded_settings_use_an_archive_only_when_one_exists(tmp_path, monkeyp
     assert sparkutil.JAVA_OPTIONS not in sparkutil.embedded_settings(conf)
 
 
+def test_the_set_up_s_archive_build_says_why_it_built_none(tmp_path, monkeypatch, capsys):
+    """``buildcds --if-missing`` as scripts/bootstrap.sh runs it: with class-data sharing off there
+    is nothing to build (exit 0); a build that cannot write its archive is one error line and exit
+    1 (the set-up then notes it and goes on), not a traceback."""
+    from jobs import buildcds
+
+    _fake_spark_home(tmp_path, monkeypatch)
+    monkeypatch.setenv("ROCKETMQ_CDS", "off")
+    assert buildcds.main(["--if-missing"]) == 0
+    assert capsys.readouterr().out == "class-data sharing is off\n"
+    monkeypatch.delenv("ROCKETMQ_CDS")
+    (tmp_path / "not-a-dir").write_text("")
+    monkeypatch.setenv("ROCKETMQ_CDS_DIR", str(tmp_path / "not-a-dir" / "cds"))
+    assert buildcds.main(["--if-missing"]) == 1
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("error: no class-data-sharing archive was built: ")
+    assert out.err.count("\n") == 1 and "not-a-dir" in out.err
+
+
 @pytest.mark.spark
 def test_has_delta_asks_the_jvm_once_per_application(spark, monkeypatch):
     from jobs._spark import deltasink
