@@ -20,6 +20,10 @@ from jobs._spark import cds
 from jobs._spark.sparkutil import JAVA_OPTIONS, get_spark
 
 
+# what --path and --if-missing print when there is no archive to have (ROCKETMQ_CDS=off, no java)
+OFF = "class-data sharing is off"
+
+
 def build_cds_archive(path: Path | None = None) -> Path:
     """Build the archive at ``path`` (default ``cds.archive_path()``).
 
@@ -97,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cds_check:
         _cds_check(args.cds_check)
     elif args.path:
-        print(cds.archive_path() or "class-data sharing is off")
+        print(cds.archive_path() or OFF)
     elif args.if_missing and (have := cds.archive_path()) is None:
-        print("class-data sharing is off")       # ROCKETMQ_CDS=off, or no java: nothing to build
+        print(OFF)                               # ROCKETMQ_CDS=off, or no java: nothing to build
     elif args.if_missing and cds.archive_ready(have):
         print(have)
     else:

@@ -78,8 +78,9 @@ def _inside(path: str, archives: list[str]) -> bool:
     return any(path == a or path.startswith(a + os.sep) for a in archives)
 
 
-_dropped = [p for p in sys.path if p not in without_jvm_zips(sys.path)]
-sys.path[:] = [p for p in sys.path if p not in _dropped]
+_kept = without_jvm_zips(sys.path)
+_dropped = [p for p in sys.path if p not in _kept]
+sys.path[:] = _kept
 # their importers too, the archives' own and those of packages inside them (``<jar>/org``): each
 # task's importlib.invalidate_caches() (pyspark's setup_spark_files) would re-read the dropped
 # archives' directories (Spark's core jar among them); and namespace packages found only inside
